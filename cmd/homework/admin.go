@@ -1,0 +1,121 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/mail"
+	"strings"
+
+	"golang.org/x/crypto/bcrypt"
+
+	"homework/db"
+)
+
+// MinPasswordLength is the shortest accepted password.
+const MinPasswordLength = 8
+
+// HashPassword hashes a password with bcrypt.
+func HashPassword(pw string) (string, error) {
+	if len(pw) < MinPasswordLength {
+		return "", fmt.Errorf("password must be at least %d characters", MinPasswordLength)
+	}
+	if len(pw) > 72 {
+		return "", errors.New("password must be at most 72 bytes")
+	}
+	b, err := bcrypt.GenerateFromPassword([]byte(pw), bcrypt.DefaultCost)
+	return string(b), err
+}
+
+func openShort(ctx context.Context, path string) (*db.DB, error) {
+	d, err := db.Open(ctx, db.Options{Path: path})
+	if err != nil {
+		return nil, fmt.Errorf("open database %s: %w", path, err)
+	}
+	return d, nil
+}
+
+func userAdd(ctx context.Context, args []string, env func(string) string, stdin io.Reader, stdout io.Writer) error {
+	fs := newFlagSet("user add")
+	email := fs.String("email", "", "the account's email")
+	admin := fs.Bool("admin", false, "make the account an admin")
+	dbPath := dbFlag(fs, env)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	addr, err := mail.ParseAddress(*email)
+	if *email == "" || err != nil || addr.Address != strings.TrimSpace(*email) {
+		return usagef("user add: --email must be a valid email address")
+	}
+	line, err := bufio.NewReader(stdin).ReadString('\n')
+	if err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("read password from stdin: %w", err)
+	}
+	hash, err := HashPassword(strings.TrimRight(line, "\r\n"))
+	if err != nil {
+		return usagef("user add: %v (the password is read from stdin)", err)
+	}
+	d, err := openShort(ctx, *dbPath)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	u, err := d.CreateUser(ctx, addr.Address, hash, *admin)
+	if err != nil {
+		return errors.New(db.ErrorMessage(err))
+	}
+	role := "user"
+	if u.IsAdmin {
+		role = "admin"
+	}
+	fmt.Fprintf(stdout, "created %s %s (id %d)\n", role, u.Email, u.ID)
+	return nil
+}
+
+func tokenCreate(ctx context.Context, args []string, env func(string) string, stdout io.Writer) error {
+	fs := newFlagSet("token create")
+	email := fs.String("email", "", "the account's email")
+	name := fs.String("name", "", "a name to recognise the token by")
+	dbPath := dbFlag(fs, env)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *email == "" {
+		return usagef("token create: --email is required")
+	}
+	if len(*name) > 100 {
+		return usagef("token create: --name is too long")
+	}
+	d, err := openShort(ctx, *dbPath)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	u, err := d.FindUserByEmail(ctx, *email)
+	if err != nil {
+		return fmt.Errorf("no user with email %s", *email)
+	}
+	secret, _, err := d.CreateAPIToken(ctx, u.ID, *name)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, secret)
+	return nil
+}
+
+func migrate(ctx context.Context, args []string, env func(string) string, stdout io.Writer) error {
+	fs := newFlagSet("migrate")
+	dbPath := dbFlag(fs, env)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	d, err := openShort(ctx, *dbPath)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	fmt.Fprintf(stdout, "migrated %s\n", *dbPath)
+	return nil
+}

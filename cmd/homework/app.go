@@ -1,0 +1,145 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"homework/db"
+	"homework/engine"
+	"homework/engine/scripted"
+	"homework/engine/spec"
+	"homework/handlers"
+)
+
+// Main is the whole server: configuration, store, engine and HTTP server.
+// Tests start it on 127.0.0.1:0 with a database under t.TempDir().
+type Main struct {
+	Config *Config
+	Logger *slog.Logger
+
+	DB     *db.DB
+	Bus    *engine.Bus
+	Engine *engine.Engine
+	Server *handlers.Server
+
+	ln        net.Listener
+	serveDone chan error
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// NewMain returns a Main for cfg.
+func NewMain(cfg *Config, logger *slog.Logger) *Main {
+	return &Main{Config: cfg, Logger: logger}
+}
+
+// Run opens the database (taking its lock), starts the engine and begins
+// serving HTTP. It returns once the server listens.
+func (m *Main) Run(ctx context.Context) error {
+	cfg := m.Config
+	m.Bus = engine.NewBus()
+	var err error
+	m.DB, err = db.Open(ctx, db.Options{Path: cfg.DBPath, Lock: true, OnEvents: m.Bus.Publish})
+	if err != nil {
+		if errors.Is(err, db.ErrLocked) {
+			return fmt.Errorf("%w: another `homework serve` is using %s; stop it first", err, cfg.DBPath)
+		}
+		return fmt.Errorf("open database %s: %w", cfg.DBPath, err)
+	}
+
+	executors, llmConfigured, err := m.executors()
+	if err != nil {
+		return err
+	}
+	m.Engine, err = engine.New(engine.Options{
+		DB: m.DB, Bus: m.Bus, Executors: executors, Logger: m.Logger,
+		Workers: cfg.Workers, MaxConcurrentPerUser: cfg.MaxRunsPerUser, LeaseTTL: cfg.LeaseTTL,
+		RecoveryInterval:   max(cfg.LeaseTTL/3, 500*time.Millisecond),
+		CommandRunsAllowed: cfg.AllowCommandRuns != "",
+	})
+	if err != nil {
+		return err
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if err := m.Engine.Register(reg); err != nil {
+		return err
+	}
+	m.Server, err = handlers.New(handlers.Options{
+		DB: m.DB, Engine: m.Engine, Logger: m.Logger, Version: version, Registry: reg,
+		InsecureCookies: cfg.InsecureCookies, LLMConfigured: llmConfigured, DefaultModel: cfg.LLMModel,
+		CommandRunsEnabled: cfg.AllowCommandRuns != "",
+	})
+	if err != nil {
+		return err
+	}
+	if err := m.Engine.Start(ctx); err != nil {
+		return err
+	}
+	m.ln, err = net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
+	}
+	m.serveDone = make(chan error, 1)
+	go func() { m.serveDone <- m.Server.Serve(m.ln) }()
+
+	endpoint := "not configured (LLM runs are refused until HOMEWORK_LLM_BASE_URL or HOMEWORK_LLM_API_KEY is set)"
+	if llmConfigured {
+		endpoint = "configured"
+	}
+	m.Logger.Info("homework listening", "addr", "http://"+m.ln.Addr().String(), "db", cfg.DBPath,
+		"workers", cfg.Workers, "model_endpoint", endpoint, "base_url", cfg.LLMBaseURL, "model", cfg.LLMModel,
+		"command_runs", cfg.AllowCommandRuns != "", "version", version)
+	return nil
+}
+
+// Addr returns the address the server listens on.
+func (m *Main) Addr() string { return m.ln.Addr().String() }
+
+// executors builds the executors this server offers.
+func (m *Main) executors() (map[string]engine.Executor, bool, error) {
+	out := map[string]engine.Executor{}
+	if m.Config.ScriptExecutor {
+		out[spec.ExecutorScript] = &scripted.Executor{DB: m.DB}
+	}
+	return out, false, nil
+}
+
+// Close shuts down in order, each step bounded: the HTTP server (streams
+// first), then the engine (in-flight iterations get a grace period), then
+// the database.
+func (m *Main) Close() error {
+	m.closeOnce.Do(func() {
+		timeout := m.Config.ShutdownTimeout
+		if timeout <= 0 {
+			timeout = 20 * time.Second
+		}
+		var errs []error
+		if m.Server != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), timeout/2)
+			errs = append(errs, m.Server.Shutdown(ctx))
+			cancel()
+			if m.serveDone != nil {
+				<-m.serveDone
+			}
+		}
+		if m.Engine != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), timeout/2)
+			errs = append(errs, m.Engine.Stop(ctx))
+			cancel()
+		}
+		if m.DB != nil {
+			errs = append(errs, m.DB.Close())
+		}
+		m.closeErr = errors.Join(errs...)
+	})
+	return m.closeErr
+}

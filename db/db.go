@@ -1,0 +1,329 @@
+// Package db holds all of Homework's SQL: the SQLite connections, the embedded
+// migrations and one file of store methods per aggregate.
+//
+// There is exactly one writer connection (MaxOpenConns 1, _txlock=immediate)
+// and a separate pool of read-only connections. Every write goes through
+// WriteTx, which serialises our writers, stamps one time per transaction and,
+// after commit, publishes the events the transaction appended to the
+// OnEvents hook in commit order.
+package db
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/url"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/riverqueue/river/riverdriver/riversqlite"
+	"github.com/riverqueue/river/rivermigrate"
+	_ "modernc.org/sqlite" // registers the "sqlite" driver
+)
+
+//go:embed migrations/*.sql
+var migrationFS embed.FS
+
+// Options configure Open.
+type Options struct {
+	// Path is the database file. It is created when missing.
+	Path string
+	// Now is the clock; time.Now when nil.
+	Now func() time.Time
+	// ReadConns is the size of the reader pool; 4 when zero.
+	ReadConns int
+	// OnEvents, when set, receives the events of every committed write
+	// transaction, in commit order, before the next writer starts. It must not
+	// block.
+	OnEvents func([]*Event)
+	// Lock takes an exclusive lock on Path+".lock" so that a second server on
+	// the same file refuses to start. Short-lived commands leave it false.
+	Lock bool
+}
+
+// DB is the store: one writer connection and a reader pool on one SQLite file.
+type DB struct {
+	path     string
+	now      func() time.Time
+	onEvents func([]*Event)
+
+	writer *sql.DB
+	reader *sql.DB
+	lock   *os.File
+
+	// writeMu serialises our write transactions so that events are
+	// published in commit order. River's own statements use the same
+	// single writer connection but append no events.
+	writeMu sync.Mutex
+
+	// pending holds event appends waiting for the next group commit.
+	pendingMu sync.Mutex
+	pending   []*appendReq
+}
+
+// ErrLocked is returned by Open when another server holds the database lock.
+var ErrLocked = errors.New("database is in use by another homework server")
+
+// Open opens (creating if needed) the database at opts.Path and applies every
+// pending migration, ours and River's.
+func Open(ctx context.Context, opts Options) (*DB, error) {
+	if opts.Path == "" {
+		return nil, fmt.Errorf("db: empty path")
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.ReadConns <= 0 {
+		opts.ReadConns = max(4, runtime.NumCPU())
+	}
+	d := &DB{path: opts.Path, now: opts.Now, onEvents: opts.OnEvents}
+	if dir := filepath.Dir(opts.Path); dir != "" {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, fmt.Errorf("create database directory: %w", err)
+		}
+	}
+	if opts.Lock {
+		f, err := lockFile(opts.Path + ".lock")
+		if err != nil {
+			return nil, err
+		}
+		d.lock = f
+	}
+
+	var err error
+	if d.writer, err = sql.Open("sqlite", dsn(opts.Path, false)); err != nil {
+		d.Close()
+		return nil, fmt.Errorf("open writer: %w", err)
+	}
+	d.writer.SetMaxOpenConns(1)
+	d.writer.SetMaxIdleConns(1)
+	d.writer.SetConnMaxLifetime(0)
+	d.writer.SetConnMaxIdleTime(0)
+
+	if err := d.migrate(ctx); err != nil {
+		d.Close()
+		return nil, err
+	}
+
+	if d.reader, err = sql.Open("sqlite", dsn(opts.Path, true)); err != nil {
+		d.Close()
+		return nil, fmt.Errorf("open reader: %w", err)
+	}
+	d.reader.SetMaxOpenConns(opts.ReadConns)
+	d.reader.SetMaxIdleConns(opts.ReadConns)
+	if err := d.reader.PingContext(ctx); err != nil {
+		d.Close()
+		return nil, fmt.Errorf("ping reader: %w", err)
+	}
+	return d, nil
+}
+
+func dsn(path string, readOnly bool) string {
+	q := url.Values{}
+	q.Add("_pragma", "busy_timeout(10000)")
+	q.Add("_pragma", "foreign_keys(1)")
+	q.Add("_pragma", "journal_mode(WAL)")
+	q.Add("_pragma", "synchronous(NORMAL)")
+	q.Set("_time_format", "sqlite")
+	if readOnly {
+		q.Add("_pragma", "query_only(1)")
+	} else {
+		q.Set("_txlock", "immediate")
+	}
+	return "file:" + path + "?" + q.Encode()
+}
+
+func lockFile(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("open lock file: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("%w (lock %s is held)", ErrLocked, path)
+		}
+		return nil, fmt.Errorf("lock %s: %w", path, err)
+	}
+	return f, nil
+}
+
+// Close closes both pools and releases the lock.
+func (d *DB) Close() error {
+	var errs []error
+	if d.reader != nil {
+		errs = append(errs, d.reader.Close())
+	}
+	if d.writer != nil {
+		errs = append(errs, d.writer.Close())
+	}
+	if d.lock != nil {
+		errs = append(errs, d.lock.Close())
+		d.lock = nil
+	}
+	return errors.Join(errs...)
+}
+
+// Path returns the database file path.
+func (d *DB) Path() string { return d.path }
+
+// Writer returns the single writer pool, for River's driver.
+func (d *DB) Writer() *sql.DB { return d.writer }
+
+// Reader returns the read-only pool.
+func (d *DB) Reader() *sql.DB { return d.reader }
+
+// Now returns the store's clock reading.
+func (d *DB) Now() time.Time { return d.now() }
+
+// Ping checks that the database answers a query on both pools.
+func (d *DB) Ping(ctx context.Context) error {
+	var n int
+	if err := d.reader.QueryRowContext(ctx, `SELECT 1`).Scan(&n); err != nil {
+		return fmt.Errorf("reader: %w", err)
+	}
+	return nil
+}
+
+// migrate applies our embedded migrations in order, each recorded in
+// schema_migrations, then River's own through rivermigrate.
+func (d *DB) migrate(ctx context.Context) error {
+	if _, err := d.writer.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+		version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)`); err != nil {
+		return fmt.Errorf("create schema_migrations: %w", err)
+	}
+	names, err := fs.Glob(migrationFS, "migrations/*.sql")
+	if err != nil {
+		return err
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		base := filepath.Base(name)
+		version, err := strconv.Atoi(strings.SplitN(base, "_", 2)[0])
+		if err != nil {
+			return fmt.Errorf("migration %s: bad version prefix", base)
+		}
+		if err := d.applyMigration(ctx, version, base, name); err != nil {
+			return err
+		}
+	}
+
+	migrator, err := rivermigrate.New(riversqlite.New(d.writer), nil)
+	if err != nil {
+		return fmt.Errorf("river migrator: %w", err)
+	}
+	if _, err := migrator.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
+		return fmt.Errorf("river migrations: %w", err)
+	}
+	return nil
+}
+
+func (d *DB) applyMigration(ctx context.Context, version int, base, name string) error {
+	tx, err := d.writer.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	var n int
+	if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM schema_migrations WHERE version = ?`, version).Scan(&n); err != nil {
+		return err
+	}
+	if n > 0 {
+		return nil
+	}
+	body, err := migrationFS.ReadFile(name)
+	if err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, string(body)); err != nil {
+		return fmt.Errorf("migration %s: %w", base, err)
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)`,
+		version, base, d.now().UnixMilli()); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+// Tx is a write transaction. Events appended through it are published after
+// it commits.
+type Tx struct {
+	*sql.Tx
+	db     *DB
+	now    time.Time
+	events []*Event
+}
+
+// Now returns the time stamped once for this transaction.
+func (tx *Tx) Now() time.Time { return tx.now }
+
+// WriteTx runs fn in one immediate write transaction, commits it when fn
+// returns nil and then publishes the events it appended.
+func (d *DB) WriteTx(ctx context.Context, fn func(tx *Tx) error) error {
+	d.writeMu.Lock()
+	defer d.writeMu.Unlock()
+	return d.writeTxLocked(ctx, fn)
+}
+
+func (d *DB) writeTxLocked(ctx context.Context, fn func(tx *Tx) error) error {
+	sqlTx, err := d.writer.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	tx := &Tx{Tx: sqlTx, db: d, now: d.now()}
+	if err := fn(tx); err != nil {
+		sqlTx.Rollback()
+		return err
+	}
+	if err := sqlTx.Commit(); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	if len(tx.events) > 0 && d.onEvents != nil {
+		d.onEvents(tx.events)
+	}
+	return nil
+}
+
+func ms(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return t.UnixMilli()
+}
+
+func fromMS(v sql.NullInt64) time.Time {
+	if !v.Valid {
+		return time.Time{}
+	}
+	return time.UnixMilli(v.Int64).UTC()
+}
+
+func nullString(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+// notFound maps sql.ErrNoRows to an ENOTFOUND *Error naming what was missing.
+func notFound(err error, what string) error {
+	if errors.Is(err, sql.ErrNoRows) {
+		return Errorf(ENOTFOUND, "%s not found.", what)
+	}
+	return err
+}
+
+// isUniqueViolation reports whether err is a UNIQUE constraint failure.
+func isUniqueViolation(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "UNIQUE constraint failed")
+}

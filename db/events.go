@@ -1,0 +1,233 @@
+package db
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Event is one entry of a run's append-only log. Seq is gap-free per run; ID
+// is the global order used by the per-user feed.
+type Event struct {
+	ID        int64           `json:"id"`
+	RunID     string          `json:"run_id"`
+	UserID    int64           `json:"-"`
+	Seq       int64           `json:"seq"`
+	Type      string          `json:"type"`
+	Data      json.RawMessage `json:"data"`
+	CreatedAt time.Time       `json:"created_at"`
+}
+
+// Terminal event types end a run's stream.
+var terminalEvents = map[string]bool{
+	"run_completed": true, "run_canceled": true, "run_failed": true,
+}
+
+// IsTerminal reports whether the event ends its run for good.
+func (e *Event) IsTerminal() bool { return terminalEvents[e.Type] }
+
+const appendEventSQL = `INSERT INTO events (run_id, user_id, seq, type, data, created_at)
+	SELECT r.id, r.user_id, COALESCE((SELECT MAX(seq) FROM events WHERE run_id = r.id), 0) + 1, ?, ?, ?
+	FROM runs r WHERE r.id = ?
+	RETURNING id, user_id, seq`
+
+func marshalData(data any) (json.RawMessage, error) {
+	switch v := data.(type) {
+	case nil:
+		return json.RawMessage(`{}`), nil
+	case json.RawMessage:
+		if len(v) == 0 {
+			return json.RawMessage(`{}`), nil
+		}
+		return v, nil
+	default:
+		b, err := json.Marshal(v)
+		if err != nil {
+			return nil, fmt.Errorf("marshal event data: %w", err)
+		}
+		return b, nil
+	}
+}
+
+// AppendEvent appends an event of typ with data (marshalled to JSON) to the
+// run's log inside tx and returns it. It is published after tx commits.
+func (tx *Tx) AppendEvent(ctx context.Context, runID, typ string, data any) (*Event, error) {
+	b, err := marshalData(data)
+	if err != nil {
+		return nil, err
+	}
+	e := &Event{RunID: runID, Type: typ, Data: b, CreatedAt: tx.now}
+	if err := tx.insertEvent(ctx, e); err != nil {
+		return nil, err
+	}
+	tx.events = append(tx.events, e)
+	return e, nil
+}
+
+func (tx *Tx) insertEvent(ctx context.Context, e *Event) error {
+	err := tx.QueryRowContext(ctx, appendEventSQL, e.Type, string(e.Data), e.CreatedAt.UnixMilli(), e.RunID).
+		Scan(&e.ID, &e.UserID, &e.Seq)
+	if err == sql.ErrNoRows {
+		return Errorf(ENOTFOUND, "Run not found.")
+	}
+	if err != nil {
+		return fmt.Errorf("append event: %w", err)
+	}
+	return nil
+}
+
+type appendReq struct {
+	ev   *Event
+	done chan error
+}
+
+// AppendEvent appends one event outside any other transaction. Concurrent
+// callers are group-committed: whoever takes the writer first commits every
+// pending append in one transaction, so throughput grows with concurrency
+// instead of paying one fsync-bound commit per event.
+func (d *DB) AppendEvent(ctx context.Context, runID, typ string, data any) (*Event, error) {
+	b, err := marshalData(data)
+	if err != nil {
+		return nil, err
+	}
+	req := &appendReq{ev: &Event{RunID: runID, Type: typ, Data: b}, done: make(chan error, 1)}
+	d.pendingMu.Lock()
+	d.pending = append(d.pending, req)
+	d.pendingMu.Unlock()
+
+	d.writeMu.Lock()
+	select {
+	case err := <-req.done: // a previous leader committed us
+		d.writeMu.Unlock()
+		return req.ev, err
+	default:
+	}
+	d.pendingMu.Lock()
+	batch := d.pending
+	d.pending = nil
+	d.pendingMu.Unlock()
+	d.commitBatch(ctx, batch)
+	d.writeMu.Unlock()
+	err = <-req.done
+	return req.ev, err
+}
+
+// commitBatch commits batch in one transaction. A failing append (such as an
+// unknown run) is reported to its caller alone; the others still commit.
+// The caller holds writeMu.
+func (d *DB) commitBatch(ctx context.Context, batch []*appendReq) {
+	// The batch commits even if the leader's own context ends: the other
+	// callers are waiting on it.
+	ctx = context.WithoutCancel(ctx)
+	results := make([]error, len(batch))
+	err := d.writeTxLocked(ctx, func(tx *Tx) error {
+		for i, r := range batch {
+			r.ev.CreatedAt = tx.now
+			if _, err := tx.Exec(`SAVEPOINT ev`); err != nil {
+				return err
+			}
+			if err := tx.insertEvent(ctx, r.ev); err != nil {
+				results[i] = err
+				if _, err := tx.Exec(`ROLLBACK TO ev`); err != nil {
+					return err
+				}
+				continue
+			}
+			if _, err := tx.Exec(`RELEASE ev`); err != nil {
+				return err
+			}
+			tx.events = append(tx.events, r.ev)
+		}
+		return nil
+	})
+	for i, r := range batch {
+		if err != nil {
+			r.done <- err
+		} else {
+			r.done <- results[i]
+		}
+	}
+}
+
+const eventCols = `id, run_id, user_id, seq, type, data, created_at`
+
+func scanEvents(rows *sql.Rows) ([]*Event, error) {
+	defer rows.Close()
+	var out []*Event
+	for rows.Next() {
+		var e Event
+		var data string
+		var created int64
+		if err := rows.Scan(&e.ID, &e.RunID, &e.UserID, &e.Seq, &e.Type, &data, &created); err != nil {
+			return nil, err
+		}
+		e.Data = json.RawMessage(data)
+		e.CreatedAt = time.UnixMilli(created).UTC()
+		out = append(out, &e)
+	}
+	return out, rows.Err()
+}
+
+// ListRunEvents returns up to limit events of the user's run with seq >
+// afterSeq, in seq order. Another user's run is ENOTFOUND.
+func (d *DB) ListRunEvents(ctx context.Context, userID int64, runID string, afterSeq int64, limit int) ([]*Event, error) {
+	if err := d.checkRunOwner(ctx, userID, runID); err != nil {
+		return nil, err
+	}
+	return d.listRunEvents(ctx, runID, afterSeq, limit)
+}
+
+func (d *DB) listRunEvents(ctx context.Context, runID string, afterSeq int64, limit int) ([]*Event, error) {
+	if limit <= 0 {
+		limit = 1000
+	}
+	rows, err := d.reader.QueryContext(ctx, `SELECT `+eventCols+` FROM events
+		WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?`, runID, afterSeq, limit)
+	if err != nil {
+		return nil, err
+	}
+	return scanEvents(rows)
+}
+
+// ListRunEventsByType returns the run's events of the given types in seq
+// order, for building views without replaying everything. The caller must
+// have checked ownership.
+func (d *DB) ListRunEventsByType(ctx context.Context, runID string, types ...string) ([]*Event, error) {
+	if len(types) == 0 {
+		return nil, nil
+	}
+	args := []any{runID}
+	for _, t := range types {
+		args = append(args, t)
+	}
+	rows, err := d.reader.QueryContext(ctx, `SELECT `+eventCols+` FROM events
+		WHERE run_id = ? AND type IN (?`+strings.Repeat(",?", len(types)-1)+`) ORDER BY seq`, args...)
+	if err != nil {
+		return nil, err
+	}
+	return scanEvents(rows)
+}
+
+// ListUserEvents returns up to limit events of all the user's runs with id >
+// afterID, in id order (the dashboard feed).
+func (d *DB) ListUserEvents(ctx context.Context, userID, afterID int64, limit int) ([]*Event, error) {
+	if limit <= 0 {
+		limit = 1000
+	}
+	rows, err := d.reader.QueryContext(ctx, `SELECT `+eventCols+` FROM events
+		WHERE user_id = ? AND id > ? ORDER BY id LIMIT ?`, userID, afterID, limit)
+	if err != nil {
+		return nil, err
+	}
+	return scanEvents(rows)
+}
+
+// LastSeq returns the highest seq of the run's events (0 when none).
+func (d *DB) LastSeq(ctx context.Context, runID string) (int64, error) {
+	var n sql.NullInt64
+	err := d.reader.QueryRowContext(ctx, `SELECT MAX(seq) FROM events WHERE run_id = ?`, runID).Scan(&n)
+	return n.Int64, err
+}

@@ -1,0 +1,86 @@
+package db
+
+import (
+	"context"
+	"database/sql"
+	"time"
+)
+
+// Inbox kinds.
+const (
+	InboxAnswer  = "answer"
+	InboxMessage = "message"
+)
+
+// InboxItem is something the person sent to a run, consumed by the next
+// iteration.
+type InboxItem struct {
+	ID                int64
+	RunID             string
+	Kind              string
+	Body              string
+	CreatedAt         time.Time
+	ConsumedAt        time.Time
+	ConsumedIteration int
+}
+
+// InsertInbox queues an item for the run's next iteration.
+func (tx *Tx) InsertInbox(ctx context.Context, it *InboxItem) error {
+	it.CreatedAt = tx.now
+	return tx.QueryRowContext(ctx, `INSERT INTO inbox (run_id, kind, body, created_at) VALUES (?,?,?,?) RETURNING id`,
+		it.RunID, it.Kind, it.Body, tx.now.UnixMilli()).Scan(&it.ID)
+}
+
+// PendingInbox returns the run's unconsumed items, oldest first.
+func (tx *Tx) PendingInbox(ctx context.Context, runID string) ([]*InboxItem, error) {
+	rows, err := tx.QueryContext(ctx, `SELECT id, run_id, kind, body, created_at FROM inbox
+		WHERE run_id = ? AND consumed_at IS NULL ORDER BY id`, runID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*InboxItem
+	for rows.Next() {
+		var it InboxItem
+		var created int64
+		if err := rows.Scan(&it.ID, &it.RunID, &it.Kind, &it.Body, &created); err != nil {
+			return nil, err
+		}
+		it.CreatedAt = time.UnixMilli(created).UTC()
+		out = append(out, &it)
+	}
+	return out, rows.Err()
+}
+
+// ConsumeInbox marks the run's items up to and including maxID consumed by
+// iteration.
+func (tx *Tx) ConsumeInbox(ctx context.Context, runID string, maxID int64, iteration int) error {
+	_, err := tx.ExecContext(ctx, `UPDATE inbox SET consumed_at = ?, consumed_iteration = ?
+		WHERE run_id = ? AND id <= ? AND consumed_at IS NULL`, tx.now.UnixMilli(), iteration, runID, maxID)
+	return err
+}
+
+// ListInbox returns all of the user's run's inbox items, oldest first.
+func (d *DB) ListInbox(ctx context.Context, userID int64, runID string) ([]*InboxItem, error) {
+	if err := d.checkRunOwner(ctx, userID, runID); err != nil {
+		return nil, err
+	}
+	rows, err := d.reader.QueryContext(ctx, `SELECT id, run_id, kind, body, created_at, consumed_at, consumed_iteration
+		FROM inbox WHERE run_id = ? ORDER BY id`, runID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*InboxItem
+	for rows.Next() {
+		var it InboxItem
+		var created int64
+		var consumed, iter sql.NullInt64
+		if err := rows.Scan(&it.ID, &it.RunID, &it.Kind, &it.Body, &created, &consumed, &iter); err != nil {
+			return nil, err
+		}
+		it.CreatedAt, it.ConsumedAt, it.ConsumedIteration = time.UnixMilli(created).UTC(), fromMS(consumed), int(iter.Int64)
+		out = append(out, &it)
+	}
+	return out, rows.Err()
+}

@@ -1,0 +1,145 @@
+package db
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// Iteration statuses.
+const (
+	IterRunning     = "running"
+	IterSucceeded   = "succeeded"
+	IterFailed      = "failed"
+	IterInterrupted = "interrupted"
+	IterCanceled    = "canceled"
+)
+
+// Iteration is one bounded unit of a run's work.
+type Iteration struct {
+	RunID            string
+	Iteration        int
+	Attempt          int
+	Status           string
+	StartedAt        time.Time
+	EndedAt          time.Time
+	Summary          string
+	Gate             json.RawMessage
+	Checks           json.RawMessage
+	Fingerprint      string
+	Error            string
+	ErrorFingerprint string
+	Metrics          Metrics
+	Artifacts        json.RawMessage
+}
+
+const iterCols = `run_id, iteration, attempt, status, started_at, ended_at, summary, gate, checks,
+	fingerprint, error, error_fingerprint, metrics, artifacts`
+
+func scanIteration(s rowScanner) (*Iteration, error) {
+	var it Iteration
+	var started, ended sql.NullInt64
+	var gate, checks sql.NullString
+	var metrics, artifacts string
+	if err := s.Scan(&it.RunID, &it.Iteration, &it.Attempt, &it.Status, &started, &ended, &it.Summary, &gate, &checks,
+		&it.Fingerprint, &it.Error, &it.ErrorFingerprint, &metrics, &artifacts); err != nil {
+		return nil, err
+	}
+	it.StartedAt, it.EndedAt = fromMS(started), fromMS(ended)
+	if gate.Valid {
+		it.Gate = json.RawMessage(gate.String)
+	}
+	if checks.Valid {
+		it.Checks = json.RawMessage(checks.String)
+	}
+	if err := json.Unmarshal([]byte(metrics), &it.Metrics); err != nil {
+		return nil, fmt.Errorf("iteration metrics: %w", err)
+	}
+	it.Artifacts = json.RawMessage(artifacts)
+	return &it, nil
+}
+
+// UpsertIteration inserts or replaces the row of (run, iteration).
+func (tx *Tx) UpsertIteration(ctx context.Context, it *Iteration) error {
+	metrics, err := json.Marshal(it.Metrics)
+	if err != nil {
+		return err
+	}
+	gate, _ := jsonOrNil(it.Gate)
+	checks, _ := jsonOrNil(it.Checks)
+	artifacts := string(it.Artifacts)
+	if artifacts == "" {
+		artifacts = "{}"
+	}
+	_, err = tx.ExecContext(ctx, `INSERT INTO iterations (`+iterCols+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)
+		ON CONFLICT (run_id, iteration) DO UPDATE SET attempt=excluded.attempt, status=excluded.status,
+		started_at=excluded.started_at, ended_at=excluded.ended_at, summary=excluded.summary, gate=excluded.gate,
+		checks=excluded.checks, fingerprint=excluded.fingerprint, error=excluded.error,
+		error_fingerprint=excluded.error_fingerprint, metrics=excluded.metrics, artifacts=excluded.artifacts`,
+		it.RunID, it.Iteration, it.Attempt, it.Status, ms(it.StartedAt), ms(it.EndedAt), it.Summary, gate, checks,
+		it.Fingerprint, it.Error, it.ErrorFingerprint, string(metrics), artifacts)
+	if err != nil {
+		return fmt.Errorf("upsert iteration: %w", err)
+	}
+	return nil
+}
+
+// FindIteration returns one iteration row inside tx.
+func (tx *Tx) FindIteration(ctx context.Context, runID string, n int) (*Iteration, error) {
+	it, err := scanIteration(tx.QueryRowContext(ctx, `SELECT `+iterCols+` FROM iterations WHERE run_id = ? AND iteration = ?`, runID, n))
+	return it, notFound(err, "Iteration")
+}
+
+// RecentIterations returns the run's last n finished iterations, newest first.
+func (tx *Tx) RecentIterations(ctx context.Context, runID string, n int) ([]*Iteration, error) {
+	rows, err := tx.QueryContext(ctx, `SELECT `+iterCols+` FROM iterations WHERE run_id = ? AND status != 'running'
+		ORDER BY iteration DESC LIMIT ?`, runID, n)
+	if err != nil {
+		return nil, err
+	}
+	return scanIterations(rows)
+}
+
+func scanIterations(rows *sql.Rows) ([]*Iteration, error) {
+	defer rows.Close()
+	var out []*Iteration
+	for rows.Next() {
+		it, err := scanIteration(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, it)
+	}
+	return out, rows.Err()
+}
+
+// ListIterations returns the user's run's iterations in order.
+func (d *DB) ListIterations(ctx context.Context, userID int64, runID string) ([]*Iteration, error) {
+	if err := d.checkRunOwner(ctx, userID, runID); err != nil {
+		return nil, err
+	}
+	rows, err := d.reader.QueryContext(ctx, `SELECT `+iterCols+` FROM iterations WHERE run_id = ? ORDER BY iteration`, runID)
+	if err != nil {
+		return nil, err
+	}
+	return scanIterations(rows)
+}
+
+// SumIterationMetrics returns the sum of the metrics of the run's iterations.
+func (tx *Tx) SumIterationMetrics(ctx context.Context, runID string) (Metrics, error) {
+	rows, err := tx.QueryContext(ctx, `SELECT `+iterCols+` FROM iterations WHERE run_id = ?`, runID)
+	if err != nil {
+		return Metrics{}, err
+	}
+	its, err := scanIterations(rows)
+	if err != nil {
+		return Metrics{}, err
+	}
+	var m Metrics
+	for _, it := range its {
+		m.Add(it.Metrics)
+	}
+	return m, nil
+}

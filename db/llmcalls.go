@@ -1,0 +1,78 @@
+package db
+
+import (
+	"context"
+	"time"
+)
+
+// LLMCall records one model call's usage and cost.
+type LLMCall struct {
+	ID               int64
+	RunID            string
+	Iteration        int
+	Role             string // planner | executor | repair | summarizer
+	Model            string
+	PromptTokens     int64
+	CompletionTokens int64
+	CostUSD          float64
+	Priced           bool
+	LatencyMS        int64
+	Error            string
+	CreatedAt        time.Time
+}
+
+// InsertLLMCall stores a call's usage.
+func (tx *Tx) InsertLLMCall(ctx context.Context, c *LLMCall) error {
+	c.CreatedAt = tx.now
+	return tx.QueryRowContext(ctx, `INSERT INTO llm_calls (run_id, iteration, role, model, prompt_tokens, completion_tokens,
+		cost_usd, priced, latency_ms, error, created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?) RETURNING id`,
+		c.RunID, c.Iteration, c.Role, c.Model, c.PromptTokens, c.CompletionTokens, c.CostUSD, c.Priced, c.LatencyMS,
+		c.Error, tx.now.UnixMilli()).Scan(&c.ID)
+}
+
+// ListLLMCalls returns the user's run's model calls in order.
+func (d *DB) ListLLMCalls(ctx context.Context, userID int64, runID string) ([]*LLMCall, error) {
+	if err := d.checkRunOwner(ctx, userID, runID); err != nil {
+		return nil, err
+	}
+	rows, err := d.reader.QueryContext(ctx, `SELECT id, run_id, iteration, role, model, prompt_tokens, completion_tokens,
+		cost_usd, priced, latency_ms, error, created_at FROM llm_calls WHERE run_id = ? ORDER BY id`, runID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*LLMCall
+	for rows.Next() {
+		var c LLMCall
+		var created int64
+		if err := rows.Scan(&c.ID, &c.RunID, &c.Iteration, &c.Role, &c.Model, &c.PromptTokens, &c.CompletionTokens,
+			&c.CostUSD, &c.Priced, &c.LatencyMS, &c.Error, &created); err != nil {
+			return nil, err
+		}
+		c.CreatedAt = time.UnixMilli(created).UTC()
+		out = append(out, &c)
+	}
+	return out, rows.Err()
+}
+
+// SumLLMCalls returns the usage of the run's calls made in iteration.
+func (tx *Tx) SumLLMCalls(ctx context.Context, runID string, iteration int) (Metrics, error) {
+	rows, err := tx.QueryContext(ctx, `SELECT model, prompt_tokens, completion_tokens, cost_usd, priced FROM llm_calls
+		WHERE run_id = ? AND iteration = ?`, runID, iteration)
+	if err != nil {
+		return Metrics{}, err
+	}
+	defer rows.Close()
+	var m Metrics
+	for rows.Next() {
+		var model string
+		var p, c int64
+		var cost float64
+		var priced bool
+		if err := rows.Scan(&model, &p, &c, &cost, &priced); err != nil {
+			return Metrics{}, err
+		}
+		m.AddCall(model, p, c, cost, priced)
+	}
+	return m, rows.Err()
+}

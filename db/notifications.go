@@ -1,0 +1,92 @@
+package db
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"time"
+)
+
+// Notification tells a user something happened to one of their runs.
+type Notification struct {
+	ID        int64           `json:"id"`
+	UserID    int64           `json:"-"`
+	RunID     string          `json:"run_id"`
+	Kind      string          `json:"kind"`
+	Title     string          `json:"title"`
+	Message   string          `json:"message"`
+	ActionURL string          `json:"action_url"`
+	Data      json.RawMessage `json:"data"`
+	ReadAt    time.Time       `json:"-"`
+	CreatedAt time.Time       `json:"created_at"`
+}
+
+// InsertNotification stores a notification.
+func (tx *Tx) InsertNotification(ctx context.Context, n *Notification) error {
+	n.CreatedAt = tx.now
+	data := string(n.Data)
+	if data == "" {
+		data = "{}"
+	}
+	return tx.QueryRowContext(ctx, `INSERT INTO notifications (user_id, run_id, kind, title, message, action_url, data, created_at)
+		VALUES (?,?,?,?,?,?,?,?) RETURNING id`, n.UserID, nullString(n.RunID), n.Kind, n.Title, n.Message, n.ActionURL,
+		data, tx.now.UnixMilli()).Scan(&n.ID)
+}
+
+// ListNotifications returns up to limit of the user's notifications newest
+// first, with id < beforeID when beforeID > 0.
+func (d *DB) ListNotifications(ctx context.Context, userID int64, beforeID int64, limit int) ([]*Notification, error) {
+	if limit <= 0 || limit > 200 {
+		limit = 50
+	}
+	if beforeID <= 0 {
+		beforeID = 1<<63 - 1
+	}
+	rows, err := d.reader.QueryContext(ctx, `SELECT id, user_id, run_id, kind, title, message, action_url, data, read_at, created_at
+		FROM notifications WHERE user_id = ? AND id < ? ORDER BY id DESC LIMIT ?`, userID, beforeID, limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*Notification
+	for rows.Next() {
+		var n Notification
+		var runID sql.NullString
+		var data string
+		var read sql.NullInt64
+		var created int64
+		if err := rows.Scan(&n.ID, &n.UserID, &runID, &n.Kind, &n.Title, &n.Message, &n.ActionURL, &data, &read, &created); err != nil {
+			return nil, err
+		}
+		n.RunID, n.Data, n.ReadAt, n.CreatedAt = runID.String, json.RawMessage(data), fromMS(read), time.UnixMilli(created).UTC()
+		out = append(out, &n)
+	}
+	return out, rows.Err()
+}
+
+// CountUnread returns how many of the user's notifications are unread.
+func (d *DB) CountUnread(ctx context.Context, userID int64) (int, error) {
+	var n int
+	err := d.reader.QueryRowContext(ctx, `SELECT COUNT(*) FROM notifications WHERE user_id = ? AND read_at IS NULL`, userID).Scan(&n)
+	return n, err
+}
+
+// MarkNotificationRead marks one of the user's notifications read (id > 0)
+// or all of them (id == 0). Another user's notification is ENOTFOUND.
+func (d *DB) MarkNotificationRead(ctx context.Context, userID, id int64) error {
+	return d.WriteTx(ctx, func(tx *Tx) error {
+		if id == 0 {
+			_, err := tx.ExecContext(ctx, `UPDATE notifications SET read_at = ? WHERE user_id = ? AND read_at IS NULL`, tx.now.UnixMilli(), userID)
+			return err
+		}
+		res, err := tx.ExecContext(ctx, `UPDATE notifications SET read_at = COALESCE(read_at, ?) WHERE id = ? AND user_id = ?`,
+			tx.now.UnixMilli(), id, userID)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return Errorf(ENOTFOUND, "Notification not found.")
+		}
+		return nil
+	})
+}

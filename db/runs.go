@@ -1,0 +1,463 @@
+package db
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Run statuses.
+const (
+	StatusQueued    = "queued"
+	StatusRunning   = "running"
+	StatusWaiting   = "waiting_on_user"
+	StatusStopped   = "stopped"
+	StatusCompleted = "completed"
+	StatusCanceled  = "canceled"
+	StatusFailed    = "failed"
+)
+
+// Statuses lists every run status in lifecycle order.
+var Statuses = []string{StatusQueued, StatusRunning, StatusWaiting, StatusStopped, StatusCompleted, StatusFailed, StatusCanceled}
+
+// IsTerminalStatus reports whether a run in status s can never run again.
+func IsTerminalStatus(s string) bool {
+	return s == StatusCompleted || s == StatusCanceled || s == StatusFailed
+}
+
+// StopReason says why a run stopped, with evidence for breaker trips.
+type StopReason struct {
+	Type     string          `json:"type"`
+	Detail   string          `json:"detail"`
+	Evidence json.RawMessage `json:"evidence,omitempty"`
+}
+
+// Waiting describes what a waiting_on_user run waits for.
+type Waiting struct {
+	Reason    string   `json:"reason"` // needs_input | blocked | turn_ended | approve_plan
+	Questions []string `json:"questions,omitempty"`
+	Detail    string   `json:"detail,omitempty"`
+}
+
+// ModelUsage is one model's share of a run's usage.
+type ModelUsage struct {
+	Calls            int     `json:"calls"`
+	PromptTokens     int64   `json:"prompt_tokens"`
+	CompletionTokens int64   `json:"completion_tokens"`
+	CostUSD          float64 `json:"cost_usd"`
+	Unpriced         bool    `json:"unpriced,omitempty"`
+}
+
+// Metrics are a run's (or one iteration's) counters. A run's metrics always
+// equal the sum over its iterations.
+type Metrics struct {
+	Iterations              int                   `json:"iterations"`
+	RunningMS               int64                 `json:"running_ms"`
+	PromptTokens            int64                 `json:"prompt_tokens"`
+	CompletionTokens        int64                 `json:"completion_tokens"`
+	TokensTotal             int64                 `json:"tokens_total"`
+	CostTotalUSD            float64               `json:"cost_total_usd"`
+	UnpricedCalls           int                   `json:"unpriced_calls"`
+	LLMCalls                int                   `json:"llm_calls"`
+	ToolCallsTotal          int                   `json:"tool_calls_total"`
+	FalseCompletionsBlocked int                   `json:"false_completions_blocked"`
+	ByModel                 map[string]ModelUsage `json:"by_model"`
+}
+
+// Add adds o's counters to m.
+func (m *Metrics) Add(o Metrics) {
+	m.Iterations += o.Iterations
+	m.RunningMS += o.RunningMS
+	m.PromptTokens += o.PromptTokens
+	m.CompletionTokens += o.CompletionTokens
+	m.TokensTotal += o.TokensTotal
+	m.CostTotalUSD += o.CostTotalUSD
+	m.UnpricedCalls += o.UnpricedCalls
+	m.LLMCalls += o.LLMCalls
+	m.ToolCallsTotal += o.ToolCallsTotal
+	m.FalseCompletionsBlocked += o.FalseCompletionsBlocked
+	for k, v := range o.ByModel {
+		if m.ByModel == nil {
+			m.ByModel = map[string]ModelUsage{}
+		}
+		u := m.ByModel[k]
+		u.Calls += v.Calls
+		u.PromptTokens += v.PromptTokens
+		u.CompletionTokens += v.CompletionTokens
+		u.CostUSD += v.CostUSD
+		u.Unpriced = u.Unpriced || v.Unpriced
+		m.ByModel[k] = u
+	}
+}
+
+// AddCall adds one LLM call's usage to m.
+func (m *Metrics) AddCall(model string, prompt, completion int64, cost float64, priced bool) {
+	u := ModelUsage{Calls: 1, PromptTokens: prompt, CompletionTokens: completion, CostUSD: cost, Unpriced: !priced}
+	o := Metrics{PromptTokens: prompt, CompletionTokens: completion, TokensTotal: prompt + completion,
+		CostTotalUSD: cost, LLMCalls: 1, ByModel: map[string]ModelUsage{model: u}}
+	if !priced {
+		o.UnpricedCalls = 1
+	}
+	m.Add(o)
+}
+
+// Run is one objective worked on in the background.
+type Run struct {
+	ID             string
+	UserID         int64
+	ParentRunID    string
+	Objective      string
+	Mode           string
+	Executor       string
+	Config         json.RawMessage
+	Status         string
+	Iteration      int // the current (or last) iteration number, 0 before the first
+	Attempt        int // the attempt of the current iteration's job
+	StopReason     *StopReason
+	Waiting        *Waiting
+	Metrics        Metrics
+	Report         json.RawMessage
+	WorkspaceDocID string
+	LeaseOwner     string
+	LeaseUntil     time.Time
+	RunningSince   time.Time // when the current running stretch began
+	CreatedAt      time.Time
+	StartedAt      time.Time
+	UpdatedAt      time.Time
+	CompletedAt    time.Time
+}
+
+const runCols = `id, user_id, parent_run_id, objective, mode, executor, config, status, iteration, attempt,
+	stop_reason, waiting, metrics, report, workspace_doc_id, lease_owner, lease_until, running_since,
+	created_at, started_at, updated_at, completed_at`
+
+type rowScanner interface{ Scan(dest ...any) error }
+
+func scanRun(s rowScanner) (*Run, error) {
+	var r Run
+	var parent, stop, waiting, report, ws, leaseOwner sql.NullString
+	var config, metrics string
+	var leaseUntil, runningSince, created, started, updated, completed sql.NullInt64
+	if err := s.Scan(&r.ID, &r.UserID, &parent, &r.Objective, &r.Mode, &r.Executor, &config, &r.Status,
+		&r.Iteration, &r.Attempt, &stop, &waiting, &metrics, &report, &ws, &leaseOwner, &leaseUntil,
+		&runningSince, &created, &started, &updated, &completed); err != nil {
+		return nil, err
+	}
+	r.ParentRunID, r.WorkspaceDocID, r.LeaseOwner = parent.String, ws.String, leaseOwner.String
+	r.Config = json.RawMessage(config)
+	if stop.Valid && stop.String != "" {
+		r.StopReason = &StopReason{}
+		if err := json.Unmarshal([]byte(stop.String), r.StopReason); err != nil {
+			return nil, fmt.Errorf("run %s stop_reason: %w", r.ID, err)
+		}
+	}
+	if waiting.Valid && waiting.String != "" {
+		r.Waiting = &Waiting{}
+		if err := json.Unmarshal([]byte(waiting.String), r.Waiting); err != nil {
+			return nil, fmt.Errorf("run %s waiting: %w", r.ID, err)
+		}
+	}
+	if err := json.Unmarshal([]byte(metrics), &r.Metrics); err != nil {
+		return nil, fmt.Errorf("run %s metrics: %w", r.ID, err)
+	}
+	if report.Valid {
+		r.Report = json.RawMessage(report.String)
+	}
+	r.LeaseUntil, r.RunningSince = fromMS(leaseUntil), fromMS(runningSince)
+	r.CreatedAt, r.StartedAt, r.UpdatedAt, r.CompletedAt = fromMS(created), fromMS(started), fromMS(updated), fromMS(completed)
+	return &r, nil
+}
+
+func jsonOrNil(v any) (any, error) {
+	switch x := v.(type) {
+	case *StopReason:
+		if x == nil {
+			return nil, nil
+		}
+	case *Waiting:
+		if x == nil {
+			return nil, nil
+		}
+	case json.RawMessage:
+		if len(x) == 0 {
+			return nil, nil
+		}
+		return string(x), nil
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	return string(b), nil
+}
+
+func runArgs(r *Run) ([]any, error) {
+	stop, err := jsonOrNil(r.StopReason)
+	if err != nil {
+		return nil, err
+	}
+	waiting, err := jsonOrNil(r.Waiting)
+	if err != nil {
+		return nil, err
+	}
+	metrics, err := json.Marshal(r.Metrics)
+	if err != nil {
+		return nil, err
+	}
+	report, err := jsonOrNil(r.Report)
+	if err != nil {
+		return nil, err
+	}
+	return []any{r.ID, r.UserID, nullString(r.ParentRunID), r.Objective, r.Mode, r.Executor, string(r.Config),
+		r.Status, r.Iteration, r.Attempt, stop, waiting, string(metrics), report, nullString(r.WorkspaceDocID),
+		nullString(r.LeaseOwner), ms(r.LeaseUntil), ms(r.RunningSince), ms(r.CreatedAt), ms(r.StartedAt),
+		ms(r.UpdatedAt), ms(r.CompletedAt)}, nil
+}
+
+// InsertRun stores a new run. CreatedAt and UpdatedAt default to the
+// transaction's time.
+func (tx *Tx) InsertRun(ctx context.Context, r *Run) error {
+	if r.CreatedAt.IsZero() {
+		r.CreatedAt = tx.now
+	}
+	r.UpdatedAt = tx.now
+	args, err := runArgs(r)
+	if err != nil {
+		return err
+	}
+	_, err = tx.ExecContext(ctx, `INSERT INTO runs (`+runCols+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`, args...)
+	if err != nil && strings.Contains(err.Error(), "FOREIGN KEY") {
+		return FieldError("parent_run_id", "Parent run not found.")
+	}
+	return err
+}
+
+// UpdateRun writes every mutable column of r and stamps UpdatedAt.
+func (tx *Tx) UpdateRun(ctx context.Context, r *Run) error {
+	r.UpdatedAt = tx.now
+	args, err := runArgs(r)
+	if err != nil {
+		return err
+	}
+	res, err := tx.ExecContext(ctx, `UPDATE runs SET parent_run_id=?3, objective=?4, mode=?5, executor=?6, config=?7,
+		status=?8, iteration=?9, attempt=?10, stop_reason=?11, waiting=?12, metrics=?13, report=?14,
+		workspace_doc_id=?15, lease_owner=?16, lease_until=?17, running_since=?18, created_at=?19,
+		started_at=?20, updated_at=?21, completed_at=?22 WHERE id=?1 AND user_id=?2`, args...)
+	if err != nil {
+		return fmt.Errorf("update run: %w", err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return Errorf(ENOTFOUND, "Run not found.")
+	}
+	return nil
+}
+
+// FindRun returns the run inside tx, whoever owns it (engine use).
+func (tx *Tx) FindRun(ctx context.Context, id string) (*Run, error) {
+	r, err := scanRun(tx.QueryRowContext(ctx, `SELECT `+runCols+` FROM runs WHERE id = ?`, id))
+	return r, notFound(err, "Run")
+}
+
+// FindRun returns the user's run. Another user's run is ENOTFOUND.
+func (d *DB) FindRun(ctx context.Context, userID int64, id string) (*Run, error) {
+	r, err := scanRun(d.reader.QueryRowContext(ctx, `SELECT `+runCols+` FROM runs WHERE id = ? AND user_id = ?`, id, userID))
+	return r, notFound(err, "Run")
+}
+
+// FindRunByID returns the run whoever owns it (engine use only).
+func (d *DB) FindRunByID(ctx context.Context, id string) (*Run, error) {
+	r, err := scanRun(d.reader.QueryRowContext(ctx, `SELECT `+runCols+` FROM runs WHERE id = ?`, id))
+	return r, notFound(err, "Run")
+}
+
+func (d *DB) checkRunOwner(ctx context.Context, userID int64, runID string) error {
+	var n int
+	err := d.reader.QueryRowContext(ctx, `SELECT 1 FROM runs WHERE id = ? AND user_id = ?`, runID, userID).Scan(&n)
+	return notFound(err, "Run")
+}
+
+// RunFilter selects runs for ListRuns.
+type RunFilter struct {
+	Status string // optional
+	Limit  int    // 1..200, default 50
+	Cursor string // opaque, from the previous page's NextCursor
+}
+
+// RunPage is one page of runs, newest first.
+type RunPage struct {
+	Runs       []*Run
+	NextCursor string
+}
+
+// ListRuns returns the user's runs newest first, one page at a time.
+func (d *DB) ListRuns(ctx context.Context, userID int64, f RunFilter) (*RunPage, error) {
+	if f.Limit <= 0 {
+		f.Limit = 50
+	}
+	if f.Limit > 200 {
+		f.Limit = 200
+	}
+	where := []string{"user_id = ?"}
+	args := []any{userID}
+	if f.Status != "" {
+		where = append(where, "status = ?")
+		args = append(args, f.Status)
+	}
+	if f.Cursor != "" {
+		created, id, ok := strings.Cut(f.Cursor, "_")
+		createdMS, err := strconv.ParseInt(created, 10, 64)
+		if !ok || err != nil || id == "" {
+			return nil, FieldError("cursor", "Invalid cursor.")
+		}
+		where = append(where, "(created_at < ? OR (created_at = ? AND id < ?))")
+		args = append(args, createdMS, createdMS, id)
+	}
+	args = append(args, f.Limit+1)
+	rows, err := d.reader.QueryContext(ctx, `SELECT `+runCols+` FROM runs WHERE `+strings.Join(where, " AND ")+
+		` ORDER BY created_at DESC, id DESC LIMIT ?`, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	page := &RunPage{}
+	for rows.Next() {
+		r, err := scanRun(rows)
+		if err != nil {
+			return nil, err
+		}
+		page.Runs = append(page.Runs, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if len(page.Runs) > f.Limit {
+		page.Runs = page.Runs[:f.Limit]
+		last := page.Runs[len(page.Runs)-1]
+		page.NextCursor = fmt.Sprintf("%d_%s", last.CreatedAt.UnixMilli(), last.ID)
+	}
+	return page, nil
+}
+
+// CountRunsByStatus returns the user's run count per status.
+func (d *DB) CountRunsByStatus(ctx context.Context, userID int64) (map[string]int, error) {
+	rows, err := d.reader.QueryContext(ctx, `SELECT status, COUNT(*) FROM runs WHERE user_id = ? GROUP BY status`, userID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]int{}
+	for rows.Next() {
+		var s string
+		var n int
+		if err := rows.Scan(&s, &n); err != nil {
+			return nil, err
+		}
+		out[s] = n
+	}
+	return out, rows.Err()
+}
+
+// CountAllRunsByStatus returns the run count per status over all users.
+func (d *DB) CountAllRunsByStatus(ctx context.Context) (map[string]int, error) {
+	rows, err := d.reader.QueryContext(ctx, `SELECT status, COUNT(*) FROM runs GROUP BY status`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]int{}
+	for rows.Next() {
+		var s string
+		var n int
+		if err := rows.Scan(&s, &n); err != nil {
+			return nil, err
+		}
+		out[s] = n
+	}
+	return out, rows.Err()
+}
+
+// CountRunning returns how many of the user's runs are running, inside tx.
+func (tx *Tx) CountRunning(ctx context.Context, userID int64) (int, error) {
+	var n int
+	err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM runs WHERE user_id = ? AND status = 'running'`, userID).Scan(&n)
+	return n, err
+}
+
+// QueuedUsers returns the ids of users with queued runs, in the order of
+// their oldest queued run.
+func (tx *Tx) QueuedUsers(ctx context.Context) ([]int64, error) {
+	rows, err := tx.QueryContext(ctx, `SELECT user_id FROM runs WHERE status = 'queued'
+		GROUP BY user_id ORDER BY MIN(created_at), MIN(id)`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []int64
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		out = append(out, id)
+	}
+	return out, rows.Err()
+}
+
+// OldestQueued returns up to n of the user's queued runs, oldest first.
+func (tx *Tx) OldestQueued(ctx context.Context, userID int64, n int) ([]*Run, error) {
+	rows, err := tx.QueryContext(ctx, `SELECT `+runCols+` FROM runs WHERE user_id = ? AND status = 'queued'
+		ORDER BY created_at, id LIMIT ?`, userID, n)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*Run
+	for rows.Next() {
+		r, err := scanRun(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// ExpiredLeases returns running runs whose lease ended before now.
+func (d *DB) ExpiredLeases(ctx context.Context, now time.Time) ([]string, error) {
+	rows, err := d.reader.QueryContext(ctx, `SELECT id FROM runs WHERE status = 'running'
+		AND (lease_until IS NULL OR lease_until < ?) ORDER BY id`, now.UnixMilli())
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		out = append(out, id)
+	}
+	return out, rows.Err()
+}
+
+// RenewLease extends the lease of a running run held by owner. It reports
+// false when the run is no longer running under that owner.
+func (d *DB) RenewLease(ctx context.Context, runID, owner string, until time.Time) (bool, error) {
+	var ok bool
+	err := d.WriteTx(ctx, func(tx *Tx) error {
+		res, err := tx.ExecContext(ctx, `UPDATE runs SET lease_until = ? WHERE id = ? AND lease_owner = ? AND status = 'running'`,
+			until.UnixMilli(), runID, owner)
+		if err != nil {
+			return err
+		}
+		n, _ := res.RowsAffected()
+		ok = n == 1
+		return nil
+	})
+	return ok, err
+}

@@ -1,0 +1,97 @@
+package db
+
+import (
+	"context"
+	"database/sql"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// Task statuses.
+const (
+	TaskTodo    = "todo"
+	TaskDoing   = "doing"
+	TaskDone    = "done"
+	TaskBlocked = "blocked"
+)
+
+// Task is one item of a run's checklist.
+type Task struct {
+	ID        string
+	RunID     string
+	Title     string
+	Detail    string
+	Status    string
+	Passes    bool
+	Position  int
+	CreatedAt time.Time
+	UpdatedAt time.Time
+}
+
+const taskCols = `id, run_id, title, detail, status, passes, position, created_at, updated_at`
+
+func scanTasks(rows *sql.Rows) ([]*Task, error) {
+	defer rows.Close()
+	var out []*Task
+	for rows.Next() {
+		var t Task
+		var created, updated int64
+		if err := rows.Scan(&t.ID, &t.RunID, &t.Title, &t.Detail, &t.Status, &t.Passes, &t.Position, &created, &updated); err != nil {
+			return nil, err
+		}
+		t.CreatedAt, t.UpdatedAt = time.UnixMilli(created).UTC(), time.UnixMilli(updated).UTC()
+		out = append(out, &t)
+	}
+	return out, rows.Err()
+}
+
+// InsertTask adds a task at the end of the run's checklist.
+func (tx *Tx) InsertTask(ctx context.Context, t *Task) error {
+	if t.ID == "" {
+		t.ID = uuid.Must(uuid.NewV7()).String()
+	}
+	if t.Status == "" {
+		t.Status = TaskTodo
+	}
+	t.CreatedAt, t.UpdatedAt = tx.now, tx.now
+	err := tx.QueryRowContext(ctx, `INSERT INTO tasks (`+taskCols+`)
+		VALUES (?, ?, ?, ?, ?, ?, (SELECT COALESCE(MAX(position), 0) + 1 FROM tasks WHERE run_id = ?), ?, ?) RETURNING position`,
+		t.ID, t.RunID, t.Title, t.Detail, t.Status, t.Passes, t.RunID, tx.now.UnixMilli(), tx.now.UnixMilli()).Scan(&t.Position)
+	return err
+}
+
+// UpdateTask writes a task's title, detail, status and passes.
+func (tx *Tx) UpdateTask(ctx context.Context, t *Task) error {
+	t.UpdatedAt = tx.now
+	res, err := tx.ExecContext(ctx, `UPDATE tasks SET title=?, detail=?, status=?, passes=?, updated_at=? WHERE id=? AND run_id=?`,
+		t.Title, t.Detail, t.Status, t.Passes, tx.now.UnixMilli(), t.ID, t.RunID)
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return Errorf(ENOTFOUND, "Task not found.")
+	}
+	return nil
+}
+
+// ListTasks returns the run's checklist in order, inside tx.
+func (tx *Tx) ListTasks(ctx context.Context, runID string) ([]*Task, error) {
+	rows, err := tx.QueryContext(ctx, `SELECT `+taskCols+` FROM tasks WHERE run_id = ? ORDER BY position`, runID)
+	if err != nil {
+		return nil, err
+	}
+	return scanTasks(rows)
+}
+
+// ListTasks returns the user's run's checklist in order.
+func (d *DB) ListTasks(ctx context.Context, userID int64, runID string) ([]*Task, error) {
+	if err := d.checkRunOwner(ctx, userID, runID); err != nil {
+		return nil, err
+	}
+	rows, err := d.reader.QueryContext(ctx, `SELECT `+taskCols+` FROM tasks WHERE run_id = ? ORDER BY position`, runID)
+	if err != nil {
+		return nil, err
+	}
+	return scanTasks(rows)
+}

@@ -1,0 +1,222 @@
+package db
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/base64"
+	"encoding/hex"
+	"strings"
+	"time"
+)
+
+// User is an account.
+type User struct {
+	ID           int64
+	Email        string
+	PasswordHash string
+	IsAdmin      bool
+	CreatedAt    time.Time
+}
+
+// APIToken is a bearer token's metadata; the secret is stored hashed only.
+type APIToken struct {
+	ID         int64
+	UserID     int64
+	Name       string
+	CreatedAt  time.Time
+	LastUsedAt time.Time
+	RevokedAt  time.Time
+}
+
+// Session is a signed-in browser session.
+type Session struct {
+	UserID    int64
+	CSRFToken string
+	ExpiresAt time.Time
+}
+
+// HashToken returns the stored form of a secret token.
+func HashToken(secret string) string {
+	sum := sha256.Sum256([]byte(secret))
+	return hex.EncodeToString(sum[:])
+}
+
+// NewSecret returns a random URL-safe secret with the given prefix.
+func NewSecret(prefix string) string {
+	b := make([]byte, 32)
+	rand.Read(b)
+	return prefix + base64.RawURLEncoding.EncodeToString(b)
+}
+
+func scanUser(s rowScanner) (*User, error) {
+	var u User
+	var created int64
+	if err := s.Scan(&u.ID, &u.Email, &u.PasswordHash, &u.IsAdmin, &created); err != nil {
+		return nil, err
+	}
+	u.CreatedAt = time.UnixMilli(created).UTC()
+	return &u, nil
+}
+
+const userCols = `id, email, password_hash, is_admin, created_at`
+
+// CreateUser stores a new account. A taken email is ECONFLICT.
+func (d *DB) CreateUser(ctx context.Context, email, passwordHash string, admin bool) (*User, error) {
+	email = strings.TrimSpace(email)
+	u := &User{Email: email, PasswordHash: passwordHash, IsAdmin: admin}
+	err := d.WriteTx(ctx, func(tx *Tx) error {
+		u.CreatedAt = tx.now
+		return tx.QueryRowContext(ctx, `INSERT INTO users (email, password_hash, is_admin, created_at) VALUES (?,?,?,?) RETURNING id`,
+			email, passwordHash, admin, tx.now.UnixMilli()).Scan(&u.ID)
+	})
+	if isUniqueViolation(err) {
+		return nil, &Error{Code: ECONFLICT, Field: "email", Message: "A user with this email already exists."}
+	}
+	return u, err
+}
+
+// CreateFirstUser creates an admin account only when there is no account
+// yet; otherwise it returns ECONFLICT. It is what /setup uses.
+func (d *DB) CreateFirstUser(ctx context.Context, email, passwordHash string) (*User, error) {
+	u := &User{Email: strings.TrimSpace(email), PasswordHash: passwordHash, IsAdmin: true}
+	err := d.WriteTx(ctx, func(tx *Tx) error {
+		var n int
+		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM users`).Scan(&n); err != nil {
+			return err
+		}
+		if n > 0 {
+			return Errorf(ECONFLICT, "Setup is already done.")
+		}
+		u.CreatedAt = tx.now
+		return tx.QueryRowContext(ctx, `INSERT INTO users (email, password_hash, is_admin, created_at) VALUES (?,?,1,?) RETURNING id`,
+			u.Email, passwordHash, tx.now.UnixMilli()).Scan(&u.ID)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return u, nil
+}
+
+// CountUsers returns the number of accounts.
+func (d *DB) CountUsers(ctx context.Context) (int, error) {
+	var n int
+	err := d.reader.QueryRowContext(ctx, `SELECT COUNT(*) FROM users`).Scan(&n)
+	return n, err
+}
+
+// FindUserByEmail returns the account with email (case-insensitive).
+func (d *DB) FindUserByEmail(ctx context.Context, email string) (*User, error) {
+	u, err := scanUser(d.reader.QueryRowContext(ctx, `SELECT `+userCols+` FROM users WHERE email = ?`, strings.TrimSpace(email)))
+	return u, notFound(err, "User")
+}
+
+// FindUserByID returns the account with id.
+func (d *DB) FindUserByID(ctx context.Context, id int64) (*User, error) {
+	u, err := scanUser(d.reader.QueryRowContext(ctx, `SELECT `+userCols+` FROM users WHERE id = ?`, id))
+	return u, notFound(err, "User")
+}
+
+// CreateAPIToken creates a token for the user and returns its secret, which
+// is shown once and stored only as a hash.
+func (d *DB) CreateAPIToken(ctx context.Context, userID int64, name string) (string, *APIToken, error) {
+	secret := NewSecret("hw_")
+	t := &APIToken{UserID: userID, Name: name}
+	err := d.WriteTx(ctx, func(tx *Tx) error {
+		t.CreatedAt = tx.now
+		return tx.QueryRowContext(ctx, `INSERT INTO api_tokens (user_id, name, token_hash, created_at) VALUES (?,?,?,?) RETURNING id`,
+			userID, name, HashToken(secret), tx.now.UnixMilli()).Scan(&t.ID)
+	})
+	if err != nil {
+		return "", nil, notFound(err, "User")
+	}
+	return secret, t, nil
+}
+
+// RevokeAPIToken revokes one of the user's tokens.
+func (d *DB) RevokeAPIToken(ctx context.Context, userID, tokenID int64) error {
+	return d.WriteTx(ctx, func(tx *Tx) error {
+		res, err := tx.ExecContext(ctx, `UPDATE api_tokens SET revoked_at = ? WHERE id = ? AND user_id = ? AND revoked_at IS NULL`,
+			tx.now.UnixMilli(), tokenID, userID)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return Errorf(ENOTFOUND, "Token not found.")
+		}
+		return nil
+	})
+}
+
+// FindUserByToken returns the owner of an unrevoked API token secret, or
+// EUNAUTHORIZED. last_used_at is refreshed at most once a minute.
+func (d *DB) FindUserByToken(ctx context.Context, secret string) (*User, error) {
+	var tokenID int64
+	var lastUsed sql.NullInt64
+	row := d.reader.QueryRowContext(ctx, `SELECT u.id, u.email, u.password_hash, u.is_admin, u.created_at, t.id, t.last_used_at
+		FROM api_tokens t JOIN users u ON u.id = t.user_id WHERE t.token_hash = ? AND t.revoked_at IS NULL`, HashToken(secret))
+	var u User
+	var created int64
+	if err := row.Scan(&u.ID, &u.Email, &u.PasswordHash, &u.IsAdmin, &created, &tokenID, &lastUsed); err != nil {
+		if err == sql.ErrNoRows {
+			return nil, Errorf(EUNAUTHORIZED, "Invalid or revoked API token.")
+		}
+		return nil, err
+	}
+	u.CreatedAt = time.UnixMilli(created).UTC()
+	now := d.now()
+	if !lastUsed.Valid || now.Sub(time.UnixMilli(lastUsed.Int64)) > time.Minute {
+		d.WriteTx(ctx, func(tx *Tx) error {
+			_, err := tx.ExecContext(ctx, `UPDATE api_tokens SET last_used_at = ? WHERE id = ?`, now.UnixMilli(), tokenID)
+			return err
+		})
+	}
+	return &u, nil
+}
+
+// CreateSession creates a browser session and returns its secret.
+func (d *DB) CreateSession(ctx context.Context, userID int64, ttl time.Duration) (string, *Session, error) {
+	secret := NewSecret("")
+	s := &Session{UserID: userID, CSRFToken: NewSecret("")}
+	err := d.WriteTx(ctx, func(tx *Tx) error {
+		s.ExpiresAt = tx.now.Add(ttl)
+		if _, err := tx.ExecContext(ctx, `DELETE FROM sessions WHERE expires_at < ?`, tx.now.UnixMilli()); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, `INSERT INTO sessions (token_hash, user_id, csrf_token, created_at, expires_at) VALUES (?,?,?,?,?)`,
+			HashToken(secret), userID, s.CSRFToken, tx.now.UnixMilli(), s.ExpiresAt.UnixMilli())
+		return err
+	})
+	if err != nil {
+		return "", nil, err
+	}
+	return secret, s, nil
+}
+
+// FindSession returns the unexpired session with secret and its user, or
+// EUNAUTHORIZED.
+func (d *DB) FindSession(ctx context.Context, secret string) (*Session, *User, error) {
+	var s Session
+	var u User
+	var created, expires int64
+	err := d.reader.QueryRowContext(ctx, `SELECT s.user_id, s.csrf_token, s.expires_at, u.id, u.email, u.password_hash, u.is_admin, u.created_at
+		FROM sessions s JOIN users u ON u.id = s.user_id WHERE s.token_hash = ? AND s.expires_at > ?`,
+		HashToken(secret), d.now().UnixMilli()).Scan(&s.UserID, &s.CSRFToken, &expires, &u.ID, &u.Email, &u.PasswordHash, &u.IsAdmin, &created)
+	if err == sql.ErrNoRows {
+		return nil, nil, Errorf(EUNAUTHORIZED, "Not signed in.")
+	} else if err != nil {
+		return nil, nil, err
+	}
+	s.ExpiresAt = time.UnixMilli(expires).UTC()
+	u.CreatedAt = time.UnixMilli(created).UTC()
+	return &s, &u, nil
+}
+
+// DeleteSession signs a session out.
+func (d *DB) DeleteSession(ctx context.Context, secret string) error {
+	return d.WriteTx(ctx, func(tx *Tx) error {
+		_, err := tx.ExecContext(ctx, `DELETE FROM sessions WHERE token_hash = ?`, HashToken(secret))
+		return err
+	})
+}

@@ -1,0 +1,131 @@
+package engine
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"homework/db"
+)
+
+// Bus fans committed events out to in-process subscribers. Publishing never
+// blocks: a subscriber whose buffer is full is dropped (its channel closed
+// with Dropped set) and must resubscribe and replay from its cursor.
+//
+// Bus is the seam for running several processes (section 9 of DESIGN.md):
+// a LISTEN/NOTIFY implementation would publish into the same subscribers.
+type Bus struct {
+	mu     sync.RWMutex
+	byRun  map[string]map[*Subscription]struct{}
+	byUser map[int64]map[*Subscription]struct{}
+	count  atomic.Int64
+}
+
+// Subscription receives the events of one run or of all one user's runs.
+type Subscription struct {
+	C       chan *db.Event
+	bus     *Bus
+	runID   string
+	userID  int64
+	once    sync.Once
+	dropped atomic.Bool
+}
+
+// Dropped reports whether the subscription was dropped for falling behind
+// (as opposed to closed by its owner).
+func (s *Subscription) Dropped() bool { return s.dropped.Load() }
+
+// Close unsubscribes. It is safe to call more than once and concurrently with
+// publishing.
+func (s *Subscription) Close() { s.bus.remove(s) }
+
+// NewBus returns an empty bus.
+func NewBus() *Bus {
+	return &Bus{byRun: map[string]map[*Subscription]struct{}{}, byUser: map[int64]map[*Subscription]struct{}{}}
+}
+
+// SubscribeRun subscribes to one run's events with a buffer of size buf.
+func (b *Bus) SubscribeRun(runID string, buf int) *Subscription {
+	s := &Subscription{C: make(chan *db.Event, buf), bus: b, runID: runID}
+	b.mu.Lock()
+	if b.byRun[runID] == nil {
+		b.byRun[runID] = map[*Subscription]struct{}{}
+	}
+	b.byRun[runID][s] = struct{}{}
+	b.mu.Unlock()
+	b.count.Add(1)
+	return s
+}
+
+// SubscribeUser subscribes to every event of the user's runs.
+func (b *Bus) SubscribeUser(userID int64, buf int) *Subscription {
+	s := &Subscription{C: make(chan *db.Event, buf), bus: b, userID: userID}
+	b.mu.Lock()
+	if b.byUser[userID] == nil {
+		b.byUser[userID] = map[*Subscription]struct{}{}
+	}
+	b.byUser[userID][s] = struct{}{}
+	b.mu.Unlock()
+	b.count.Add(1)
+	return s
+}
+
+// Subscribers returns the number of live subscriptions.
+func (b *Bus) Subscribers() int { return int(b.count.Load()) }
+
+func (b *Bus) remove(s *Subscription) {
+	s.once.Do(func() {
+		b.mu.Lock()
+		if s.runID != "" {
+			if m := b.byRun[s.runID]; m != nil {
+				delete(m, s)
+				if len(m) == 0 {
+					delete(b.byRun, s.runID)
+				}
+			}
+		} else if m := b.byUser[s.userID]; m != nil {
+			delete(m, s)
+			if len(m) == 0 {
+				delete(b.byUser, s.userID)
+			}
+		}
+		close(s.C)
+		b.mu.Unlock()
+		b.count.Add(-1)
+	})
+}
+
+// Publish delivers events, in order, to their subscribers. It never blocks.
+func (b *Bus) Publish(events []*db.Event) {
+	var slow []*Subscription
+	b.mu.RLock()
+	for _, e := range events {
+		for s := range b.byRun[e.RunID] {
+			if !deliver(s, e) {
+				slow = append(slow, s)
+			}
+		}
+		for s := range b.byUser[e.UserID] {
+			if !deliver(s, e) {
+				slow = append(slow, s)
+			}
+		}
+	}
+	b.mu.RUnlock()
+	for _, s := range slow {
+		b.remove(s)
+	}
+}
+
+func deliver(s *Subscription, e *db.Event) bool {
+	if s.dropped.Load() {
+		return true
+	}
+	select {
+	case s.C <- e:
+		return true
+	default:
+		// Mark at once so no later event reaches it past the gap.
+		s.dropped.Store(true)
+		return false
+	}
+}

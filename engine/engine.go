@@ -1,0 +1,230 @@
+// Package engine owns runs: their state machine, the River workers that run
+// one iteration per job, the gate (stop hook), budgets and breakers, leases
+// and recovery, the event bus and notifications. It has no HTTP and no SQL:
+// it calls db/ and is called by handlers/.
+package engine
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riversqlite"
+
+	"homework/db"
+)
+
+// Options configure an Engine. Zero values get the defaults noted.
+type Options struct {
+	DB        *db.DB
+	Bus       *Bus                // required: the bus the DB's OnEvents publishes to
+	Executors map[string]Executor // by executor name (spec.ExecutorLLM, ...)
+	Logger    *slog.Logger
+	Now       func() time.Time
+
+	Workers                int           // River MaxWorkers; default 4
+	MaxConcurrentPerUser   int           // running runs per user; default 3
+	MaxObjectiveBytes      int           // default 20,000
+	MaxIterations          int           // server maximum for budgets.max_iterations; default 1,000
+	MaxRunningTime         time.Duration // server maximum for max_running_ms; default 24 h
+	DefaultRunningTime     time.Duration // default max_running_ms; 60 min
+	MaxCostUSD             float64       // server maximum; default 1,000
+	MaxTokens              int64         // server maximum; default 100,000,000
+	MaxToolCalls           int           // server maximum; default 100,000
+	DefaultIterationTime   time.Duration // per-iteration timeout; default 10 min
+	MaxIterationTime       time.Duration // default 2 h
+	DefaultIterationTools  int           // per-iteration tool-call bound; default 50
+	LeaseTTL               time.Duration // default 15 s
+	RecoveryInterval       time.Duration // default 5 s
+	ShutdownGrace          time.Duration // in-flight iterations get this long on Stop; default 10 s
+	FetchPollInterval      time.Duration // River poll; default 50 ms
+	CommandRunsAllowed     bool          // whether command checks may run for admins
+	NarrateTimeout         time.Duration // default 60 s
+	DisableRecoveryAtStart bool          // tests only
+}
+
+func (o *Options) setDefaults() {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	def := func(v *int, d int) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	defD := func(v *time.Duration, d time.Duration) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	def(&o.Workers, 4)
+	def(&o.MaxConcurrentPerUser, 3)
+	def(&o.MaxObjectiveBytes, 20000)
+	def(&o.MaxIterations, 1000)
+	def(&o.MaxToolCalls, 100000)
+	def(&o.DefaultIterationTools, 50)
+	defD(&o.MaxRunningTime, 24*time.Hour)
+	defD(&o.DefaultRunningTime, 60*time.Minute)
+	defD(&o.DefaultIterationTime, 10*time.Minute)
+	defD(&o.MaxIterationTime, 2*time.Hour)
+	defD(&o.LeaseTTL, 15*time.Second)
+	defD(&o.RecoveryInterval, 5*time.Second)
+	defD(&o.ShutdownGrace, 10*time.Second)
+	defD(&o.FetchPollInterval, 50*time.Millisecond)
+	defD(&o.NarrateTimeout, 60*time.Second)
+	if o.MaxCostUSD <= 0 {
+		o.MaxCostUSD = 1000
+	}
+	if o.MaxTokens <= 0 {
+		o.MaxTokens = 100_000_000
+	}
+}
+
+// Engine runs runs.
+type Engine struct {
+	opts   Options
+	db     *db.DB
+	bus    *Bus
+	log    *slog.Logger
+	now    func() time.Time
+	id     string // lease owner id of this process
+	river  *river.Client[*sql.Tx]
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu       sync.Mutex
+	inflight map[string]*inflight // by run id
+	stopping bool
+
+	metrics *Metrics
+}
+
+type inflight struct {
+	cancel context.CancelCauseFunc
+}
+
+// errRunCanceled is the cancel cause of an iteration whose run was canceled.
+var errRunCanceled = errors.New("run canceled")
+
+// New returns an engine. It does not start working until Start.
+func New(opts Options) (*Engine, error) {
+	if opts.DB == nil || opts.Bus == nil {
+		return nil, errors.New("engine: DB and Bus are required")
+	}
+	opts.setDefaults()
+	b := make([]byte, 8)
+	rand.Read(b)
+	e := &Engine{
+		opts:     opts,
+		db:       opts.DB,
+		bus:      opts.Bus,
+		log:      opts.Logger,
+		now:      opts.Now,
+		id:       hex.EncodeToString(b),
+		inflight: map[string]*inflight{},
+		metrics:  newMetrics(),
+	}
+	workers := river.NewWorkers()
+	river.AddWorker(workers, &iterateWorker{e: e})
+	client, err := river.NewClient(riversqlite.New(opts.DB.Writer()), &river.Config{
+		Queues:               map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: opts.Workers}},
+		Workers:              workers,
+		FetchCooldown:        min(opts.FetchPollInterval, 20*time.Millisecond),
+		FetchPollInterval:    opts.FetchPollInterval,
+		JobTimeout:           -1, // iterations carry their own timeout
+		RescueStuckJobsAfter: 24 * time.Hour,
+		MaxAttempts:          5,
+		Logger:               opts.Logger.With("component", "river"),
+		PollOnly:             true,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("river client: %w", err)
+	}
+	e.river = client
+	return e, nil
+}
+
+// Bus returns the engine's event bus.
+func (e *Engine) Bus() *Bus { return e.bus }
+
+// DB returns the engine's store.
+func (e *Engine) DB() *db.DB { return e.db }
+
+// Metrics returns the engine's Prometheus collectors.
+func (e *Engine) Metrics() *Metrics { return e.metrics }
+
+// Start recovers runs interrupted by a previous process, then starts River
+// and the lease recovery loop. The loop exits when Stop is called.
+func (e *Engine) Start(ctx context.Context) error {
+	if !e.opts.DisableRecoveryAtStart {
+		if _, err := e.recoverAtStart(ctx); err != nil {
+			return fmt.Errorf("recover runs: %w", err)
+		}
+	}
+	if err := e.river.Start(ctx); err != nil {
+		return fmt.Errorf("start river: %w", err)
+	}
+	loopCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	e.cancel = cancel
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		e.recoveryLoop(loopCtx)
+	}()
+	return nil
+}
+
+// Stop stops taking jobs, gives in-flight iterations ShutdownGrace to finish,
+// then cancels them, leaving their runs recoverable at the next start. It
+// returns when every engine goroutine has exited or ctx ends.
+func (e *Engine) Stop(ctx context.Context) error {
+	e.mu.Lock()
+	e.stopping = true
+	e.mu.Unlock()
+	if e.cancel != nil {
+		e.cancel()
+	}
+	graceCtx, cancel := context.WithTimeout(ctx, e.opts.ShutdownGrace)
+	defer cancel()
+	err := e.river.Stop(graceCtx)
+	if err != nil {
+		// Grace is over: cancel in-flight iterations; their runs keep
+		// their lease and are recovered at the next start.
+		e.mu.Lock()
+		for _, f := range e.inflight {
+			f.cancel(errShutdown)
+		}
+		e.mu.Unlock()
+		stopCtx, cancel2 := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel2()
+		if err2 := e.river.StopAndCancel(stopCtx); err2 != nil {
+			e.log.Warn("river did not stop in time", "err", err2)
+		}
+	}
+	done := make(chan struct{})
+	go func() { e.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return nil
+}
+
+var errShutdown = errors.New("server shutting down")
+
+func (e *Engine) executor(name string) (Executor, bool) {
+	x, ok := e.opts.Executors[name]
+	return x, ok
+}

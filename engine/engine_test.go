@@ -1,0 +1,479 @@
+package engine
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"homework/db"
+	"homework/engine/scripted"
+	"homework/engine/spec"
+)
+
+func TestRunCompletesWithGapFreeEventsAndMetricsThatAddUp(t *testing.T) {
+	h := newHarness(t, nil)
+	u := h.user("a@example.com")
+	r := h.create(u, spec.Config{Script: script(
+		scripted.Step{Summary: "one", Status: &spec.Status{RemainingWork: []string{"two"}}, Tools: 2,
+			LLM: []spec.LLMCall{{Role: "planner", Model: "m1", PromptTokens: 100, CompletionTokens: 20, CostUSD: 0.01, Priced: true}}},
+		scripted.Step{Summary: "two", Status: &spec.Status{RemainingWork: []string{"three"}}, Tools: 1,
+			LLM: []spec.LLMCall{{Role: "planner", Model: "m2", PromptTokens: 10, CompletionTokens: 5, Priced: false}}},
+		done("three"),
+	)})
+	if r.Status != db.StatusRunning {
+		t.Fatalf("a run with a free slot starts at once; got %s", r.Status)
+	}
+	r = h.waitStatus(u, r.ID, db.StatusCompleted)
+	if r.Metrics.Iterations != 3 || r.Metrics.ToolCallsTotal != 3 || r.Metrics.TokensTotal != 135 || r.Metrics.UnpricedCalls != 1 {
+		t.Fatalf("metrics = %+v", r.Metrics)
+	}
+	if r.Metrics.ByModel["m2"].Unpriced != true || r.Metrics.ByModel["m1"].CostUSD != 0.01 {
+		t.Fatalf("by model = %+v", r.Metrics.ByModel)
+	}
+	h.checkMetricsAddUp(u, r.ID)
+	evs := h.events(u, r.ID)
+	if evs[0].Type != "run_created" || evs[len(evs)-1].Type != "notification_created" {
+		t.Fatalf("first/last events: %s %s", evs[0].Type, evs[len(evs)-1].Type)
+	}
+	for typ, n := range map[string]int{"iteration_started": 3, "iteration_completed": 3, "gate_decision": 3, "run_completed": 1, "llm_call": 2, "iteration_cost_update": 2} {
+		if got := countType(evs, typ); got != n {
+			t.Errorf("%d %s events, want %d", got, typ, n)
+		}
+	}
+	if r.StopReason == nil || r.StopReason.Type != StopCompleted || r.CompletedAt.IsZero() {
+		t.Fatalf("stop reason %+v", r.StopReason)
+	}
+	var rep spec.Report
+	if err := json.Unmarshal(r.Report, &rep); err != nil || rep.Status != db.StatusCompleted || rep.Metrics.Iterations != 3 {
+		t.Fatalf("report %s: %v", r.Report, err)
+	}
+	ns, _ := h.db.ListNotifications(h.ctx, u.ID, 0, 10)
+	if len(ns) != 1 || ns[0].ActionURL != "/runs/"+r.ID || ns[0].Kind != "run_completed" {
+		t.Fatalf("notifications %+v", ns)
+	}
+	var data map[string]any
+	json.Unmarshal(ns[0].Data, &data)
+	for _, k := range []string{"run_id", "status", "duration_ms", "iterations", "tokens", "cost_usd"} {
+		if _, ok := data[k]; !ok {
+			t.Errorf("notification data lacks %s: %s", k, ns[0].Data)
+		}
+	}
+}
+
+func TestFalseCompletionIsBlockedAndFedBack(t *testing.T) {
+	h := newHarness(t, nil)
+	u := h.user("a@example.com")
+	r := h.create(u, spec.Config{
+		Completion: spec.Completion{Checks: []spec.CheckSpec{{Type: spec.CheckDocumentExists, Path: "report.md"}}},
+		Script: script(
+			done("claims done too early"),
+			scripted.Step{Summary: "writes the report", Status: &spec.Status{ExitSignal: true, CompletionEvidence: []string{"report.md written"}},
+				Docs: []scripted.Doc{{Path: "report.md", Content: "# Report"}}},
+		)})
+	r = h.waitStatus(u, r.ID, db.StatusCompleted)
+	if r.Metrics.FalseCompletionsBlocked != 1 || r.Metrics.Iterations != 2 {
+		t.Fatalf("metrics %+v", r.Metrics)
+	}
+	its, _ := h.db.ListIterations(h.ctx, u.ID, r.ID)
+	var g GateRecord
+	json.Unmarshal(its[0].Gate, &g)
+	if g.Decision.Decision != spec.DecisionContinue || !g.FalseCompletion || !strings.Contains(strings.Join(g.Reasons, " "), "report.md") {
+		t.Fatalf("first gate %+v", g)
+	}
+	if !strings.Contains(its[1].Summary, "saw 1 failing checks") {
+		t.Fatalf("the next iteration did not see the failing check: %q", its[1].Summary)
+	}
+	h.checkMetricsAddUp(u, r.ID)
+	evs := h.events(u, r.ID)
+	if countType(evs, "check_result") != 2 {
+		t.Fatalf("check_result events: %d", countType(evs, "check_result"))
+	}
+}
+
+func TestWaitRespondContinuesWithTheAnswer(t *testing.T) {
+	h := newHarness(t, nil)
+	u := h.user("a@example.com")
+	r := h.create(u, spec.Config{Script: script(
+		scripted.Step{Summary: "asks", Status: &spec.Status{NeedsUserInput: true, BlockingQuestions: []string{"Which database?"}}},
+		done("answered"),
+	)})
+	r = h.waitStatus(u, r.ID, db.StatusWaiting)
+	if r.Waiting == nil || r.Waiting.Reason != "needs_input" || r.Waiting.Questions[0] != "Which database?" {
+		t.Fatalf("waiting = %+v", r.Waiting)
+	}
+	if _, err := h.e.Continue(h.ctx, u.ID, r.ID, nil); db.ErrorCode(err) != db.ECONFLICT {
+		t.Fatalf("continue on a waiting run: %v", err)
+	}
+	if _, err := h.e.Respond(h.ctx, u.ID, r.ID, []string{"  "}); db.ErrorCode(err) != db.EINVALID {
+		t.Fatalf("empty answer: %v", err)
+	}
+	if _, err := h.e.Respond(h.ctx, u.ID, r.ID, []string{"SQLite"}); err != nil {
+		t.Fatal(err)
+	}
+	r = h.waitStatus(u, r.ID, db.StatusCompleted)
+	its, _ := h.db.ListIterations(h.ctx, u.ID, r.ID)
+	if len(its) != 2 || !strings.Contains(its[1].Summary, "answer: SQLite") {
+		t.Fatalf("the answer did not reach the next iteration: %+v", its[len(its)-1].Summary)
+	}
+	if _, err := h.e.Respond(h.ctx, u.ID, r.ID, []string{"again"}); db.ErrorCode(err) != db.ECONFLICT {
+		t.Fatalf("respond to a completed run: %v", err)
+	}
+	ns, _ := h.db.ListNotifications(h.ctx, u.ID, 0, 10)
+	if len(ns) != 2 || ns[1].Kind != "run_waiting_on_user" {
+		t.Fatalf("notifications %+v", ns)
+	}
+}
+
+func TestInteractiveModeWaitsAfterEachTurnAndMessagesReachTheNext(t *testing.T) {
+	h := newHarness(t, nil)
+	u := h.user("a@example.com")
+	r := h.create(u, spec.Config{Mode: spec.ModeInteractive, Script: script(work("turn 1"), done("turn 2"))})
+	r = h.waitStatus(u, r.ID, db.StatusWaiting)
+	if r.Waiting.Reason != "turn_ended" {
+		t.Fatalf("waiting %+v", r.Waiting)
+	}
+	if _, err := h.e.Message(h.ctx, u.ID, r.ID, "also check the docs"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.e.Respond(h.ctx, u.ID, r.ID, []string{"go on"}); err != nil {
+		t.Fatal(err)
+	}
+	r = h.waitStatus(u, r.ID, db.StatusCompleted)
+	its, _ := h.db.ListIterations(h.ctx, u.ID, r.ID)
+	if s := its[1].Summary; !strings.Contains(s, "message: also check the docs") || !strings.Contains(s, "answer: go on") {
+		t.Fatalf("inbox not seen: %q", s)
+	}
+}
+
+func TestCancelDuringASlowIterationReturnsPromptly(t *testing.T) {
+	h := newHarness(t, nil)
+	u := h.user("a@example.com")
+	r := h.create(u, spec.Config{Script: script(scripted.Step{SleepMS: 60_000})})
+	h.waitFor(u, r.ID, "iteration started", func(r *db.Run) bool { return r.LeaseOwner != "" })
+	start := time.Now()
+	if _, err := h.e.Cancel(h.ctx, u.ID, r.ID); err != nil {
+		t.Fatal(err)
+	}
+	r = h.waitFor(u, r.ID, "iteration recorded", func(r *db.Run) bool {
+		its, _ := h.db.ListIterations(h.ctx, u.ID, r.ID)
+		return r.Status == db.StatusCanceled && len(its) == 1 && its[0].Status != db.IterRunning
+	})
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("cancel took %s", d)
+	}
+	its, _ := h.db.ListIterations(h.ctx, u.ID, r.ID)
+	if len(its) != 1 || its[0].Status != db.IterCanceled {
+		t.Fatalf("iterations %+v", its)
+	}
+	if _, err := h.e.Cancel(h.ctx, u.ID, r.ID); db.ErrorCode(err) != db.ECONFLICT {
+		t.Fatalf("second cancel: %v", err)
+	}
+	if _, err := h.e.Continue(h.ctx, u.ID, r.ID, nil); db.ErrorCode(err) != db.ECONFLICT {
+		t.Fatalf("continue a canceled run: %v", err)
+	}
+	evs := h.events(u, r.ID)
+	if countType(evs, "run_canceled") != 1 || countType(evs, "iteration_started") != 1 {
+		t.Fatalf("events: %d canceled, %d started", countType(evs, "run_canceled"), countType(evs, "iteration_started"))
+	}
+	h.checkMetricsAddUp(u, r.ID)
+}
+
+func TestBudgetStopAndContinueCarryCountersOver(t *testing.T) {
+	h := newHarness(t, nil)
+	u := h.user("a@example.com")
+	r := h.create(u, spec.Config{Budgets: spec.Budgets{MaxIterations: 2}, Script: script(
+		scripted.Step{Summary: "1", Status: &spec.Status{}, LLM: []spec.LLMCall{{Model: "m", PromptTokens: 10, CostUSD: 0.1, Priced: true}}},
+		scripted.Step{Summary: "2", Status: &spec.Status{}, LLM: []spec.LLMCall{{Model: "m", PromptTokens: 10, CostUSD: 0.1, Priced: true}}},
+		scripted.Step{Summary: "3", Status: &spec.Status{}, LLM: []spec.LLMCall{{Model: "m", PromptTokens: 10, CostUSD: 0.1, Priced: true}}},
+		done("4"),
+	)})
+	r = h.waitStatus(u, r.ID, db.StatusStopped)
+	if r.StopReason.Type != StopMaxIterations || r.Metrics.Iterations != 2 {
+		t.Fatalf("stop %+v metrics %+v", r.StopReason, r.Metrics)
+	}
+	if _, err := h.e.Continue(h.ctx, u.ID, r.ID, nil); db.ErrorCode(err) != db.EINVALID || db.ErrorField(err) != "budgets.max_iterations" {
+		t.Fatalf("continue without raising the exhausted budget: %v", err)
+	}
+	if _, err := h.e.Continue(h.ctx, u.ID, r.ID, &spec.Budgets{MaxIterations: 10}); err != nil {
+		t.Fatal(err)
+	}
+	r = h.waitStatus(u, r.ID, db.StatusCompleted)
+	if r.Metrics.Iterations != 4 || r.Metrics.TokensTotal != 30 || !closeEnough(r.Metrics.CostTotalUSD, 0.3) {
+		t.Fatalf("counters did not carry over: %+v", r.Metrics)
+	}
+	h.checkMetricsAddUp(u, r.ID)
+}
+
+func TestCostAndTokenBudgetsStop(t *testing.T) {
+	h := newHarness(t, nil)
+	u := h.user("a@example.com")
+	step := scripted.Step{Status: &spec.Status{}, LLM: []spec.LLMCall{{Model: "m", PromptTokens: 600, CompletionTokens: 400, CostUSD: 0.4, Priced: true}}}
+	cost := h.create(u, spec.Config{Budgets: spec.Budgets{MaxCostUSD: 1}, Script: script(step)})
+	tokens := h.create(u, spec.Config{Budgets: spec.Budgets{MaxTotalTokens: 1500}, Script: script(step)})
+	tools := h.create(u, spec.Config{Budgets: spec.Budgets{MaxToolCalls: 5}, Script: script(scripted.Step{Status: &spec.Status{}, Tools: 3})})
+	if r := h.waitStatus(u, cost.ID, db.StatusStopped); r.StopReason.Type != StopBudgetCost || r.Metrics.Iterations != 3 {
+		t.Fatalf("cost: %+v %+v", r.StopReason, r.Metrics)
+	}
+	if r := h.waitStatus(u, tokens.ID, db.StatusStopped); r.StopReason.Type != StopBudgetTokens || r.Metrics.Iterations != 2 {
+		t.Fatalf("tokens: %+v %+v", r.StopReason, r.Metrics)
+	}
+	if r := h.waitStatus(u, tools.ID, db.StatusStopped); r.StopReason.Type != StopBudgetToolCalls || r.Metrics.Iterations != 2 {
+		t.Fatalf("tools: %+v %+v", r.StopReason, r.Metrics)
+	}
+}
+
+func TestBreakersStopRunsWithEvidence(t *testing.T) {
+	h := newHarness(t, nil)
+	u := h.user("a@example.com")
+	stall := h.create(u, spec.Config{Script: script(scripted.Step{Summary: "same", Progress: "p", Status: &spec.Status{}})})
+	errs := h.create(u, spec.Config{Breakers: spec.Breakers{RepeatedError: 2}, Script: script(scripted.Step{Fail: "connection refused to 10.0.0.1:5432 after 3012ms"})})
+	panics := h.create(u, spec.Config{Breakers: spec.Breakers{RepeatedError: 2}, Script: script(scripted.Step{Panic: "nil map"})})
+	r := h.waitStatus(u, stall.ID, db.StatusStopped)
+	if r.StopReason.Type != StopNoProgress || r.Metrics.Iterations != 3 {
+		t.Fatalf("stall: %+v", r.StopReason)
+	}
+	var ev Evidence
+	if err := json.Unmarshal(r.StopReason.Evidence, &ev); err != nil || len(ev.Fingerprints) != 3 || len(ev.LastSummaries) == 0 {
+		t.Fatalf("evidence %s: %v", r.StopReason.Evidence, err)
+	}
+	if countType(h.events(u, r.ID), "run_stalled") != 1 {
+		t.Fatalf("no run_stalled event")
+	}
+	r = h.waitStatus(u, errs.ID, db.StatusStopped)
+	if r.StopReason.Type != StopRepeatedError {
+		t.Fatalf("errors: %+v", r.StopReason)
+	}
+	r = h.waitStatus(u, panics.ID, db.StatusStopped)
+	its, _ := h.db.ListIterations(h.ctx, u.ID, r.ID)
+	if r.StopReason.Type != StopRepeatedError || its[0].Status != db.IterFailed || !strings.Contains(its[0].Error, "panicked") {
+		t.Fatalf("panics: %+v %+v", r.StopReason, its[0])
+	}
+	// Continue after a breaker trip gets a fresh window.
+	if _, err := h.e.Continue(h.ctx, u.ID, stall.ID, nil); err != nil {
+		t.Fatal(err)
+	}
+	r = h.waitFor(u, stall.ID, "stopped again", func(r *db.Run) bool { return r.Status == db.StatusStopped && r.Metrics.Iterations > 3 })
+	if r.Metrics.Iterations != 6 {
+		t.Fatalf("after continue the breaker should allow a fresh window of 3; iterations = %d", r.Metrics.Iterations)
+	}
+}
+
+func TestFatalErrorStopsTheRun(t *testing.T) {
+	h := newHarness(t, nil)
+	u := h.user("a@example.com")
+	r := h.create(u, spec.Config{Script: script(scripted.Step{Fatal: &spec.Fatal{Type: "error", Detail: "The model endpoint refused the API key (401)."}})})
+	r = h.waitStatus(u, r.ID, db.StatusStopped)
+	if r.StopReason.Type != StopError || !strings.Contains(r.StopReason.Detail, "API key") || r.Metrics.Iterations != 1 {
+		t.Fatalf("%+v", r.StopReason)
+	}
+}
+
+func TestPerUserConcurrencyLimitAndFairness(t *testing.T) {
+	h := newHarness(t, func(o *Options) { o.MaxConcurrentPerUser = 2 })
+	a, b := h.user("a@example.com"), h.user("b@example.com")
+	slow := script(scripted.Step{SleepMS: 150, Status: &spec.Status{}}, scripted.Step{SleepMS: 150, Status: &spec.Status{}}, done("3"))
+	var runsA, runsB []*db.Run
+	for i := 0; i < 5; i++ {
+		runsA = append(runsA, h.create(a, spec.Config{Objective: fmt.Sprint("a", i), Script: slow}))
+	}
+	for i := 0; i < 2; i++ {
+		runsB = append(runsB, h.create(b, spec.Config{Objective: fmt.Sprint("b", i), Script: slow}))
+	}
+	if runsA[2].Status != db.StatusQueued || runsA[1].Status != db.StatusRunning || runsB[1].Status != db.StatusRunning {
+		t.Fatalf("statuses at creation: %s %s %s", runsA[1].Status, runsA[2].Status, runsB[1].Status)
+	}
+	// Watch the limit hold while everything runs to completion.
+	var mu sync.Mutex
+	maxRunning := map[int64]int{}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+			for _, u := range []*db.User{a, b} {
+				c, _ := h.db.CountRunsByStatus(h.ctx, u.ID)
+				mu.Lock()
+				maxRunning[u.ID] = max(maxRunning[u.ID], c[db.StatusRunning])
+				mu.Unlock()
+			}
+		}
+	}()
+	for _, r := range runsB {
+		h.waitStatus(b, r.ID, db.StatusCompleted)
+	}
+	for _, r := range runsA {
+		h.waitStatus(a, r.ID, db.StatusCompleted)
+	}
+	close(stop)
+	wg.Wait()
+	if maxRunning[a.ID] > 2 || maxRunning[b.ID] > 2 {
+		t.Fatalf("limit exceeded: %v", maxRunning)
+	}
+	// FIFO: a's queued runs started in creation order.
+	var starts []time.Time
+	for _, r := range runsA {
+		got, _ := h.db.FindRun(h.ctx, a.ID, r.ID)
+		starts = append(starts, got.StartedAt)
+	}
+	for i := 1; i < len(starts); i++ {
+		if starts[i].Before(starts[i-1]) {
+			t.Fatalf("queued runs did not start FIFO: %v", starts)
+		}
+	}
+}
+
+func TestWaitingAndStoppedRunsHoldNoSlot(t *testing.T) {
+	h := newHarness(t, func(o *Options) { o.MaxConcurrentPerUser = 1 })
+	u := h.user("a@example.com")
+	waiting := h.create(u, spec.Config{Script: script(scripted.Step{Status: &spec.Status{NeedsUserInput: true, BlockingQuestions: []string{"?"}}})})
+	second := h.create(u, spec.Config{Script: script(done("x"))})
+	if second.Status != db.StatusQueued {
+		t.Fatalf("second = %s", second.Status)
+	}
+	h.waitStatus(u, waiting.ID, db.StatusWaiting)
+	h.waitStatus(u, second.ID, db.StatusCompleted)
+}
+
+func TestTransitionsAreRefusedClearly(t *testing.T) {
+	h := newHarness(t, nil)
+	u, other := h.user("a@example.com"), h.user("b@example.com")
+	r := h.create(u, spec.Config{Script: script(done("x"))})
+	h.waitStatus(u, r.ID, db.StatusCompleted)
+	cases := []struct {
+		name string
+		err  error
+		code string
+	}{
+		{"continue a completed run", errOf(h.e.Continue(h.ctx, u.ID, r.ID, nil)), db.ECONFLICT},
+		{"respond to a completed run", errOf(h.e.Respond(h.ctx, u.ID, r.ID, []string{"x"})), db.ECONFLICT},
+		{"message a completed run", errOf(h.e.Message(h.ctx, u.ID, r.ID, "x")), db.ECONFLICT},
+		{"cancel a completed run", errOf(h.e.Cancel(h.ctx, u.ID, r.ID)), db.ECONFLICT},
+		{"cancel another user's run", errOf(h.e.Cancel(h.ctx, other.ID, r.ID)), db.ENOTFOUND},
+		{"respond to another user's run", errOf(h.e.Respond(h.ctx, other.ID, r.ID, []string{"x"})), db.ENOTFOUND},
+		{"cancel an unknown run", errOf(h.e.Cancel(h.ctx, u.ID, "nope")), db.ENOTFOUND},
+	}
+	for _, c := range cases {
+		if db.ErrorCode(c.err) != c.code {
+			t.Errorf("%s: got %v, want code %s", c.name, c.err, c.code)
+		}
+	}
+	running := h.create(u, spec.Config{Script: script(scripted.Step{SleepMS: 30_000})})
+	if _, err := h.e.Respond(h.ctx, u.ID, running.ID, []string{"x"}); db.ErrorCode(err) != db.ECONFLICT {
+		t.Errorf("respond to a running run: %v", err)
+	}
+	if _, err := h.e.Message(h.ctx, u.ID, running.ID, "hello"); err != nil {
+		t.Errorf("message a running run: %v", err)
+	}
+	if _, err := h.e.Cancel(h.ctx, u.ID, running.ID); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func errOf(_ *db.Run, err error) error { return err }
+
+func TestCreateRunValidation(t *testing.T) {
+	h := newHarness(t, nil)
+	u := h.user("a@example.com")
+	ok := script(done("x"))
+	cases := []struct {
+		name  string
+		cfg   spec.Config
+		field string
+	}{
+		{"empty objective", spec.Config{Objective: " ", Executor: "script", Script: ok}, "objective"},
+		{"huge objective", spec.Config{Objective: strings.Repeat("x", 20001), Executor: "script", Script: ok}, "objective"},
+		{"unknown mode", spec.Config{Objective: "x", Mode: "turbo", Executor: "script", Script: ok}, "mode"},
+		{"unknown executor", spec.Config{Objective: "x", Executor: "magic"}, "executor"},
+		{"llm not configured", spec.Config{Objective: "x", Executor: "llm"}, "executor"},
+		{"negative budget", spec.Config{Objective: "x", Executor: "script", Script: ok, Budgets: spec.Budgets{MaxIterations: -1}}, "budgets.max_iterations"},
+		{"budget over the server maximum", spec.Config{Objective: "x", Executor: "script", Script: ok, Budgets: spec.Budgets{MaxCostUSD: 1e9}}, "budgets.max_cost_usd"},
+		{"bad write mode", spec.Config{Objective: "x", Executor: "script", Script: ok, Permissions: spec.Permissions{WriteMode: "yolo"}}, "permissions.write_mode"},
+		{"bad check type", spec.Config{Objective: "x", Executor: "script", Script: ok, Completion: spec.Completion{Checks: []spec.CheckSpec{{Type: "vibes"}}}}, "completion.checks[0].type"},
+		{"bad regex", spec.Config{Objective: "x", Executor: "script", Script: ok, Completion: spec.Completion{Checks: []spec.CheckSpec{{Type: "content_pattern", Pattern: "(", Target: "output"}}}}, "completion.checks[0].pattern"},
+		{"unknown parent", spec.Config{Objective: "x", Executor: "script", Script: ok, ParentRunID: "nope"}, "parent_run_id"},
+		{"breaker out of range", spec.Config{Objective: "x", Executor: "script", Script: ok, Breakers: spec.Breakers{NoProgress: -2}}, "breakers.no_progress"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := h.e.CreateRun(h.ctx, u, c.cfg)
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			if db.ErrorField(err) != c.field {
+				t.Fatalf("field = %q (%v), want %q", db.ErrorField(err), err, c.field)
+			}
+		})
+	}
+	n, _ := h.db.CountRunsByStatus(h.ctx, u.ID)
+	if len(n) != 0 {
+		t.Fatalf("refused runs were stored: %v", n)
+	}
+}
+
+func TestBusDropsASlowSubscriberWithoutBlocking(t *testing.T) {
+	bus := NewBus()
+	slow := bus.SubscribeRun("r", 2)
+	fast := bus.SubscribeRun("r", 100)
+	for i := 1; i <= 10; i++ {
+		bus.Publish([]*db.Event{{RunID: "r", Seq: int64(i)}})
+	}
+	n := 0
+	for range slow.C {
+		n++
+	}
+	if !slow.Dropped() || n != 2 {
+		t.Fatalf("slow subscriber: dropped=%v got %d", slow.Dropped(), n)
+	}
+	if len(fast.C) != 10 || fast.Dropped() {
+		t.Fatalf("fast subscriber got %d", len(fast.C))
+	}
+	fast.Close()
+	fast.Close()
+	if bus.Subscribers() != 0 {
+		t.Fatalf("subscribers = %d", bus.Subscribers())
+	}
+}
+
+func TestShutdownLeavesInFlightRunsRecoverable(t *testing.T) {
+	h := newHarness(t, func(o *Options) { o.ShutdownGrace = 200 * time.Millisecond })
+	u := h.user("a@example.com")
+	r := h.create(u, spec.Config{Script: script(scripted.Step{SleepMS: 60_000}, done("after restart"))})
+	h.waitFor(u, r.ID, "leased", func(r *db.Run) bool { return r.LeaseOwner != "" })
+	start := time.Now()
+	if err := h.e.Stop(h.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > 8*time.Second {
+		t.Fatalf("stop took %s", d)
+	}
+	got, _ := h.db.FindRun(h.ctx, u.ID, r.ID)
+	if got.Status != db.StatusRunning || got.LeaseOwner == "" {
+		t.Fatalf("after shutdown the run should stay running with its lease: %s %q", got.Status, got.LeaseOwner)
+	}
+	// A new engine on the same database recovers it at start.
+	e2, err := New(Options{DB: h.db, Bus: h.bus, Executors: h.e.opts.Executors, FetchPollInterval: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := e2.recoverAtStart(h.ctx)
+	if err != nil || n != 1 {
+		t.Fatalf("recovered %d: %v", n, err)
+	}
+	got, _ = h.db.FindRun(h.ctx, u.ID, r.ID)
+	if got.Attempt != 2 {
+		t.Fatalf("attempt = %d", got.Attempt)
+	}
+	its, _ := h.db.ListIterations(h.ctx, u.ID, r.ID)
+	if its[0].Status != db.IterInterrupted {
+		t.Fatalf("iteration status %s", its[0].Status)
+	}
+}

@@ -1,0 +1,389 @@
+package engine
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+
+	"homework/db"
+	"homework/engine/spec"
+)
+
+// Stop reasons.
+const (
+	StopCompleted         = "completed"
+	StopMaxIterations     = "max_iterations"
+	StopBudgetTime        = "budget_time"
+	StopBudgetTokens      = "budget_tokens"
+	StopBudgetCost        = "budget_cost"
+	StopBudgetToolCalls   = "budget_tool_calls"
+	StopNoProgress        = "no_progress"
+	StopRepeatedError     = "repeated_error"
+	StopQualityRegression = "quality_regression"
+	StopStuck             = "stuck"
+	StopBlocked           = "blocked"
+	StopCanceled          = "canceled"
+	StopError             = "error"
+	StopInterrupted       = "interrupted"
+)
+
+// Default breaker thresholds.
+const (
+	DefaultNoProgress    = 3
+	DefaultRepeatedError = 5
+	DefaultStallRepeats  = 3
+)
+
+// Signals are one iteration's fingerprints, kept in its gate record so the
+// breakers of later iterations can compare.
+type Signals struct {
+	Progress      string  `json:"progress"`
+	OutputHash    string  `json:"output_hash,omitempty"`
+	DiffHash      string  `json:"diff_hash,omitempty"`
+	FailingChecks string  `json:"failing_checks,omitempty"` // hash of the sorted failing check names; "" when none fail
+	ErrorFP       string  `json:"error_fingerprint,omitempty"`
+	Score         float64 `json:"check_score"`
+	HasChecks     bool    `json:"has_checks,omitempty"`
+	Summary       string  `json:"summary,omitempty"`
+	Failure       string  `json:"failure,omitempty"` // the iteration error or the first failing check's message
+}
+
+// GateRecord is what an iteration row stores as its gate JSON.
+type GateRecord struct {
+	spec.Decision
+	Signals       Signals  `json:"signals"`
+	RemainingWork []string `json:"remaining_work,omitempty"`
+}
+
+// gateInput is everything the gate decides on.
+type gateInput struct {
+	Config    *spec.Config
+	Iteration int
+	Result    *spec.Result
+	Checks    []spec.CheckResult
+	Metrics   db.Metrics // run totals including this iteration
+	Signals   Signals
+	History   []Signals // earlier iterations, newest first
+}
+
+func hashStrings(parts ...string) string {
+	h := sha256.New()
+	for _, p := range parts {
+		h.Write([]byte(p))
+		h.Write([]byte{0})
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16]
+}
+
+// computeSignals derives an iteration's signals from its result and checks.
+func computeSignals(res *spec.Result, checks []spec.CheckResult) Signals {
+	s := Signals{OutputHash: res.OutputHash, DiffHash: res.DiffHash, ErrorFP: res.ErrorFingerprint,
+		Score: spec.Score(checks), HasChecks: len(checks) > 0, Summary: truncate(res.Summary, 500)}
+	var failing []string
+	for _, c := range checks {
+		if !c.Passed {
+			failing = append(failing, c.Name+"\x00"+c.Type)
+			if s.Failure == "" {
+				s.Failure = truncate(c.Name+": "+c.Message, 500)
+			}
+		}
+	}
+	sort.Strings(failing)
+	if len(failing) > 0 {
+		s.FailingChecks = hashStrings(failing...)
+	}
+	if res.Error != "" {
+		s.Failure = truncate(res.Error, 500)
+	}
+	var remaining []string
+	if res.Status != nil {
+		remaining = res.Status.RemainingWork
+	}
+	var passFail []string
+	for _, c := range checks {
+		passFail = append(passFail, fmt.Sprintf("%s=%t", c.Name, c.Passed))
+	}
+	s.Progress = hashStrings(res.Progress, strings.Join(passFail, ","), strings.Join(remaining, "\n"), res.ErrorFingerprint)
+	return s
+}
+
+type budgetReason struct {
+	stop   string
+	field  string
+	detail string
+}
+
+// budgetExceeded returns the first exhausted budget, if any.
+func budgetExceeded(b spec.Budgets, m db.Metrics) *budgetReason {
+	switch {
+	case b.MaxIterations > 0 && m.Iterations >= b.MaxIterations:
+		return &budgetReason{StopMaxIterations, "max_iterations", fmt.Sprintf("Reached the iteration budget (%d of %d).", m.Iterations, b.MaxIterations)}
+	case b.MaxRunningMS > 0 && m.RunningMS >= b.MaxRunningMS:
+		return &budgetReason{StopBudgetTime, "max_running_ms", fmt.Sprintf("Used the running-time budget (%s of %s).", fmtMS(m.RunningMS), fmtMS(b.MaxRunningMS))}
+	case b.MaxTotalTokens > 0 && m.TokensTotal >= b.MaxTotalTokens:
+		return &budgetReason{StopBudgetTokens, "max_total_tokens", fmt.Sprintf("Used the token budget (%d of %d tokens).", m.TokensTotal, b.MaxTotalTokens)}
+	case b.MaxCostUSD > 0 && m.CostTotalUSD >= b.MaxCostUSD:
+		return &budgetReason{StopBudgetCost, "max_cost_usd", fmt.Sprintf("Used the cost budget ($%.4f of $%.2f).", m.CostTotalUSD, b.MaxCostUSD)}
+	case b.MaxToolCalls > 0 && m.ToolCallsTotal >= b.MaxToolCalls:
+		return &budgetReason{StopBudgetToolCalls, "max_tool_calls", fmt.Sprintf("Used the tool-call budget (%d of %d).", m.ToolCallsTotal, b.MaxToolCalls)}
+	}
+	return nil
+}
+
+func fmtMS(ms int64) string {
+	s := ms / 1000
+	if s < 60 {
+		return fmt.Sprintf("%ds", s)
+	}
+	return fmt.Sprintf("%dm%02ds", s/60, s%60)
+}
+
+// decide is the gate: given an iteration's outcome it returns continue,
+// complete, wait, stop or fail, with the reasons a person reads.
+func decide(in gateInput) spec.Decision {
+	res, cfg := in.Result, in.Config
+	var failing []spec.CheckResult
+	for _, c := range in.Checks {
+		if !c.Passed {
+			failing = append(failing, c)
+		}
+	}
+
+	if res.Fatal != nil {
+		return spec.Decision{Decision: spec.DecisionStop, StopReason: orDefault(res.Fatal.Type, StopError),
+			Reasons: []string{res.Fatal.Detail}}
+	}
+
+	// Completion: the explicit signal AND evidence AND every check passing.
+	var reasons []string
+	claimed, evidence := false, false
+	if res.Status != nil && res.Status.ExitSignal {
+		claimed = true
+		evidence = len(nonEmpty(res.Status.CompletionEvidence)) > 0
+	}
+	if res.Promise != nil && res.Promise.Kind == spec.PromiseComplete {
+		claimed = true
+		evidence = evidence || strings.TrimSpace(res.Output) != ""
+	}
+	if claimed {
+		var refused []string
+		if !evidence {
+			refused = append(refused, "completion was claimed without evidence")
+		}
+		if tok := cfg.Completion.Token; tok != "" && !strings.Contains(res.Output, tok) && !containsAny(statusEvidence(res), tok) {
+			refused = append(refused, fmt.Sprintf("the completion token %q was not given", tok))
+		}
+		for _, c := range failing {
+			refused = append(refused, fmt.Sprintf("check %q failed: %s", c.Name, truncate(c.Message, 300)))
+		}
+		if res.Error != "" {
+			refused = append(refused, "the iteration ended with an error: "+truncate(res.Error, 300))
+		}
+		if len(refused) == 0 {
+			r := []string{"completion was signalled with evidence"}
+			if len(in.Checks) > 0 {
+				r = append(r, fmt.Sprintf("all %d checks passed", len(in.Checks)))
+			}
+			return spec.Decision{Decision: spec.DecisionComplete, StopReason: StopCompleted, Reasons: r}
+		}
+		reasons = append(reasons, "completion claim refused: "+strings.Join(refused, "; "))
+	}
+	falseCompletion := claimed && len(reasons) > 0
+
+	// Waits the agent asked for.
+	if res.Status != nil && res.Status.NeedsUserInput {
+		q := nonEmpty(res.Status.BlockingQuestions)
+		return spec.Decision{Decision: spec.DecisionWait, WaitReason: "needs_input", Questions: q, FalseCompletion: falseCompletion,
+			Reasons: append(reasons, "the agent needs your input")}
+	}
+	if res.Promise != nil && res.Promise.Kind == spec.PromiseBlocked {
+		reason := strings.TrimSpace(res.Promise.Reason)
+		if reason == "" {
+			reason = "the agent reported BLOCKED without a reason"
+		}
+		return spec.Decision{Decision: spec.DecisionWait, WaitReason: StopBlocked, Questions: []string{reason},
+			FalseCompletion: falseCompletion, Reasons: append(reasons, "the agent is blocked: "+reason)}
+	}
+	if res.WaitForApproval != "" {
+		return spec.Decision{Decision: spec.DecisionWait, WaitReason: "approve_plan", Questions: []string{res.WaitForApproval},
+			Reasons: append(reasons, "the plan waits for your approval")}
+	}
+
+	if res.Status == nil && res.Promise == nil && cfg.Executor == spec.ExecutorLLM {
+		reasons = append(reasons, "not done: the iteration ended without report_status")
+	}
+	if res.Error != "" {
+		reasons = append(reasons, "iteration error: "+truncate(res.Error, 300))
+	}
+	for _, c := range failing {
+		if !claimed {
+			reasons = append(reasons, fmt.Sprintf("check %q failing: %s", c.Name, truncate(c.Message, 300)))
+		}
+	}
+
+	if b := budgetExceeded(cfg.Budgets, in.Metrics); b != nil {
+		return spec.Decision{Decision: spec.DecisionStop, StopReason: b.stop, FalseCompletion: falseCompletion,
+			Reasons: append(reasons, b.detail)}
+	}
+	if stop, detail, evidence := breakers(in); stop != "" {
+		ev, _ := json.Marshal(evidence)
+		return spec.Decision{Decision: spec.DecisionStop, StopReason: stop, FalseCompletion: falseCompletion,
+			Reasons: append(reasons, detail), Evidence: ev}
+	}
+	if cfg.Mode == spec.ModeInteractive {
+		return spec.Decision{Decision: spec.DecisionWait, WaitReason: "turn_ended", FalseCompletion: falseCompletion,
+			Reasons: append(reasons, "interactive mode: the turn ended; your move")}
+	}
+	if len(reasons) == 0 {
+		reasons = append(reasons, "work remains")
+	}
+	if res.Status != nil && len(res.Status.RemainingWork) > 0 {
+		reasons = append(reasons, "remaining: "+truncate(strings.Join(res.Status.RemainingWork, "; "), 300))
+	}
+	return spec.Decision{Decision: spec.DecisionContinue, FalseCompletion: falseCompletion, Reasons: reasons}
+}
+
+// Evidence is what a breaker trip records.
+type Evidence struct {
+	Breaker        string    `json:"breaker"`
+	Threshold      int       `json:"threshold"`
+	Fingerprints   []string  `json:"fingerprints,omitempty"`
+	LastFailures   []string  `json:"last_failures,omitempty"`
+	LastSummaries  []string  `json:"last_summaries,omitempty"`
+	Scores         []float64 `json:"scores,omitempty"`
+	LastOutputHash string    `json:"last_output_hash,omitempty"`
+	LastDiffHash   string    `json:"last_diff_hash,omitempty"`
+	Pattern        string    `json:"pattern,omitempty"`
+}
+
+// breakers returns the stop reason of the first tripped breaker with its
+// evidence, or "".
+func breakers(in gateInput) (string, string, *Evidence) {
+	cfg := in.Config
+	all := append([]Signals{in.Signals}, in.History...) // newest first
+	ev := func(name string, n int, fps []string) *Evidence {
+		e := &Evidence{Breaker: name, Threshold: n, Fingerprints: fps,
+			LastOutputHash: in.Signals.OutputHash, LastDiffHash: in.Signals.DiffHash}
+		for i := 0; i < len(all) && i < 3; i++ {
+			if all[i].Summary != "" {
+				e.LastSummaries = append(e.LastSummaries, all[i].Summary)
+			}
+			if all[i].Failure != "" {
+				e.LastFailures = append(e.LastFailures, all[i].Failure)
+			}
+		}
+		return e
+	}
+	if in.Result.Stuck != "" {
+		e := ev("stuck", 1, nil)
+		e.Pattern = in.Result.Stuck
+		return StopStuck, "stuck: " + in.Result.Stuck, e
+	}
+	same := func(n int, get func(Signals) string) ([]string, bool) {
+		if n <= 0 || len(all) < n {
+			return nil, false
+		}
+		first := get(all[0])
+		if first == "" {
+			return nil, false
+		}
+		var fps []string
+		for i := 0; i < n; i++ {
+			if get(all[i]) != first {
+				return nil, false
+			}
+			fps = append(fps, get(all[i]))
+		}
+		return fps, true
+	}
+	if n := orInt(cfg.Breakers.RepeatedError, DefaultRepeatedError); n > 0 {
+		if fps, ok := same(n, func(s Signals) string { return s.ErrorFP }); ok {
+			return StopRepeatedError, fmt.Sprintf("the same error repeated %d times in a row", n), ev("repeated_error", n, fps)
+		}
+	}
+	if cfg.Executor == spec.ExecutorCommand {
+		n := orInt(cfg.Breakers.StallRepeats, DefaultStallRepeats)
+		for _, k := range []struct {
+			name string
+			get  func(Signals) string
+		}{
+			{"output hash", func(s Signals) string { return s.OutputHash }},
+			{"diff hash", func(s Signals) string { return s.DiffHash }},
+			{"failing checks", func(s Signals) string { return s.FailingChecks }},
+		} {
+			if fps, ok := same(n, k.get); ok {
+				return StopNoProgress, fmt.Sprintf("stalled: the same %s %d times in a row", k.name, n), ev("stall_"+strings.ReplaceAll(k.name, " ", "_"), n, fps)
+			}
+		}
+	}
+	if n := orInt(cfg.Breakers.NoProgress, DefaultNoProgress); n > 0 {
+		if fps, ok := same(n, func(s Signals) string { return s.Progress }); ok {
+			return StopNoProgress, fmt.Sprintf("no progress for %d iterations in a row", n), ev("no_progress", n, fps)
+		}
+	}
+	if cfg.Breakers.QualityRegression == nil || *cfg.Breakers.QualityRegression {
+		if len(all) >= 3 && all[0].HasChecks && all[1].HasChecks && all[2].HasChecks {
+			a, b, c := all[2].Score, all[1].Score, all[0].Score // oldest to newest
+			if b < a && c < b && a-c > 10 {
+				e := ev("quality_regression", 3, nil)
+				e.Scores = []float64{a, b, c}
+				return StopQualityRegression, fmt.Sprintf("check score fell three iterations in a row (%.0f → %.0f → %.0f)", a, b, c), e
+			}
+		}
+	}
+	return "", "", nil
+}
+
+func orInt(v, d int) int {
+	if v == 0 {
+		return d
+	}
+	return v
+}
+
+func orDefault(v, d string) string {
+	if v == "" {
+		return d
+	}
+	return v
+}
+
+func nonEmpty(ss []string) []string {
+	var out []string
+	for _, s := range ss {
+		if strings.TrimSpace(s) != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func statusEvidence(res *spec.Result) []string {
+	if res.Status == nil {
+		return nil
+	}
+	return res.Status.CompletionEvidence
+}
+
+func containsAny(ss []string, sub string) bool {
+	for _, s := range ss {
+		if strings.Contains(s, sub) {
+			return true
+		}
+	}
+	return false
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n
+	for cut > 0 && cut < len(s) && (s[cut]&0xC0) == 0x80 {
+		cut--
+	}
+	return s[:cut] + "…"
+}

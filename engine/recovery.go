@@ -1,0 +1,146 @@
+package engine
+
+import (
+	"context"
+	"time"
+
+	"homework/db"
+)
+
+// recoveryLoop recovers runs whose lease expired until ctx ends.
+func (e *Engine) recoveryLoop(ctx context.Context) {
+	t := time.NewTicker(e.opts.RecoveryInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if _, err := e.recoverOnce(ctx, false); err != nil && ctx.Err() == nil {
+				e.log.Warn("lease recovery", "err", err)
+			}
+		}
+	}
+}
+
+// recoverAtStart recovers every running run whose iteration was being worked
+// by a previous process. Only one server uses the database (the lock), so any
+// lease not ours is stale.
+func (e *Engine) recoverAtStart(ctx context.Context) (int, error) {
+	return e.recoverOnce(ctx, true)
+}
+
+// recoverOnce recovers stale runs. At start every lease held by another
+// owner is stale; later only expired leases are. It returns how many runs it
+// recovered.
+func (e *Engine) recoverOnce(ctx context.Context, atStart bool) (int, error) {
+	leases, err := e.db.RunningRuns(ctx)
+	if err != nil {
+		return 0, err
+	}
+	now := e.now()
+	n := 0
+	for _, l := range leases {
+		stale := false
+		switch {
+		case l.Owner != "" && l.Owner != e.id && atStart:
+			stale = true
+		case l.Owner != "" && now.After(l.Until):
+			stale = true
+		case l.Owner == "" && atStart:
+			stale = true // checked against its job below
+		}
+		if !stale {
+			continue
+		}
+		ok, err := e.recoverRun(ctx, l.RunID, l.Owner, atStart)
+		if err != nil {
+			return n, err
+		}
+		if ok {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// recoverRun cancels the run's stale job and enqueues the same iteration
+// with attempt+1 in one transaction, recording the interrupted iteration.
+func (e *Engine) recoverRun(ctx context.Context, runID, owner string, atStart bool) (bool, error) {
+	recovered := false
+	err := e.db.WriteTx(ctx, func(tx *db.Tx) error {
+		run, err := tx.FindRun(ctx, runID)
+		if err != nil {
+			return err
+		}
+		if run.Status != db.StatusRunning || run.LeaseOwner != owner {
+			return nil // moved on meanwhile
+		}
+		if !atStart && owner == e.id {
+			// Our own worker missed its renewals: cancel it before retrying.
+			e.mu.Lock()
+			if f := e.inflight[runID]; f != nil {
+				f.cancel(errShutdown)
+			}
+			e.mu.Unlock()
+		}
+		jobs, err := tx.FindIterateJobs(ctx, runID)
+		if err != nil {
+			return err
+		}
+		if owner == "" {
+			// Not started by any worker: if its job still waits, River will
+			// work it; nothing is stale.
+			for _, j := range jobs {
+				if j.Iteration == run.Iteration && j.Attempt == run.Attempt && j.State != "running" {
+					return nil
+				}
+			}
+		}
+		for _, j := range jobs {
+			if _, err := e.river.JobCancelTx(ctx, tx.Tx, j.ID); err != nil {
+				return err
+			}
+		}
+		if row, err := tx.FindIteration(ctx, runID, run.Iteration); err == nil && row.Status == db.IterRunning {
+			row.Status = db.IterInterrupted
+			row.EndedAt = tx.Now()
+			row.Error = "interrupted: the server stopped while this iteration ran"
+			if run.LeaseUntil.After(row.StartedAt) {
+				// Count running time up to the last lease renewal.
+				row.Metrics.RunningMS += min(run.LeaseUntil.Sub(row.StartedAt), tx.Now().Sub(row.StartedAt)).Milliseconds()
+			}
+			row.Metrics.Iterations = 1
+			if err := tx.UpsertIteration(ctx, row); err != nil {
+				return err
+			}
+			if _, err := tx.AppendEvent(ctx, runID, "iteration_completed", map[string]any{
+				"iteration": row.Iteration, "attempt": row.Attempt, "status": db.IterInterrupted, "error": row.Error,
+			}); err != nil {
+				return err
+			}
+		}
+		total, err := tx.SumIterationMetrics(ctx, runID)
+		if err != nil {
+			return err
+		}
+		run.Metrics = total
+		run.Attempt++
+		run.LeaseOwner = ""
+		run.LeaseUntil = tx.Now().Add(e.opts.LeaseTTL)
+		if err := tx.UpdateRun(ctx, run); err != nil {
+			return err
+		}
+		if _, err := tx.AppendEvent(ctx, runID, "run_recovered", map[string]any{
+			"iteration": run.Iteration, "attempt": run.Attempt,
+		}); err != nil {
+			return err
+		}
+		recovered = true
+		return e.insertJob(ctx, tx, runID, run.Iteration, run.Attempt)
+	})
+	if recovered {
+		e.log.Info("recovered run", "run", runID, "at_start", atStart)
+	}
+	return recovered, err
+}

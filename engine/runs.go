@@ -1,0 +1,295 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/google/uuid"
+
+	"homework/db"
+	"homework/engine/spec"
+)
+
+// RunConfig decodes a run's stored configuration.
+func RunConfig(r *db.Run) (*spec.Config, error) {
+	var cfg spec.Config
+	if err := json.Unmarshal(r.Config, &cfg); err != nil {
+		return nil, fmt.Errorf("run %s config: %w", r.ID, err)
+	}
+	return &cfg, nil
+}
+
+// CreateRun validates cfg, stores the run queued with a run_created event and,
+// when the user has a free slot, starts it in the same transaction. Invalid
+// input is EINVALID with the field; a missing parent run is ENOTFOUND.
+func (e *Engine) CreateRun(ctx context.Context, user *db.User, cfg spec.Config) (*db.Run, error) {
+	if err := e.validateConfig(ctx, user, &cfg); err != nil {
+		return nil, err
+	}
+	if cfg.ParentRunID != "" {
+		if _, err := e.db.FindRun(ctx, user.ID, cfg.ParentRunID); err != nil {
+			if db.ErrorCode(err) == db.ENOTFOUND {
+				return nil, db.FieldError("parent_run_id", "Parent run not found.")
+			}
+			return nil, err
+		}
+	}
+	raw, err := json.Marshal(cfg)
+	if err != nil {
+		return nil, err
+	}
+	run := &db.Run{
+		ID:          uuid.Must(uuid.NewV7()).String(),
+		UserID:      user.ID,
+		ParentRunID: cfg.ParentRunID,
+		Objective:   cfg.Objective,
+		Mode:        cfg.Mode,
+		Executor:    cfg.Executor,
+		Config:      raw,
+		Status:      db.StatusQueued,
+		Metrics:     db.Metrics{ByModel: map[string]db.ModelUsage{}},
+	}
+	err = e.db.WriteTx(ctx, func(tx *db.Tx) error {
+		if err := tx.InsertRun(ctx, run); err != nil {
+			return err
+		}
+		if _, err := tx.AppendEvent(ctx, run.ID, "run_created", map[string]any{
+			"objective": cfg.Objective, "mode": cfg.Mode, "executor": cfg.Executor, "config": json.RawMessage(raw),
+		}); err != nil {
+			return err
+		}
+		return e.promote(ctx, tx, user.ID)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return e.db.FindRun(ctx, user.ID, run.ID)
+}
+
+// promote starts the user's oldest queued runs while they have free slots.
+// It runs inside the transaction that freed a slot or queued a run.
+func (e *Engine) promote(ctx context.Context, tx *db.Tx, userID int64) error {
+	running, err := tx.CountRunning(ctx, userID)
+	if err != nil {
+		return err
+	}
+	free := e.opts.MaxConcurrentPerUser - running
+	if free <= 0 {
+		return nil
+	}
+	queued, err := tx.OldestQueued(ctx, userID, free)
+	if err != nil {
+		return err
+	}
+	for _, run := range queued {
+		if err := e.startRun(ctx, tx, run); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// startRun moves a queued run to running and enqueues its next iteration.
+func (e *Engine) startRun(ctx context.Context, tx *db.Tx, run *db.Run) error {
+	cfg, err := RunConfig(run)
+	if err != nil {
+		return err
+	}
+	first := run.StartedAt.IsZero()
+	if first {
+		run.StartedAt = tx.Now()
+		if x, ok := e.executor(run.Executor); ok {
+			if s, ok := x.(RunStarter); ok {
+				if err := s.StartRun(ctx, tx, run, cfg); err != nil {
+					return fmt.Errorf("start run: %w", err)
+				}
+			}
+		}
+	}
+	run.Status = db.StatusRunning
+	run.Waiting = nil
+	run.StopReason = nil
+	run.RunningSince = tx.Now()
+	if _, err := tx.AppendEvent(ctx, run.ID, "run_started", map[string]any{
+		"iteration": run.Iteration + 1, "resumed": !first,
+	}); err != nil {
+		return err
+	}
+	return e.enqueueNext(ctx, tx, run)
+}
+
+// enqueueNext sets the run to its next iteration (attempt 1), inserts that
+// iteration's job in tx and writes the run.
+func (e *Engine) enqueueNext(ctx context.Context, tx *db.Tx, run *db.Run) error {
+	run.Iteration++
+	run.Attempt = 1
+	run.LeaseOwner = ""
+	run.LeaseUntil = tx.Now().Add(e.opts.LeaseTTL)
+	if err := tx.UpdateRun(ctx, run); err != nil {
+		return err
+	}
+	return e.insertJob(ctx, tx, run.ID, run.Iteration, run.Attempt)
+}
+
+func (e *Engine) insertJob(ctx context.Context, tx *db.Tx, runID string, iteration, attempt int) error {
+	_, err := e.river.InsertTx(ctx, tx.Tx, IterateArgs{RunID: runID, Iteration: iteration, Attempt: attempt}, nil)
+	if err != nil {
+		return fmt.Errorf("enqueue iteration: %w", err)
+	}
+	return nil
+}
+
+// transition loads the user's run in a write transaction and calls fn with
+// it. The run is ENOTFOUND when it is another user's.
+func (e *Engine) transition(ctx context.Context, userID int64, runID string, fn func(tx *db.Tx, run *db.Run) error) (*db.Run, error) {
+	var out *db.Run
+	err := e.db.WriteTx(ctx, func(tx *db.Tx) error {
+		run, err := tx.FindRun(ctx, runID)
+		if err != nil {
+			return err
+		}
+		if run.UserID != userID {
+			return db.Errorf(db.ENOTFOUND, "Run not found.")
+		}
+		if err := fn(tx, run); err != nil {
+			return err
+		}
+		out = run
+		return nil
+	})
+	return out, err
+}
+
+// Cancel cancels a queued, running, waiting or stopped run: its running
+// iteration's context is cancelled at once and no further job runs. A
+// finished run is ECONFLICT.
+func (e *Engine) Cancel(ctx context.Context, userID int64, runID string) (*db.Run, error) {
+	run, err := e.transition(ctx, userID, runID, func(tx *db.Tx, run *db.Run) error {
+		if db.IsTerminalStatus(run.Status) {
+			return db.Errorf(db.ECONFLICT, "The run is already %s.", run.Status)
+		}
+		wasRunning := run.Status == db.StatusRunning
+		if err := e.finishRun(ctx, tx, run, db.StatusCanceled, &db.StopReason{Type: "canceled", Detail: "Canceled by the user."}, nil); err != nil {
+			return err
+		}
+		if wasRunning {
+			return e.promote(ctx, tx, run.UserID)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	e.mu.Lock()
+	if f := e.inflight[runID]; f != nil {
+		f.cancel(errRunCanceled)
+	}
+	e.mu.Unlock()
+	return run, nil
+}
+
+// Continue resumes a stopped run, optionally raising its budgets. Counters
+// and spend carry over. A run that is not stopped is ECONFLICT; a budget
+// that is still exhausted is EINVALID on that budget.
+func (e *Engine) Continue(ctx context.Context, userID int64, runID string, raise *spec.Budgets) (*db.Run, error) {
+	return e.transition(ctx, userID, runID, func(tx *db.Tx, run *db.Run) error {
+		if run.Status != db.StatusStopped {
+			return db.Errorf(db.ECONFLICT, "Only a stopped run can be continued; this run is %s.", run.Status)
+		}
+		cfg, err := RunConfig(run)
+		if err != nil {
+			return err
+		}
+		b, err := e.raiseBudgets(cfg.Budgets, raise)
+		if err != nil {
+			return err
+		}
+		cfg.Budgets = b
+		if reason := budgetExceeded(b, run.Metrics); reason != nil {
+			return db.FieldError("budgets."+reason.field, "%s Raise budgets.%s to continue.", reason.detail, reason.field)
+		}
+		raw, err := json.Marshal(cfg)
+		if err != nil {
+			return err
+		}
+		run.Config = raw
+		if _, err := tx.AppendEvent(ctx, run.ID, "run_continued", map[string]any{"budgets": b}); err != nil {
+			return err
+		}
+		return e.requeue(ctx, tx, run)
+	})
+}
+
+// requeue puts a resumed run back: running at once when the user has a free
+// slot, else queued (FIFO by creation).
+func (e *Engine) requeue(ctx context.Context, tx *db.Tx, run *db.Run) error {
+	running, err := tx.CountRunning(ctx, run.UserID)
+	if err != nil {
+		return err
+	}
+	if running < e.opts.MaxConcurrentPerUser {
+		return e.startRun(ctx, tx, run)
+	}
+	run.Status = db.StatusQueued
+	run.Waiting = nil
+	return tx.UpdateRun(ctx, run)
+}
+
+// Respond answers a waiting run: the answers land in the inbox, the next
+// iteration sees them, and the run resumes. A run that is not waiting is
+// ECONFLICT.
+func (e *Engine) Respond(ctx context.Context, userID int64, runID string, answers []string) (*db.Run, error) {
+	var body []string
+	for _, a := range answers {
+		if a = strings.TrimSpace(a); a != "" {
+			body = append(body, a)
+		}
+	}
+	if len(body) == 0 {
+		return nil, db.FieldError("answers", "At least one non-empty answer is required.")
+	}
+	joined := strings.Join(body, "\n\n")
+	if len(joined) > 100_000 {
+		return nil, db.FieldError("answers", "Answers are too long (limit 100,000 bytes).")
+	}
+	return e.transition(ctx, userID, runID, func(tx *db.Tx, run *db.Run) error {
+		if run.Status != db.StatusWaiting {
+			return db.Errorf(db.ECONFLICT, "Only a run waiting for you can be answered; this run is %s.", run.Status)
+		}
+		item := &db.InboxItem{RunID: run.ID, Kind: db.InboxAnswer, Body: joined}
+		if err := tx.InsertInbox(ctx, item); err != nil {
+			return err
+		}
+		if _, err := tx.AppendEvent(ctx, run.ID, "user_response", map[string]any{"inbox_id": item.ID, "answers": body}); err != nil {
+			return err
+		}
+		return e.requeue(ctx, tx, run)
+	})
+}
+
+// Message queues a message for the next iteration of a queued, running or
+// waiting run. A finished or stopped run is ECONFLICT.
+func (e *Engine) Message(ctx context.Context, userID int64, runID, body string) (*db.Run, error) {
+	body = strings.TrimSpace(body)
+	if body == "" {
+		return nil, db.FieldError("body", "Message is empty.")
+	}
+	if len(body) > 100_000 {
+		return nil, db.FieldError("body", "Message is too long (limit 100,000 bytes).")
+	}
+	return e.transition(ctx, userID, runID, func(tx *db.Tx, run *db.Run) error {
+		switch run.Status {
+		case db.StatusQueued, db.StatusRunning, db.StatusWaiting:
+		default:
+			return db.Errorf(db.ECONFLICT, "Messages can only be queued for an active run; this run is %s.", run.Status)
+		}
+		item := &db.InboxItem{RunID: run.ID, Kind: db.InboxMessage, Body: body}
+		if err := tx.InsertInbox(ctx, item); err != nil {
+			return err
+		}
+		_, err := tx.AppendEvent(ctx, run.ID, "message_queued", map[string]any{"inbox_id": item.ID, "body": body})
+		return err
+	})
+}

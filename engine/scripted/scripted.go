@@ -1,0 +1,193 @@
+// Package scripted is an executor that follows a script given in the run's
+// config. It exists to test the engine end to end (including from a real
+// server process) without a model; a server enables it only with
+// --script-executor.
+package scripted
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"homework/db"
+	"homework/engine/spec"
+)
+
+// Script is the run config's "script".
+type Script struct {
+	// Steps are played one per iteration; past the end the last repeats.
+	Steps []Step `json:"steps"`
+}
+
+// Step is what one iteration does.
+type Step struct {
+	Summary  string          `json:"summary,omitempty"`
+	Output   string          `json:"output,omitempty"`
+	SleepMS  int64           `json:"sleep_ms,omitempty"`
+	Status   *spec.Status    `json:"status,omitempty"`
+	Promise  *spec.Promise   `json:"promise,omitempty"`
+	Error    string          `json:"error,omitempty"`
+	ErrorFP  string          `json:"error_fingerprint,omitempty"`
+	Fail     string          `json:"fail,omitempty"` // return a Go error
+	Panic    string          `json:"panic,omitempty"`
+	Fatal    *spec.Fatal     `json:"fatal,omitempty"`
+	Progress string          `json:"progress,omitempty"` // default: the iteration number (always progressing)
+	Output2  string          `json:"output_hash,omitempty"`
+	Diff     string          `json:"diff_hash,omitempty"`
+	Stuck    string          `json:"stuck,omitempty"`
+	Tools    int             `json:"tool_calls,omitempty"`
+	LLM      []spec.LLMCall  `json:"llm,omitempty"`
+	Docs     []Doc           `json:"documents,omitempty"`
+	Tasks    []Task          `json:"tasks,omitempty"`
+	Emit     int             `json:"emit,omitempty"` // extra tool_call events to emit
+	Approve  string          `json:"wait_for_approval,omitempty"`
+	Raw      json.RawMessage `json:"-"`
+}
+
+// Doc is a document a step writes into the run's workspace.
+type Doc struct {
+	Path    string `json:"path"`
+	Content string `json:"content"`
+}
+
+// Task is a checklist task a step adds or (by title) updates.
+type Task struct {
+	Title  string `json:"title"`
+	Status string `json:"status"`
+}
+
+// Executor plays scripts.
+type Executor struct {
+	DB *db.DB
+}
+
+// ValidateConfig checks that the script parses and has steps.
+func (x *Executor) ValidateConfig(ctx context.Context, user *db.User, cfg *spec.Config) error {
+	var s Script
+	if len(cfg.Script) == 0 {
+		return db.FieldError("script", "The script executor needs a script.")
+	}
+	if err := json.Unmarshal(cfg.Script, &s); err != nil {
+		return db.FieldError("script", "Invalid script: %v", err)
+	}
+	if len(s.Steps) == 0 {
+		return db.FieldError("script", "The script has no steps.")
+	}
+	return nil
+}
+
+// Iterate plays the step for in.Iteration.
+func (x *Executor) Iterate(ctx context.Context, in *spec.Input) (*spec.Result, error) {
+	var s Script
+	if err := json.Unmarshal(in.Config.Script, &s); err != nil {
+		return nil, err
+	}
+	st := s.Steps[min(in.Iteration, len(s.Steps))-1]
+	if st.SleepMS > 0 {
+		t := time.NewTimer(time.Duration(st.SleepMS) * time.Millisecond)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+			return &spec.Result{Summary: "interrupted"}, ctx.Err()
+		case <-t.C:
+		}
+	}
+	if st.Panic != "" {
+		panic(st.Panic)
+	}
+	for _, c := range st.LLM {
+		if err := in.Host.RecordLLMCall(ctx, c); err != nil {
+			return nil, err
+		}
+	}
+	for i := 0; i < st.Emit; i++ {
+		if err := in.Host.Emit(ctx, "tool_call", map[string]any{"iteration": in.Iteration, "n": i, "tool": "scripted"}); err != nil {
+			return nil, err
+		}
+	}
+	res := &spec.Result{
+		Summary: st.Summary, Output: st.Output, Status: st.Status, Promise: st.Promise, Error: st.Error,
+		ErrorFingerprint: st.ErrorFP, Fatal: st.Fatal, Progress: st.Progress, OutputHash: st.Output2,
+		DiffHash: st.Diff, Stuck: st.Stuck, ToolCalls: st.Tools, WaitForApproval: st.Approve,
+	}
+	if res.Summary == "" {
+		res.Summary = fmt.Sprintf("iteration %d", in.Iteration)
+	}
+	if len(in.Inbox) > 0 {
+		var bodies []string
+		for _, m := range in.Inbox {
+			bodies = append(bodies, m.Kind+": "+m.Body)
+		}
+		res.Summary += " | inbox: " + strings.Join(bodies, " / ")
+	}
+	if in.Feedback != nil && len(in.Feedback.FailingChecks) > 0 {
+		res.Summary += fmt.Sprintf(" | saw %d failing checks", len(in.Feedback.FailingChecks))
+	}
+	if res.Progress == "" {
+		res.Progress = fmt.Sprint(in.Iteration)
+	}
+	if err := x.write(ctx, in, st, res); err != nil {
+		return nil, err
+	}
+	if st.Fail != "" {
+		return res, fmt.Errorf("%s", st.Fail)
+	}
+	return res, nil
+}
+
+func (x *Executor) write(ctx context.Context, in *spec.Input, st Step, res *spec.Result) error {
+	if len(st.Docs) == 0 && len(st.Tasks) == 0 {
+		return nil
+	}
+	return x.DB.WriteTx(ctx, func(tx *db.Tx) error {
+		for _, d := range st.Docs {
+			doc := &db.Document{RunID: in.RunID, Path: d.Path, Title: d.Path, Content: d.Content, Iteration: in.Iteration}
+			created, err := tx.PutDocument(ctx, doc)
+			if err != nil {
+				return err
+			}
+			typ := "document_updated"
+			ref := spec.Ref{Type: "document", ID: doc.ID, Title: doc.Title, Path: doc.Path}
+			if created {
+				typ = "document_created"
+				res.Artifacts.Created = append(res.Artifacts.Created, ref)
+			} else {
+				res.Artifacts.Updated = append(res.Artifacts.Updated, ref)
+			}
+			if _, err := tx.AppendEvent(ctx, in.RunID, typ, map[string]any{"id": doc.ID, "path": doc.Path, "title": doc.Title}); err != nil {
+				return err
+			}
+		}
+		existing, err := tx.ListTasks(ctx, in.RunID)
+		if err != nil {
+			return err
+		}
+		for _, t := range st.Tasks {
+			var task *db.Task
+			for _, e := range existing {
+				if e.Title == t.Title {
+					task = e
+				}
+			}
+			if task == nil {
+				task = &db.Task{RunID: in.RunID, Title: t.Title, Status: t.Status}
+				if err := tx.InsertTask(ctx, task); err != nil {
+					return err
+				}
+				res.Artifacts.Created = append(res.Artifacts.Created, spec.Ref{Type: "task", ID: task.ID, Title: task.Title})
+			} else {
+				task.Status = t.Status
+				if err := tx.UpdateTask(ctx, task); err != nil {
+					return err
+				}
+				res.Artifacts.Updated = append(res.Artifacts.Updated, spec.Ref{Type: "task", ID: task.ID, Title: task.Title})
+			}
+			if _, err := tx.AppendEvent(ctx, in.RunID, "task_updated", map[string]any{"id": task.ID, "title": task.Title, "status": task.Status}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}

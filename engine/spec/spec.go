@@ -1,0 +1,372 @@
+// Package spec holds the contract between the engine and its executors and
+// checks: a run's configuration as submitted and stored, what an executor is
+// given for one iteration, and what it returns. It has no behaviour beyond
+// defaults and small helpers, so every engine sub-package can import it.
+package spec
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+)
+
+// Modes.
+const (
+	ModeAuto        = "auto"        // the platform re-prompts itself until done
+	ModeInteractive = "interactive" // after each iteration the run waits for the person
+)
+
+// Executors.
+const (
+	ExecutorLLM     = "llm"
+	ExecutorCommand = "command"
+	ExecutorScript  = "script" // the scripted executor used by tests; enabled by server option only
+)
+
+// Write modes.
+const (
+	WriteAutopilot   = "autopilot"
+	WriteApprovePlan = "approve_plan"
+	WriteReadOnly    = "read_only"
+)
+
+// Check types.
+const (
+	CheckCommand        = "command"
+	CheckContentPattern = "content_pattern"
+	CheckTasksAllDone   = "tasks_all_done"
+	CheckPRDAllPass     = "prd_all_pass"
+	CheckDocumentExists = "document_exists"
+)
+
+// Config is a run's configuration: the body of POST /api/runs, stored on the
+// run as JSON.
+type Config struct {
+	Objective   string          `json:"objective"`
+	Mode        string          `json:"mode"`
+	Executor    string          `json:"executor"`
+	Model       string          `json:"model,omitempty"`
+	Models      *Models         `json:"models,omitempty"`
+	Budgets     Budgets         `json:"budgets"`
+	Permissions Permissions     `json:"permissions"`
+	Completion  Completion      `json:"completion"`
+	Breakers    Breakers        `json:"breakers"`
+	Agent       *Agent          `json:"agent,omitempty"`
+	ParentRunID string          `json:"parent_run_id,omitempty"`
+	Script      json.RawMessage `json:"script,omitempty"` // ExecutorScript only
+}
+
+// Models picks a model per role; empty fields fall back to Config.Model,
+// then to the server default.
+type Models struct {
+	Planner    string `json:"planner,omitempty"`
+	Executor   string `json:"executor,omitempty"`
+	Summarizer string `json:"summarizer,omitempty"`
+}
+
+// Budgets bound a run (checked after each iteration) and each iteration.
+// Zero means "not set" (server defaults apply where the engine has them).
+type Budgets struct {
+	MaxIterations      int     `json:"max_iterations,omitempty"`
+	MaxRunningMS       int64   `json:"max_running_ms,omitempty"`
+	MaxTotalTokens     int64   `json:"max_total_tokens,omitempty"`
+	MaxCostUSD         float64 `json:"max_cost_usd,omitempty"`
+	MaxToolCalls       int     `json:"max_tool_calls,omitempty"`
+	IterationTimeoutMS int64   `json:"iteration_timeout_ms,omitempty"`
+	IterationToolCalls int     `json:"iteration_tool_calls,omitempty"`
+}
+
+// Permissions say what the run may write.
+type Permissions struct {
+	WriteMode string `json:"write_mode"`
+}
+
+// Completion is the completion contract: an optional promise token and the
+// objective checks that must all pass.
+type Completion struct {
+	Token  string      `json:"token,omitempty"`
+	Checks []CheckSpec `json:"checks,omitempty"`
+}
+
+// CheckSpec configures one objective check.
+type CheckSpec struct {
+	Type      string   `json:"type"`
+	Name      string   `json:"name,omitempty"`
+	Argv      []string `json:"argv,omitempty"`       // command
+	TimeoutMS int64    `json:"timeout_ms,omitempty"` // command
+	Pattern   string   `json:"pattern,omitempty"`    // content_pattern (RE2)
+	Target    string   `json:"target,omitempty"`     // content_pattern: "output" or "document:<path>"
+	Path      string   `json:"path,omitempty"`       // document_exists, prd_all_pass
+}
+
+// DisplayName returns the check's name, or its type when unnamed.
+func (c CheckSpec) DisplayName() string {
+	if c.Name != "" {
+		return c.Name
+	}
+	return c.Type
+}
+
+// Breakers holds per-run breaker thresholds; zero means the default.
+type Breakers struct {
+	NoProgress        int   `json:"no_progress,omitempty"`        // same progress fingerprint N iterations (default 3)
+	RepeatedError     int   `json:"repeated_error,omitempty"`     // same error fingerprint N iterations (default 5)
+	StallRepeats      int   `json:"stall_repeats,omitempty"`      // command: same output/diff/failing-check hash N times (default 3)
+	QualityRegression *bool `json:"quality_regression,omitempty"` // check score falling 3 iterations by >10 points (default on)
+}
+
+// Agent configures a command run's agent process.
+type Agent struct {
+	Argv           []string `json:"argv"`
+	Workdir        string   `json:"workdir"`
+	TimeoutMS      int64    `json:"timeout_ms,omitempty"`
+	PromptTemplate string   `json:"prompt_template,omitempty"`
+	Env            []string `json:"env,omitempty"` // names of server environment variables passed through
+	OutputCapBytes int64    `json:"output_cap_bytes,omitempty"`
+	CommitEach     bool     `json:"commit_each_iteration,omitempty"`
+}
+
+// InboxItem is an answer or message from the person, new for this iteration.
+type InboxItem struct {
+	Kind      string    `json:"kind"` // answer | message
+	Body      string    `json:"body"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// Feedback is what the gate said after the previous iteration, fed into the
+// next one ("why we continued").
+type Feedback struct {
+	Decision      string        `json:"decision"`
+	Reasons       []string      `json:"reasons"`
+	FailingChecks []CheckResult `json:"failing_checks,omitempty"`
+	RemainingWork []string      `json:"remaining_work,omitempty"`
+	Questions     []string      `json:"questions,omitempty"` // what was asked before a wait
+}
+
+// Input is everything an executor gets for one iteration.
+type Input struct {
+	RunID     string
+	UserID    int64
+	Iteration int
+	Attempt   int
+	Config    *Config
+	// WorkspaceDocID is the run's root document (LLM runs).
+	WorkspaceDocID string
+	// Inbox holds answers and messages not yet seen by an iteration.
+	Inbox []InboxItem
+	// Feedback is the gate's decision after the previous iteration; nil on
+	// the first.
+	Feedback *Feedback
+	// Summaries are the last few iteration summaries, newest last.
+	Summaries []string
+	// Host gives the executor the engine services it may use.
+	Host Host
+}
+
+// Host is what the engine offers an executor during an iteration.
+type Host interface {
+	// Emit appends a non-state event (tool_call, tool_result, output, ...)
+	// to the run's log. It is group-committed and published live.
+	Emit(ctx context.Context, typ string, data any) error
+	// RecordLLMCall stores a model call's usage and cost, updates the run's
+	// live totals and emits llm_call and iteration_cost_update.
+	RecordLLMCall(ctx context.Context, c LLMCall) error
+	// Now is the engine's clock.
+	Now() time.Time
+}
+
+// LLMCall is one model call's usage.
+type LLMCall struct {
+	Role             string // planner | executor | repair | summarizer
+	Model            string
+	PromptTokens     int64
+	CompletionTokens int64
+	CostUSD          float64
+	Priced           bool
+	LatencyMS        int64
+	Error            string
+}
+
+// Status is the model's report_status (seed 001 §5.2).
+type Status struct {
+	ExitSignal         bool     `json:"exit_signal"`
+	NeedsUserInput     bool     `json:"needs_user_input"`
+	BlockingQuestions  []string `json:"blocking_questions,omitempty"`
+	ProgressSummary    string   `json:"progress_summary"`
+	RemainingWork      []string `json:"remaining_work,omitempty"`
+	CompletionEvidence []string `json:"completion_evidence,omitempty"`
+	NextActionHint     string   `json:"next_action_hint,omitempty"`
+	Confidence         string   `json:"confidence,omitempty"`
+}
+
+// Promise kinds a command agent can print.
+const (
+	PromiseComplete = "COMPLETE"
+	PromiseBlocked  = "BLOCKED"
+)
+
+// Promise is a command agent's <promise>…</promise> signal.
+type Promise struct {
+	Kind   string `json:"kind"`
+	Reason string `json:"reason,omitempty"` // the text after BLOCKED (or COMPLETE's summary)
+}
+
+// Ref names an object an iteration created or updated.
+type Ref struct {
+	Type  string `json:"type"` // document | task | file | commit
+	ID    string `json:"id"`
+	Title string `json:"title,omitempty"`
+	Path  string `json:"path,omitempty"`
+}
+
+// Artifacts are what an iteration actually did, as seen by its tools.
+type Artifacts struct {
+	Created []Ref `json:"created,omitempty"`
+	Updated []Ref `json:"updated,omitempty"`
+}
+
+// Fatal is an error that must stop the run instead of retrying it, such as
+// an invalid API key.
+type Fatal struct {
+	Type   string `json:"type"` // a stop reason, usually "error"
+	Detail string `json:"detail"`
+}
+
+// Result is what an executor returns for one iteration. A non-nil error from
+// Iterate means the iteration failed; Result may still carry partial data.
+type Result struct {
+	Summary string
+	// Output is the iteration's final agent output: the model's last text,
+	// or a command agent's captured output.
+	Output string
+	// Status is the model's report_status; nil when it ended without one.
+	Status *Status
+	// Promise is a command agent's signal; nil when none.
+	Promise *Promise
+	// ToolCalls is how many tool calls (or agent runs) the iteration made.
+	ToolCalls int
+	// Error and ErrorFingerprint describe an iteration error (a failed tool,
+	// a non-zero exit, a model error). The fingerprint feeds the breaker.
+	Error            string
+	ErrorFingerprint string
+	// Fatal stops the run at once with its reason.
+	Fatal *Fatal
+	// Progress is the executor's progress fingerprint material (workspace
+	// and task state); the engine adds check results and remaining work.
+	Progress string
+	// OutputHash and DiffHash are command-agent stall fingerprints.
+	OutputHash string
+	DiffHash   string
+	// Stuck names a stuck tool-loop pattern, if one was seen.
+	Stuck string
+	// WaitForApproval asks the engine to wait for the person after this
+	// iteration (approve_plan's plan iteration), with this explanation.
+	WaitForApproval string
+	// Artifacts are the documents, tasks and files created or updated.
+	Artifacts Artifacts
+}
+
+// CheckResult is the outcome of one objective check.
+type CheckResult struct {
+	Name       string `json:"name"`
+	Type       string `json:"type"`
+	Passed     bool   `json:"passed"`
+	Errored    bool   `json:"errored,omitempty"` // could not be evaluated (bad config, crash)
+	Message    string `json:"message"`
+	OutputTail string `json:"output_tail,omitempty"`
+	DurationMS int64  `json:"duration_ms"`
+}
+
+// Score returns the check score of a set of results, 0..100 (seed 002
+// appendix B): the share passed minus the share errored.
+func Score(results []CheckResult) float64 {
+	if len(results) == 0 {
+		return 100
+	}
+	var passed, errored float64
+	for _, r := range results {
+		if r.Passed {
+			passed++
+		} else if r.Errored {
+			errored++
+		}
+	}
+	n := float64(len(results))
+	return max(0, passed/n*100-errored/n*100)
+}
+
+// Gate decisions.
+const (
+	DecisionContinue = "continue"
+	DecisionComplete = "complete"
+	DecisionWait     = "wait"
+	DecisionStop     = "stop"
+	DecisionFail     = "fail"
+)
+
+// Decision is the gate's verdict after an iteration.
+type Decision struct {
+	Decision   string   `json:"decision"`
+	Reasons    []string `json:"reasons"`
+	StopReason string   `json:"stop_reason,omitempty"` // for stop, complete and fail
+	// WaitReason is needs_input, blocked, turn_ended or approve_plan.
+	WaitReason string   `json:"wait_reason,omitempty"`
+	Questions  []string `json:"questions,omitempty"`
+	// FalseCompletion is set when the agent claimed completion that the
+	// gate refused.
+	FalseCompletion bool            `json:"false_completion,omitempty"`
+	Evidence        json.RawMessage `json:"evidence,omitempty"`
+}
+
+// Report is a finished run's report (seed 001 §4.1.1). WhatChanged and
+// Artifacts are derived from what the tools actually did; Summary is the
+// summarizer's narrative and may be empty when that call failed.
+type Report struct {
+	Title          string         `json:"title"`
+	Objective      string         `json:"objective"`
+	Status         string         `json:"status"`
+	Summary        string         `json:"summary"`
+	WhatChanged    WhatChanged    `json:"what_changed"`
+	Artifacts      ReportArtifact `json:"artifacts"`
+	Metrics        ReportMetrics  `json:"metrics"`
+	StoppingReason StoppingReason `json:"stopping_reason"`
+	NarrativeError string         `json:"narrative_error,omitempty"`
+}
+
+// WhatChanged lists what the run created and updated.
+type WhatChanged struct {
+	Created []Ref  `json:"created"`
+	Updated []Ref  `json:"updated"`
+	Linked  []Link `json:"linked"`
+}
+
+// Link relates two objects.
+type Link struct {
+	FromID       string `json:"from_id"`
+	ToID         string `json:"to_id"`
+	Relationship string `json:"relationship"`
+}
+
+// ReportArtifact lists the run's documents and tasks.
+type ReportArtifact struct {
+	Documents []Ref `json:"documents"`
+	Tasks     []Ref `json:"tasks"`
+}
+
+// ReportMetrics is the report's metrics block.
+type ReportMetrics struct {
+	Iterations              int     `json:"iterations"`
+	DurationMS              int64   `json:"duration_ms"`
+	RunningMS               int64   `json:"running_ms"`
+	TotalTokens             int64   `json:"total_tokens"`
+	TotalCostUSD            float64 `json:"total_cost_usd"`
+	UnpricedCalls           int     `json:"unpriced_calls"`
+	ToolCalls               int     `json:"tool_calls"`
+	FalseCompletionsBlocked int     `json:"false_completions_blocked"`
+}
+
+// StoppingReason is the report's stop reason.
+type StoppingReason struct {
+	Type   string `json:"type"`
+	Detail string `json:"detail"`
+}

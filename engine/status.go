@@ -1,0 +1,259 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+
+	"homework/db"
+	"homework/engine/spec"
+)
+
+var statusEvents = map[string]string{
+	db.StatusWaiting:   "run_waiting_on_user",
+	db.StatusCompleted: "run_completed",
+	db.StatusStopped:   "run_stopped",
+	db.StatusCanceled:  "run_canceled",
+	db.StatusFailed:    "run_failed",
+}
+
+var notifyTitles = map[string]string{
+	db.StatusWaiting:   "Homework is waiting for you",
+	db.StatusCompleted: "Homework complete",
+	db.StatusStopped:   "Homework stopped",
+	db.StatusCanceled:  "Homework canceled",
+	db.StatusFailed:    "Homework failed",
+}
+
+// setStatus moves a run out of running (or queued) into status, appends the
+// status event and a notification in tx. The caller promotes queued runs.
+func (e *Engine) setStatus(ctx context.Context, tx *db.Tx, run *db.Run, status string, stop *db.StopReason, wait *db.Waiting) error {
+	run.Status = status
+	run.StopReason = stop
+	run.Waiting = wait
+	run.LeaseOwner = ""
+	run.LeaseUntil = time.Time{}
+	run.RunningSince = time.Time{}
+	if db.IsTerminalStatus(status) {
+		run.CompletedAt = tx.Now()
+	}
+	if err := tx.UpdateRun(ctx, run); err != nil {
+		return err
+	}
+	data := map[string]any{"status": status, "iteration": run.Iteration, "metrics": run.Metrics}
+	if stop != nil {
+		data["stop_reason"] = stop
+	}
+	if wait != nil {
+		data["reason"] = wait.Reason
+		data["questions"] = wait.Questions
+	}
+	typ := statusEvents[status]
+	if status == db.StatusStopped && stop != nil && (stop.Type == StopNoProgress || stop.Type == StopStuck) {
+		typ = "run_stalled"
+	}
+	if _, err := tx.AppendEvent(ctx, run.ID, typ, data); err != nil {
+		return err
+	}
+	return e.notify(ctx, tx, run, status, stop, wait)
+}
+
+func (e *Engine) notify(ctx context.Context, tx *db.Tx, run *db.Run, status string, stop *db.StopReason, wait *db.Waiting) error {
+	start := run.StartedAt
+	if start.IsZero() {
+		start = run.CreatedAt
+	}
+	duration := tx.Now().Sub(start).Milliseconds()
+	msg := truncate(run.Objective, 140)
+	switch {
+	case wait != nil && len(wait.Questions) > 0:
+		msg = truncate(wait.Questions[0], 200)
+	case wait != nil && wait.Reason == "turn_ended":
+		msg = "The turn ended; reply or continue."
+	case stop != nil && stop.Detail != "":
+		msg = truncate(stop.Detail, 200)
+	}
+	data, _ := json.Marshal(map[string]any{
+		"run_id": run.ID, "status": status, "duration_ms": duration, "iterations": run.Metrics.Iterations,
+		"tokens": run.Metrics.TokensTotal, "cost_usd": run.Metrics.CostTotalUSD,
+	})
+	n := &db.Notification{UserID: run.UserID, RunID: run.ID, Kind: "run_" + status, Title: notifyTitles[status],
+		Message: msg, ActionURL: "/runs/" + run.ID, Data: data}
+	if err := tx.InsertNotification(ctx, n); err != nil {
+		return err
+	}
+	_, err := tx.AppendEvent(ctx, run.ID, "notification_created", map[string]any{
+		"id": n.ID, "kind": n.Kind, "title": n.Title, "message": n.Message, "action_url": n.ActionURL,
+	})
+	return err
+}
+
+// finishRun ends a run that no iteration is ending (Cancel): report, status,
+// notification.
+func (e *Engine) finishRun(ctx context.Context, tx *db.Tx, run *db.Run, status string, stop *db.StopReason, wait *db.Waiting) error {
+	if err := e.writeReport(ctx, tx, run, status, stop, "", ""); err != nil {
+		return err
+	}
+	return e.setStatus(ctx, tx, run, status, stop, wait)
+}
+
+// writeReport builds the run's report from what actually happened (iteration
+// artifacts, documents, tasks, metrics) plus the narrative, and sets it on run.
+func (e *Engine) writeReport(ctx context.Context, tx *db.Tx, run *db.Run, status string, stop *db.StopReason, narrative, narrativeErr string) error {
+	r, err := e.buildReport(ctx, tx, run, status, stop)
+	if err != nil {
+		return err
+	}
+	r.Summary = narrative
+	r.NarrativeError = narrativeErr
+	raw, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	run.Report = raw
+	return nil
+}
+
+func (e *Engine) buildReport(ctx context.Context, tx *db.Tx, run *db.Run, status string, stop *db.StopReason) (*spec.Report, error) {
+	r := &spec.Report{
+		Title:     reportTitle(status, run.Objective),
+		Objective: run.Objective,
+		Status:    status,
+		WhatChanged: spec.WhatChanged{
+			Created: []spec.Ref{}, Updated: []spec.Ref{}, Linked: []spec.Link{},
+		},
+		Artifacts: spec.ReportArtifact{Documents: []spec.Ref{}, Tasks: []spec.Ref{}},
+	}
+	if stop != nil {
+		r.StoppingReason = spec.StoppingReason{Type: stop.Type, Detail: stop.Detail}
+	}
+	// what_changed comes from what the tools reported doing, iteration by
+	// iteration; an object created and later updated is listed as created.
+	rows, err := tx.RecentIterations(ctx, run.ID, 1_000_000)
+	if err != nil {
+		return nil, err
+	}
+	created := map[string]bool{}
+	updated := map[string]bool{}
+	for i := len(rows) - 1; i >= 0; i-- { // oldest first
+		var a spec.Artifacts
+		json.Unmarshal(rows[i].Artifacts, &a)
+		for _, ref := range a.Created {
+			if key := ref.Type + ":" + ref.ID + ref.Path; !created[key] {
+				created[key] = true
+				r.WhatChanged.Created = append(r.WhatChanged.Created, ref)
+			}
+		}
+		for _, ref := range a.Updated {
+			key := ref.Type + ":" + ref.ID + ref.Path
+			if !created[key] && !updated[key] {
+				updated[key] = true
+				r.WhatChanged.Updated = append(r.WhatChanged.Updated, ref)
+			}
+		}
+	}
+	docs, err := tx.ListRunDocuments(ctx, run.ID)
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range docs {
+		r.Artifacts.Documents = append(r.Artifacts.Documents, spec.Ref{Type: "document", ID: d.ID, Title: d.Title, Path: d.Path})
+		if d.ParentID != "" {
+			r.WhatChanged.Linked = append(r.WhatChanged.Linked, spec.Link{FromID: d.ParentID, ToID: d.ID, Relationship: "contains"})
+		}
+	}
+	tasks, err := tx.ListTasks(ctx, run.ID)
+	if err != nil {
+		return nil, err
+	}
+	for _, t := range tasks {
+		r.Artifacts.Tasks = append(r.Artifacts.Tasks, spec.Ref{Type: "task", ID: t.ID, Title: t.Title + " [" + t.Status + "]"})
+	}
+	start := run.StartedAt
+	if start.IsZero() {
+		start = run.CreatedAt
+	}
+	m := run.Metrics
+	r.Metrics = spec.ReportMetrics{Iterations: m.Iterations, DurationMS: tx.Now().Sub(start).Milliseconds(), RunningMS: m.RunningMS,
+		TotalTokens: m.TokensTotal, TotalCostUSD: m.CostTotalUSD, UnpricedCalls: m.UnpricedCalls, ToolCalls: m.ToolCallsTotal,
+		FalseCompletionsBlocked: m.FalseCompletionsBlocked}
+	return r, nil
+}
+
+// refreshReportMetrics updates an existing report's metrics from the run.
+func (e *Engine) refreshReportMetrics(run *db.Run) error {
+	var r spec.Report
+	if err := json.Unmarshal(run.Report, &r); err != nil {
+		return err
+	}
+	m := run.Metrics
+	r.Metrics.Iterations, r.Metrics.RunningMS, r.Metrics.TotalTokens = m.Iterations, m.RunningMS, m.TokensTotal
+	r.Metrics.TotalCostUSD, r.Metrics.UnpricedCalls, r.Metrics.ToolCalls = m.CostTotalUSD, m.UnpricedCalls, m.ToolCallsTotal
+	r.Metrics.FalseCompletionsBlocked = m.FalseCompletionsBlocked
+	raw, err := json.Marshal(r)
+	run.Report = raw
+	return err
+}
+
+func reportTitle(status, objective string) string {
+	short := truncate(strings.TrimSpace(strings.SplitN(objective, "\n", 2)[0]), 80)
+	switch status {
+	case db.StatusCompleted:
+		return "Homework complete: " + short
+	case db.StatusCanceled:
+		return "Homework canceled: " + short
+	case db.StatusFailed:
+		return "Homework failed: " + short
+	}
+	return "Homework stopped: " + short
+}
+
+// narrate asks the executor's Narrator, if any, for the report narrative,
+// bounded in time. A failure leaves the report without one.
+func (e *Engine) narrate(ctx context.Context, it *iteration, d spec.Decision) (string, string) {
+	n, ok := e.executorFor(it.cfg).(Narrator)
+	if !ok {
+		return "", ""
+	}
+	var report *spec.Report
+	status := db.StatusStopped
+	if d.Decision == spec.DecisionComplete {
+		status = db.StatusCompleted
+	} else if d.Decision == spec.DecisionFail {
+		status = db.StatusFailed
+	}
+	err := e.db.WriteTx(ctx, func(tx *db.Tx) error {
+		run, err := tx.FindRun(ctx, it.run.ID)
+		if err != nil {
+			return err
+		}
+		report, err = e.buildReport(ctx, tx, run, status, &db.StopReason{Type: orDefault(d.StopReason, StopCompleted), Detail: joinReasons(d.Reasons)})
+		return err
+	})
+	if err != nil {
+		return "", "could not build the report: " + err.Error()
+	}
+	nctx, cancel := context.WithTimeout(ctx, e.opts.NarrateTimeout)
+	defer cancel()
+	text, err := n.Narrate(nctx, it.run, it.cfg, report)
+	if err != nil {
+		e.log.Warn("narrative failed", "run", it.run.ID, "err", err)
+		return "", fmt.Sprintf("The summary could not be written: %v", truncate(err.Error(), 300))
+	}
+	return text, ""
+}
+
+var (
+	reNumbers = regexp.MustCompile(`\b(0x)?[0-9a-fA-F]{6,}\b|\d+`)
+	reSpaces  = regexp.MustCompile(`\s+`)
+)
+
+// normalizeError strips numbers, hashes and spacing so the same failure
+// fingerprints the same.
+func normalizeError(s string) string {
+	s = reNumbers.ReplaceAllString(s, "#")
+	return strings.TrimSpace(reSpaces.ReplaceAllString(s, " "))
+}

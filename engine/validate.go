@@ -1,0 +1,152 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strings"
+	"unicode/utf8"
+
+	"homework/db"
+	"homework/engine/checks"
+	"homework/engine/spec"
+)
+
+// validateConfig checks a run's configuration and fills in defaults. It
+// returns a field-level *db.Error for the first problem.
+func (e *Engine) validateConfig(ctx context.Context, user *db.User, cfg *spec.Config) error {
+	cfg.Objective = strings.TrimSpace(cfg.Objective)
+	switch {
+	case cfg.Objective == "":
+		return db.FieldError("objective", "Objective is required.")
+	case len(cfg.Objective) > e.opts.MaxObjectiveBytes:
+		return db.FieldError("objective", "Objective is too long (%d bytes; the limit is %d).", len(cfg.Objective), e.opts.MaxObjectiveBytes)
+	case !utf8.ValidString(cfg.Objective):
+		return db.FieldError("objective", "Objective must be valid UTF-8 text.")
+	}
+	if cfg.Mode == "" {
+		cfg.Mode = spec.ModeAuto
+	}
+	if cfg.Mode != spec.ModeAuto && cfg.Mode != spec.ModeInteractive {
+		return db.FieldError("mode", "Mode must be %q or %q.", spec.ModeAuto, spec.ModeInteractive)
+	}
+	if cfg.Executor == "" {
+		cfg.Executor = spec.ExecutorLLM
+	}
+	x, ok := e.executor(cfg.Executor)
+	if !ok {
+		if cfg.Executor == spec.ExecutorLLM || cfg.Executor == spec.ExecutorCommand {
+			return &db.Error{Code: db.EUNAVAILABLE, Field: "executor", Message: fmt.Sprintf("The %s executor is not available on this server.", cfg.Executor)}
+		}
+		return db.FieldError("executor", "Executor must be %q or %q.", spec.ExecutorLLM, spec.ExecutorCommand)
+	}
+	if cfg.Permissions.WriteMode == "" {
+		cfg.Permissions.WriteMode = spec.WriteAutopilot
+	}
+	switch cfg.Permissions.WriteMode {
+	case spec.WriteAutopilot, spec.WriteApprovePlan, spec.WriteReadOnly:
+	default:
+		return db.FieldError("permissions.write_mode", "Write mode must be autopilot, approve_plan or read_only.")
+	}
+	if len(cfg.Model) > 200 {
+		return db.FieldError("model", "Model name is too long.")
+	}
+	if err := e.validateBudgets(&cfg.Budgets); err != nil {
+		return err
+	}
+	b := &cfg.Breakers
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"breakers.no_progress", b.NoProgress}, {"breakers.repeated_error", b.RepeatedError}, {"breakers.stall_repeats", b.StallRepeats}} {
+		if f.v < 0 || f.v > 100 {
+			return db.FieldError(f.name, "Must be between 1 and 100.")
+		}
+	}
+	if len(cfg.Completion.Token) > 200 {
+		return db.FieldError("completion.token", "Completion token is too long.")
+	}
+	commandAllowed := e.opts.CommandRunsAllowed && user.IsAdmin
+	if err := checks.Validate(cfg.Completion.Checks, commandAllowed || cfg.Executor == spec.ExecutorScript); err != nil {
+		return err
+	}
+	for _, c := range cfg.Completion.Checks {
+		if c.Type == spec.CheckCommand && cfg.Executor != spec.ExecutorScript && (cfg.Agent == nil || cfg.Agent.Workdir == "") {
+			return db.FieldError("completion.checks", "Command checks need a work directory: set agent.workdir (command runs only).")
+		}
+	}
+	if cfg.Executor != spec.ExecutorCommand && cfg.Agent != nil && cfg.Executor != spec.ExecutorScript {
+		return db.FieldError("agent", "agent is only used by command runs.")
+	}
+	if v, ok := x.(ConfigValidator); ok {
+		if err := v.ValidateConfig(ctx, user, cfg); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (e *Engine) validateBudgets(b *spec.Budgets) error {
+	o := e.opts
+	switch {
+	case b.MaxIterations < 0 || b.MaxIterations > o.MaxIterations:
+		return db.FieldError("budgets.max_iterations", "Must be between 1 and %d.", o.MaxIterations)
+	case b.MaxRunningMS < 0 || b.MaxRunningMS > o.MaxRunningTime.Milliseconds():
+		return db.FieldError("budgets.max_running_ms", "Must be between 1 and %d.", o.MaxRunningTime.Milliseconds())
+	case b.MaxTotalTokens < 0 || b.MaxTotalTokens > o.MaxTokens:
+		return db.FieldError("budgets.max_total_tokens", "Must be between 1 and %d.", o.MaxTokens)
+	case b.MaxCostUSD < 0 || b.MaxCostUSD > o.MaxCostUSD || math.IsNaN(b.MaxCostUSD) || math.IsInf(b.MaxCostUSD, 0):
+		return db.FieldError("budgets.max_cost_usd", "Must be between 0.01 and %g.", o.MaxCostUSD)
+	case b.MaxToolCalls < 0 || b.MaxToolCalls > o.MaxToolCalls:
+		return db.FieldError("budgets.max_tool_calls", "Must be between 1 and %d.", o.MaxToolCalls)
+	case b.IterationTimeoutMS < 0 || b.IterationTimeoutMS > o.MaxIterationTime.Milliseconds():
+		return db.FieldError("budgets.iteration_timeout_ms", "Must be between 1 and %d.", o.MaxIterationTime.Milliseconds())
+	case b.IterationToolCalls < 0 || b.IterationToolCalls > 10000:
+		return db.FieldError("budgets.iteration_tool_calls", "Must be between 1 and 10000.")
+	}
+	if b.MaxRunningMS == 0 {
+		b.MaxRunningMS = o.DefaultRunningTime.Milliseconds()
+	}
+	if b.IterationTimeoutMS == 0 {
+		b.IterationTimeoutMS = o.DefaultIterationTime.Milliseconds()
+	}
+	if b.IterationToolCalls == 0 {
+		b.IterationToolCalls = o.DefaultIterationTools
+	}
+	return nil
+}
+
+// raiseBudgets applies Continue's budgets over old: a field may only be set
+// to a value above the old one (or above what was spent, when old is unset).
+func (e *Engine) raiseBudgets(old spec.Budgets, raise *spec.Budgets) (spec.Budgets, error) {
+	if raise == nil {
+		return old, nil
+	}
+	r := *raise
+	if err := e.validateBudgets(&r); err != nil {
+		return old, err
+	}
+	out := old
+	if raise.MaxIterations > 0 {
+		out.MaxIterations = raise.MaxIterations
+	}
+	if raise.MaxRunningMS > 0 {
+		out.MaxRunningMS = raise.MaxRunningMS
+	}
+	if raise.MaxTotalTokens > 0 {
+		out.MaxTotalTokens = raise.MaxTotalTokens
+	}
+	if raise.MaxCostUSD > 0 {
+		out.MaxCostUSD = raise.MaxCostUSD
+	}
+	if raise.MaxToolCalls > 0 {
+		out.MaxToolCalls = raise.MaxToolCalls
+	}
+	if raise.IterationTimeoutMS > 0 {
+		out.IterationTimeoutMS = raise.IterationTimeoutMS
+	}
+	if raise.IterationToolCalls > 0 {
+		out.IterationToolCalls = raise.IterationToolCalls
+	}
+	return out, nil
+}

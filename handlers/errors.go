@@ -1,0 +1,103 @@
+package handlers
+
+import (
+	"errors"
+	"log/slog"
+
+	"github.com/gofiber/fiber/v2"
+
+	"homework/db"
+)
+
+// statusOf is the one table from error code to HTTP status.
+var statusOf = map[string]int{
+	db.EINVALID:      fiber.StatusBadRequest,
+	db.ENOTFOUND:     fiber.StatusNotFound,
+	db.ECONFLICT:     fiber.StatusConflict,
+	db.EUNAUTHORIZED: fiber.StatusUnauthorized,
+	db.EFORBIDDEN:    fiber.StatusForbidden,
+	db.ELIMIT:        fiber.StatusTooManyRequests,
+	db.EUNAVAILABLE:  fiber.StatusServiceUnavailable,
+	db.ETOOLARGE:     fiber.StatusRequestEntityTooLarge,
+	db.EUNSUPPORTED:  fiber.StatusNotAcceptable,
+	db.EINTERNAL:     fiber.StatusInternalServerError,
+}
+
+// HTTPStatus returns the HTTP status for err's code.
+func HTTPStatus(err error) int {
+	if s, ok := statusOf[db.ErrorCode(err)]; ok {
+		return s
+	}
+	return fiber.StatusInternalServerError
+}
+
+// ErrorBody is the JSON error shape of the API.
+type ErrorBody struct {
+	Error ErrorDetail `json:"error"`
+}
+
+// ErrorDetail is the inner error object.
+type ErrorDetail struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	Field   string `json:"field,omitempty"`
+}
+
+// jsonError writes err as the API's JSON error. Internal errors are logged
+// and shown only as a generic message.
+func (s *Server) jsonError(c *fiber.Ctx, err error) error {
+	code := db.ErrorCode(err)
+	var fe *fiber.Error
+	if errors.As(err, &fe) {
+		return c.Status(fe.Code).JSON(ErrorBody{Error: ErrorDetail{Code: fiberCode(fe.Code), Message: fe.Message}})
+	}
+	if code == db.EINTERNAL {
+		s.log.Error("internal error", "method", c.Method(), "path", c.Path(), "err", err)
+	}
+	return c.Status(HTTPStatus(err)).JSON(ErrorBody{Error: ErrorDetail{Code: code, Message: db.ErrorMessage(err), Field: db.ErrorField(err)}})
+}
+
+func fiberCode(status int) string {
+	for code, st := range statusOf {
+		if st == status {
+			return code
+		}
+	}
+	switch status {
+	case fiber.StatusMethodNotAllowed:
+		return "method_not_allowed"
+	case fiber.StatusUnsupportedMediaType:
+		return "unsupported_media_type"
+	}
+	if status >= 500 {
+		return db.EINTERNAL
+	}
+	return db.EINVALID
+}
+
+// errorHandler is Fiber's last-resort handler: JSON for the API, a plain
+// readable page otherwise; never a stack or SQL text.
+func (s *Server) errorHandler(c *fiber.Ctx, err error) error {
+	var fe *fiber.Error
+	status := HTTPStatus(err)
+	msg := db.ErrorMessage(err)
+	if errors.As(err, &fe) {
+		status, msg = fe.Code, fe.Message
+	} else if db.ErrorCode(err) == db.EINTERNAL {
+		s.log.Error("unhandled error", "method", c.Method(), "path", c.Path(), "err", err)
+	}
+	if isAPI(c) {
+		if fe != nil {
+			return c.Status(status).JSON(ErrorBody{Error: ErrorDetail{Code: fiberCode(status), Message: msg}})
+		}
+		return s.jsonError(c, err)
+	}
+	return s.renderError(c, status, msg)
+}
+
+func isAPI(c *fiber.Ctx) bool {
+	p := c.Path()
+	return len(p) >= 5 && p[:5] == "/api/" || p == "/api" || p == "/healthz"
+}
+
+var _ = slog.Default

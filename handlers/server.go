@@ -1,0 +1,182 @@
+// Package handlers maps HTTP requests to engine and store calls: the JSON
+// API, the server-sent event streams and the HTML pages, with
+// authentication, CSRF and one error-code-to-status table.
+package handlers
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/a-h/templ"
+	"github.com/gofiber/fiber/v2"
+	"github.com/gofiber/fiber/v2/middleware/filesystem"
+	"github.com/gofiber/fiber/v2/middleware/recover"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/valyala/fasthttp/fasthttpadaptor"
+
+	"homework/db"
+	"homework/engine"
+	"homework/static"
+	"homework/views"
+)
+
+// Options configure a Server.
+type Options struct {
+	DB      *db.DB
+	Engine  *engine.Engine
+	Logger  *slog.Logger
+	Version string
+	// Registry collects /metrics; a new one is made when nil.
+	Registry *prometheus.Registry
+	// SecureCookies marks session cookies Secure (default true; tests on
+	// plain HTTP loopback turn it off).
+	InsecureCookies bool
+	// Heartbeat is the SSE ping interval; default 15 s.
+	Heartbeat time.Duration
+	// BodyLimit bounds request bodies; default 1 MiB.
+	BodyLimit int
+	// LLMConfigured tells pages whether a model endpoint is set.
+	LLMConfigured bool
+	// DefaultModel is shown in the composer.
+	DefaultModel string
+	// CommandRunsEnabled tells pages whether command runs are allowed.
+	CommandRunsEnabled bool
+}
+
+// Server is the HTTP server.
+type Server struct {
+	opts   Options
+	app    *fiber.App
+	db     *db.DB
+	engine *engine.Engine
+	log    *slog.Logger
+
+	// ctx is cancelled at shutdown so stream writers end promptly.
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+// New returns a server with every route registered.
+func New(opts Options) (*Server, error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if opts.Heartbeat <= 0 {
+		opts.Heartbeat = 15 * time.Second
+	}
+	if opts.BodyLimit <= 0 {
+		opts.BodyLimit = 1 << 20
+	}
+	if opts.Registry == nil {
+		opts.Registry = prometheus.NewRegistry()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &Server{opts: opts, db: opts.DB, engine: opts.Engine, log: opts.Logger, ctx: ctx, cancel: cancel}
+	s.app = fiber.New(fiber.Config{
+		AppName:               "homework",
+		BodyLimit:             opts.BodyLimit,
+		ReadTimeout:           30 * time.Second,
+		WriteTimeout:          0, // streams must not be cut
+		IdleTimeout:           120 * time.Second,
+		DisableStartupMessage: true,
+		ErrorHandler:          s.errorHandler,
+		StreamRequestBody:     false,
+	})
+	s.app.Use(recover.New(recover.Config{EnableStackTrace: false}))
+	s.app.Use(s.securityHeaders)
+	s.routes()
+	return s, nil
+}
+
+// App returns the Fiber app (tests use App().Test).
+func (s *Server) App() *fiber.App { return s.app }
+
+// Serve serves HTTP on ln until Shutdown.
+func (s *Server) Serve(ln net.Listener) error { return s.app.Listener(ln) }
+
+// Shutdown ends open streams, then stops the server, waiting at most until
+// ctx ends for in-flight requests.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.cancel()
+	return s.app.ShutdownWithContext(ctx)
+}
+
+func (s *Server) routes() {
+	app := s.app
+	app.Get("/healthz", s.healthz)
+	app.Get("/metrics", s.metricsHandler())
+	app.Use("/static", filesystem.New(filesystem.Config{Root: http.FS(static.FS), MaxAge: 3600}))
+	s.apiRoutes(app.Group("/api", s.requireAPIUser))
+	s.pageRoutes(app)
+	app.Use(func(c *fiber.Ctx) error {
+		return fiber.NewError(fiber.StatusNotFound, "No such page.")
+	})
+}
+
+func (s *Server) healthz(c *fiber.Ctx) error {
+	ctx, cancel := context.WithTimeout(c.UserContext(), 2*time.Second)
+	defer cancel()
+	if err := s.db.Ping(ctx); err != nil {
+		s.log.Error("health check failed", "err", err)
+		return c.Status(fiber.StatusServiceUnavailable).JSON(fiber.Map{"status": "unavailable"})
+	}
+	return c.JSON(fiber.Map{"status": "ok"})
+}
+
+func (s *Server) metricsHandler() fiber.Handler {
+	h := fasthttpadaptor.NewFastHTTPHandler(promhttp.HandlerFor(s.opts.Registry, promhttp.HandlerOpts{}))
+	return func(c *fiber.Ctx) error {
+		h(c.Context())
+		return nil
+	}
+}
+
+// securityHeaders sets a strict Content-Security-Policy (our own scripts and
+// styles only) and related headers on every response.
+func (s *Server) securityHeaders(c *fiber.Ctx) error {
+	c.Set("Content-Security-Policy", "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; object-src 'none'; base-uri 'self'; form-action 'self'; frame-ancestors 'none'")
+	c.Set("X-Content-Type-Options", "nosniff")
+	c.Set("Referrer-Policy", "same-origin")
+	c.Set("X-Frame-Options", "DENY")
+	return c.Next()
+}
+
+// render writes a templ component as an HTML response.
+func (s *Server) render(c *fiber.Ctx, status int, comp templ.Component) error {
+	c.Status(status)
+	c.Set(fiber.HeaderContentType, fiber.MIMETextHTMLCharsetUTF8)
+	ctx := c.UserContext()
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	return comp.Render(ctx, c.Response().BodyWriter())
+}
+
+func (s *Server) renderError(c *fiber.Ctx, status int, msg string) error {
+	return s.render(c, status, views.ErrorPage(s.page(c, views.StatusTitle(status)), status, msg))
+}
+
+// page returns the layout data for the current request.
+func (s *Server) page(c *fiber.Ctx, title string) views.Page {
+	p := views.Page{Title: title}
+	if u := userOf(c); u != nil {
+		p.UserEmail = u.Email
+		if n, err := s.db.CountUnread(c.UserContext(), u.ID); err == nil {
+			p.Unread = n
+		}
+	}
+	if sess := sessionOf(c); sess != nil {
+		p.CSRF = sess.CSRFToken
+	}
+	return p
+}
+
+func wantsHTML(c *fiber.Ctx) bool {
+	return strings.Contains(c.Get(fiber.HeaderAccept), "text/html")
+}
