@@ -69,6 +69,9 @@ type DB struct {
 	// pending holds event appends waiting for the next group commit.
 	pendingMu sync.Mutex
 	pending   []*appendReq
+	leading   bool
+
+	appendStmt *sql.Stmt
 }
 
 // ErrLocked is returned by Open when another server holds the database lock.
@@ -115,6 +118,10 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 		return nil, err
 	}
 
+	if d.appendStmt, err = d.writer.PrepareContext(ctx, appendEventSQL); err != nil {
+		d.Close()
+		return nil, fmt.Errorf("prepare: %w", err)
+	}
 	if d.reader, err = sql.Open("sqlite", dsn(opts.Path, true)); err != nil {
 		d.Close()
 		return nil, fmt.Errorf("open reader: %w", err)
@@ -161,6 +168,9 @@ func lockFile(path string) (*os.File, error) {
 // Close closes both pools and releases the lock.
 func (d *DB) Close() error {
 	var errs []error
+	if d.appendStmt != nil {
+		errs = append(errs, d.appendStmt.Close())
+	}
 	if d.reader != nil {
 		errs = append(errs, d.reader.Close())
 	}

@@ -85,9 +85,10 @@ type appendReq struct {
 }
 
 // AppendEvent appends one event outside any other transaction. Concurrent
-// callers are group-committed: whoever takes the writer first commits every
-// pending append in one transaction, so throughput grows with concurrency
-// instead of paying one fsync-bound commit per event.
+// callers are group-committed: the first caller becomes the leader and
+// commits every pending append in one transaction, looping until none is
+// left, while the others just wait for their result. Throughput grows with
+// concurrency instead of paying one commit per event.
 func (d *DB) AppendEvent(ctx context.Context, runID, typ string, data any) (*Event, error) {
 	b, err := marshalData(data)
 	if err != nil {
@@ -96,48 +97,49 @@ func (d *DB) AppendEvent(ctx context.Context, runID, typ string, data any) (*Eve
 	req := &appendReq{ev: &Event{RunID: runID, Type: typ, Data: b}, done: make(chan error, 1)}
 	d.pendingMu.Lock()
 	d.pending = append(d.pending, req)
-	d.pendingMu.Unlock()
-
-	d.writeMu.Lock()
-	select {
-	case err := <-req.done: // a previous leader committed us
-		d.writeMu.Unlock()
-		return req.ev, err
-	default:
+	if d.leading {
+		d.pendingMu.Unlock()
+		return req.ev, <-req.done
 	}
-	d.pendingMu.Lock()
-	batch := d.pending
-	d.pending = nil
+	d.leading = true
 	d.pendingMu.Unlock()
-	d.commitBatch(ctx, batch)
-	d.writeMu.Unlock()
-	err = <-req.done
-	return req.ev, err
+	for {
+		d.pendingMu.Lock()
+		batch := d.pending
+		d.pending = nil
+		if len(batch) == 0 {
+			d.leading = false
+			d.pendingMu.Unlock()
+			break
+		}
+		d.pendingMu.Unlock()
+		d.writeMu.Lock()
+		d.commitBatch(ctx, batch)
+		d.writeMu.Unlock()
+	}
+	return req.ev, <-req.done
 }
 
-// commitBatch commits batch in one transaction. A failing append (such as an
-// unknown run) is reported to its caller alone; the others still commit.
-// The caller holds writeMu.
+// commitBatch commits batch in one transaction. An append to an unknown run
+// is reported to its caller alone; the others still commit. The caller holds
+// writeMu.
 func (d *DB) commitBatch(ctx context.Context, batch []*appendReq) {
 	// The batch commits even if the leader's own context ends: the other
 	// callers are waiting on it.
 	ctx = context.WithoutCancel(ctx)
 	results := make([]error, len(batch))
 	err := d.writeTxLocked(ctx, func(tx *Tx) error {
+		stmt := tx.StmtContext(ctx, d.appendStmt)
+		defer stmt.Close()
 		for i, r := range batch {
 			r.ev.CreatedAt = tx.now
-			if _, err := tx.Exec(`SAVEPOINT ev`); err != nil {
-				return err
-			}
-			if err := tx.insertEvent(ctx, r.ev); err != nil {
-				results[i] = err
-				if _, err := tx.Exec(`ROLLBACK TO ev`); err != nil {
-					return err
-				}
+			err := stmt.QueryRowContext(ctx, r.ev.Type, string(r.ev.Data), tx.now.UnixMilli(), r.ev.RunID).
+				Scan(&r.ev.ID, &r.ev.UserID, &r.ev.Seq)
+			if err == sql.ErrNoRows {
+				results[i] = Errorf(ENOTFOUND, "Run not found.")
 				continue
-			}
-			if _, err := tx.Exec(`RELEASE ev`); err != nil {
-				return err
+			} else if err != nil {
+				return fmt.Errorf("append event: %w", err)
 			}
 			tx.events = append(tx.events, r.ev)
 		}

@@ -39,3 +39,10 @@ type GateObserver interface {
 type Narrator interface {
 	Narrate(ctx context.Context, run *db.Run, cfg *spec.Config, report *spec.Report) (string, error)
 }
+
+// CheckEnvironment is implemented by executors that say which environment
+// command checks get (the same allow-list as their agent). Without it
+// command checks get only a minimal environment.
+type CheckEnvironment interface {
+	Environ(in *spec.Input) []string
+}

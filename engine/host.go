@@ -67,3 +67,11 @@ func (h *host) RecordLLMCall(ctx context.Context, c spec.LLMCall) error {
 	}
 	return err
 }
+
+// RecordLLMCall records a model call made for the run outside an iteration's
+// host (the summarizer writing the report), against the run's current
+// iteration, updating its live totals.
+func (e *Engine) RecordLLMCall(ctx context.Context, run *db.Run, c spec.LLMCall) error {
+	h := &host{e: e, runID: run.ID, iteration: max(run.Iteration, 1)}
+	return h.RecordLLMCall(ctx, c)
+}

@@ -66,16 +66,20 @@ func (e *Engine) validateConfig(ctx context.Context, user *db.User, cfg *spec.Co
 	if len(cfg.Completion.Token) > 200 {
 		return db.FieldError("completion.token", "Completion token is too long.")
 	}
-	commandAllowed := e.opts.CommandRunsAllowed && user.IsAdmin
-	if err := checks.Validate(cfg.Completion.Checks, commandAllowed || cfg.Executor == spec.ExecutorScript); err != nil {
+	// Command checks run programs on the server: only where command runs may,
+	// in the run's work directory.
+	hasWorkdir := cfg.Agent != nil && cfg.Agent.Workdir != ""
+	commandAllowed := cfg.Executor == spec.ExecutorScript ||
+		cfg.Executor == spec.ExecutorCommand && e.opts.CommandRunsAllowed && user.IsAdmin
+	if err := checks.Validate(cfg.Completion.Checks, commandAllowed); err != nil {
 		return err
 	}
-	for _, c := range cfg.Completion.Checks {
-		if c.Type == spec.CheckCommand && cfg.Executor != spec.ExecutorScript && (cfg.Agent == nil || cfg.Agent.Workdir == "") {
-			return db.FieldError("completion.checks", "Command checks need a work directory: set agent.workdir (command runs only).")
+	for i, c := range cfg.Completion.Checks {
+		if c.Type == spec.CheckCommand && !hasWorkdir {
+			return db.FieldError(fmt.Sprintf("completion.checks[%d]", i), "Command checks run in the agent's work directory: set agent.workdir.")
 		}
 	}
-	if cfg.Executor != spec.ExecutorCommand && cfg.Agent != nil && cfg.Executor != spec.ExecutorScript {
+	if cfg.Agent != nil && cfg.Executor == spec.ExecutorLLM {
 		return db.FieldError("agent", "agent is only used by command runs.")
 	}
 	if v, ok := x.(ConfigValidator); ok {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"runtime/debug"
 	"sync"
 	"time"
@@ -332,9 +333,12 @@ func (e *Engine) iterationMetrics(ctx context.Context, it *iteration, res *spec.
 
 // checkEnv gives checks what they may look at.
 func (e *Engine) checkEnv(it *iteration, res *spec.Result) checks.Env {
-	env := checks.Env{Output: res.Output}
+	env := checks.Env{Output: res.Output, Environ: minimalEnviron()}
 	if it.cfg.Agent != nil {
 		env.Workdir = it.cfg.Agent.Workdir
+	}
+	if ce, ok := e.executorFor(it.cfg).(CheckEnvironment); ok {
+		env.Environ = ce.Environ(it.input)
 	}
 	runID, userID := it.run.ID, it.run.UserID
 	env.Document = func(ctx context.Context, path string) (string, bool, error) {
@@ -360,6 +364,18 @@ func (e *Engine) checkEnv(it *iteration, res *spec.Result) checks.Env {
 		return len(tasks), done, nil
 	}
 	return env
+}
+
+// minimalEnviron is what command checks get when the executor does not say:
+// enough to find programs, never the server's secrets.
+func minimalEnviron() []string {
+	var out []string
+	for _, k := range []string{"PATH", "HOME", "LANG", "TMPDIR", "GOCACHE", "GOPATH", "GOMODCACHE", "GOFLAGS", "GOPROXY"} {
+		if v, ok := os.LookupEnv(k); ok {
+			out = append(out, k+"="+v)
+		}
+	}
+	return out
 }
 
 // finishIteration commits an iteration's outcome in one transaction: the
@@ -388,6 +404,17 @@ func (e *Engine) finishIteration(ctx context.Context, it *iteration, res *spec.R
 			return err
 		}
 		row.EndedAt = tx.Now()
+		// Usage is re-read here so calls made after the iteration's own
+		// (the summarizer's) are in the iteration and so in the run total.
+		usage, err := tx.SumLLMCalls(ctx, run.ID, row.Iteration)
+		if err != nil {
+			return err
+		}
+		row.Metrics.PromptTokens, row.Metrics.CompletionTokens, row.Metrics.TokensTotal = usage.PromptTokens, usage.CompletionTokens, usage.TokensTotal
+		row.Metrics.CostTotalUSD, row.Metrics.UnpricedCalls, row.Metrics.LLMCalls, row.Metrics.ByModel = usage.CostTotalUSD, usage.UnpricedCalls, usage.LLMCalls, usage.ByModel
+		if row.Metrics.ByModel == nil {
+			row.Metrics.ByModel = map[string]db.ModelUsage{}
+		}
 		if err := tx.UpsertIteration(ctx, row); err != nil {
 			return err
 		}

@@ -14,6 +14,8 @@ import (
 
 	"homework/db"
 	"homework/engine"
+	"homework/engine/agentcmd"
+	"homework/engine/llm"
 	"homework/engine/scripted"
 	"homework/engine/spec"
 	"homework/handlers"
@@ -107,10 +109,33 @@ func (m *Main) Addr() string { return m.ln.Addr().String() }
 // executors builds the executors this server offers.
 func (m *Main) executors() (map[string]engine.Executor, bool, error) {
 	out := map[string]engine.Executor{}
+	var prices llm.PriceTable
+	if m.Config.PricesFile != "" {
+		p, err := llm.LoadPrices(m.Config.PricesFile)
+		if err != nil {
+			return nil, false, fmt.Errorf("price table: %w", err)
+		}
+		prices = p
+	}
+	x, err := llm.New(llm.Options{
+		DB: m.DB, BaseURL: m.Config.LLMBaseURL, APIKey: m.Config.LLMAPIKey, DefaultModel: m.Config.LLMModel,
+		Prices: prices, Logger: m.Logger,
+		WebFetch: llm.WebFetchOptions{Enabled: len(m.Config.WebFetchHosts) > 0, AllowHosts: m.Config.WebFetchHosts},
+		RecordNarration: func(ctx context.Context, run *db.Run, c spec.LLMCall) error {
+			return m.Engine.RecordLLMCall(ctx, run, c)
+		},
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	out[spec.ExecutorLLM] = x
+	if m.Config.AllowCommandRuns != "" {
+		out[spec.ExecutorCommand] = agentcmd.New(agentcmd.Options{Root: m.Config.AllowCommandRuns})
+	}
 	if m.Config.ScriptExecutor {
 		out[spec.ExecutorScript] = &scripted.Executor{DB: m.DB}
 	}
-	return out, false, nil
+	return out, x.Configured(), nil
 }
 
 // Close shuts down in order, each step bounded: the HTTP server (streams

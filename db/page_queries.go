@@ -1,0 +1,82 @@
+package db
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// ListReports returns the user's runs that have a report, most recently
+// finished first, one page at a time. The cursor is opaque.
+func (d *DB) ListReports(ctx context.Context, userID int64, cursor string, limit int) (*RunPage, error) {
+	if limit <= 0 || limit > 200 {
+		limit = 50
+	}
+	where := []string{"user_id = ?", "report IS NOT NULL", "report <> ''", "report <> 'null'"}
+	args := []any{userID}
+	if cursor != "" {
+		at, id, ok := strings.Cut(cursor, "_")
+		atMS, err := strconv.ParseInt(at, 10, 64)
+		if !ok || err != nil || id == "" {
+			return nil, FieldError("cursor", "Invalid cursor.")
+		}
+		where = append(where, "(COALESCE(completed_at, updated_at) < ? OR (COALESCE(completed_at, updated_at) = ? AND id < ?))")
+		args = append(args, atMS, atMS, id)
+	}
+	args = append(args, limit+1)
+	rows, err := d.reader.QueryContext(ctx, `SELECT `+runCols+` FROM runs WHERE `+strings.Join(where, " AND ")+
+		` ORDER BY COALESCE(completed_at, updated_at) DESC, id DESC LIMIT ?`, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	page := &RunPage{}
+	for rows.Next() {
+		r, err := scanRun(rows)
+		if err != nil {
+			return nil, err
+		}
+		page.Runs = append(page.Runs, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if len(page.Runs) > limit {
+		page.Runs = page.Runs[:limit]
+		last := page.Runs[len(page.Runs)-1]
+		at := last.CompletedAt
+		if at.IsZero() {
+			at = last.UpdatedAt
+		}
+		page.NextCursor = fmt.Sprintf("%d_%s", at.UnixMilli(), last.ID)
+	}
+	return page, nil
+}
+
+// ListChildRuns returns the user's follow-up runs of parentID, oldest first.
+func (d *DB) ListChildRuns(ctx context.Context, userID int64, parentID string) ([]*Run, error) {
+	rows, err := d.reader.QueryContext(ctx, `SELECT `+runCols+` FROM runs WHERE user_id = ? AND parent_run_id = ?
+		ORDER BY created_at, id LIMIT 50`, userID, parentID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*Run
+	for rows.Next() {
+		r, err := scanRun(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// LastUserEventID returns the id of the newest event of the user's runs, or
+// 0. Pages start the dashboard feed after it.
+func (d *DB) LastUserEventID(ctx context.Context, userID int64) (int64, error) {
+	var id int64
+	err := d.reader.QueryRowContext(ctx, `SELECT COALESCE(MAX(id), 0) FROM events WHERE user_id = ?`, userID).Scan(&id)
+	return id, err
+}

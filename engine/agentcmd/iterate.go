@@ -1,0 +1,379 @@
+package agentcmd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+	"unicode/utf8"
+
+	"homework/db"
+	"homework/engine/checks"
+	"homework/engine/spec"
+)
+
+// Event types Iterate emits through spec.Host.
+const (
+	// EventOutput carries a batch of the agent's live output:
+	// {"iteration", "seq", "text"}, plus "truncated": true on the last batch
+	// when the output outgrew the cap and was no longer streamed.
+	EventOutput = "agent_output"
+	// EventExit reports how the agent process ended: {"iteration",
+	// "status", "exit_code", "timed_out", "duration_ms", "output_bytes",
+	// "dropped_bytes"}.
+	EventExit = "agent_exit"
+)
+
+const emitTimeout = 5 * time.Second
+
+// Iterate runs the agent once: argv in the work directory, in its own
+// process group, with the prompt on stdin. Its combined output is kept up to
+// the run's cap (the first quarter and the last three quarters; the bytes in
+// between are counted as dropped) and streamed as EventOutput events.
+//
+// A non-zero exit or a timeout is not a Go error: Result.Error and
+// Result.ErrorFingerprint ("timeout" for a timeout) describe it. A
+// configuration that can never work (command runs disabled, a work directory
+// that is gone or now resolves outside the root, an agent that cannot be
+// started) sets Result.Fatal. Iterate returns a non-nil error only for an
+// infrastructure failure, or when ctx is done, after killing the process
+// group; the Result then holds the output so far.
+func (e *Executor) Iterate(ctx context.Context, in *spec.Input) (*spec.Result, error) {
+	res := &spec.Result{ToolCalls: 1}
+	fatal := func(format string, args ...any) (*spec.Result, error) {
+		msg := fmt.Sprintf(format, args...)
+		res.Fatal = &spec.Fatal{Type: "error", Detail: msg}
+		res.Error = msg
+		res.Summary = msg
+		res.ErrorFingerprint = "fatal:" + ErrorFingerprint(0, msg)
+		return res, nil
+	}
+	if !e.Enabled() {
+		return fatal("Command runs are not enabled on this server (--allow-command-runs ROOT).")
+	}
+	if in.Config == nil || in.Config.Agent == nil || len(in.Config.Agent.Argv) == 0 || in.Config.Agent.Argv[0] == "" {
+		return fatal("The run has no agent command (agent.argv).")
+	}
+	a := in.Config.Agent
+	// Resolve again: a symlink may have been moved since the run was created.
+	wd, err := e.resolveWorkdir(a.Workdir)
+	if err != nil {
+		return fatal("The work directory cannot be used: %s", db.ErrorMessage(err))
+	}
+	if err := os.MkdirAll(filepath.Join(wd, ".homework"), 0o755); err != nil {
+		return nil, fmt.Errorf("agentcmd: create .homework: %w", err)
+	}
+	prompt, err := buildPrompt(in.Config, e.promptData(in, wd))
+	if err != nil {
+		return fatal("The prompt template cannot be rendered: %v", err)
+	}
+
+	timeout := e.opts.DefaultTimeout
+	if a.TimeoutMS > 0 {
+		timeout = time.Duration(a.TimeoutMS) * time.Millisecond
+	} else if t := in.Config.Budgets.IterationTimeoutMS; t > 0 {
+		timeout = time.Duration(t) * time.Millisecond
+	}
+	timeout = min(timeout, e.opts.MaxTimeout)
+	outCap := e.opts.DefaultOutputCap
+	if a.OutputCapBytes > 0 {
+		outCap = min(a.OutputCapBytes, e.opts.MaxOutputCap)
+	}
+
+	run, err := e.runAgent(ctx, in, wd, prompt, timeout, outCap)
+	if err != nil {
+		return nil, err
+	}
+	if run.startErr != nil {
+		if errors.Is(run.startErr, exec.ErrNotFound) || errors.Is(run.startErr, fs.ErrNotExist) || errors.Is(run.startErr, fs.ErrPermission) {
+			return fatal("The agent cannot be started: %v", run.startErr)
+		}
+		return nil, fmt.Errorf("agentcmd: start agent: %w", run.startErr)
+	}
+
+	// The output is stored and sent as text; a binary-spewing agent must not
+	// make it invalid UTF-8.
+	res.Output = strings.ToValidUTF8(run.output, "\uFFFD")
+	res.OutputHash = OutputHash(res.Output)
+	res.Promise = DetectPromise(res.Output, prompt, in.Config.Completion.Token)
+	summary := Summarize(res.Output)
+	switch {
+	case run.reason == checks.StopCanceled:
+		res.Error = "The iteration was interrupted and the agent's process group killed."
+	case run.reason == checks.StopTimeout:
+		res.Error = fmt.Sprintf("The agent timed out after %s and its process group was killed.", timeout)
+		res.ErrorFingerprint = "timeout"
+	case !run.state.Success():
+		res.Error = fmt.Sprintf("The agent failed (%s).", checks.DescribeExit(run.state))
+		res.ErrorFingerprint = ErrorFingerprint(run.state.ExitCode(), res.Output)
+	}
+	if run.dropped > 0 {
+		summary = truncate(summary, summaryBytes) + fmt.Sprintf("\n(%d bytes of output over the cap were dropped)", run.dropped)
+	}
+	if res.Error != "" {
+		summary = res.Error + "\n" + summary
+	}
+	res.Summary = truncate(summary, 2*summaryBytes)
+
+	e.emit(ctx, in, EventExit, map[string]any{
+		"iteration":     in.Iteration,
+		"status":        checks.DescribeExit(run.state),
+		"exit_code":     run.state.ExitCode(),
+		"timed_out":     run.reason == checks.StopTimeout,
+		"duration_ms":   run.duration.Milliseconds(),
+		"output_bytes":  run.total,
+		"dropped_bytes": run.dropped,
+	})
+
+	if run.reason == checks.StopCanceled {
+		return res, fmt.Errorf("agentcmd: iteration interrupted: %w", context.Cause(ctx))
+	}
+	if h, err := e.DiffHash(ctx, wd); err == nil {
+		res.DiffHash = h
+	} else {
+		res.DiffHash = "unavailable:" + ErrorFingerprint(0, err.Error())
+	}
+	res.Progress = res.DiffHash
+	return res, nil
+}
+
+// agentRun is how one agent process went.
+type agentRun struct {
+	state    *os.ProcessState
+	reason   string // checks.StopExited, StopTimeout or StopCanceled
+	output   string
+	total    int64
+	dropped  int64
+	duration time.Duration
+	startErr error
+}
+
+// runAgent runs the agent process to its end. Every goroutine it starts has
+// exited when it returns.
+func (e *Executor) runAgent(ctx context.Context, in *spec.Input, wd, prompt string, timeout time.Duration, outCap int64) (*agentRun, error) {
+	argv := in.Config.Agent.Argv
+	stdinR, stdinW, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("agentcmd: stdin pipe: %w", err)
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		stdinR.Close()
+		stdinW.Close()
+		return nil, fmt.Errorf("agentcmd: output pipe: %w", err)
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Dir = wd
+	cmd.Env = e.Environ(in)
+	cmd.Stdin = stdinR
+	cmd.Stdout, cmd.Stderr = outW, outW
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	start := time.Now()
+	err = cmd.Start()
+	// The child has its own copies (or never started).
+	stdinR.Close()
+	outW.Close()
+	if err != nil {
+		stdinW.Close()
+		outR.Close()
+		return &agentRun{startErr: err}, nil
+	}
+
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		// Exits when the prompt is written, the agent closes stdin, or
+		// stdinW is closed below.
+		defer wg.Done()
+		stdinW.WriteString(prompt)
+		stdinW.Close()
+	}()
+
+	capt := newCapture(outCap)
+	st := &streamer{host: in.Host, iteration: in.Iteration, limit: outCap, flushBytes: e.opts.FlushBytes, kick: make(chan struct{}, 1)}
+	streamDone := make(chan struct{})
+	wg.Add(1)
+	go func() {
+		// Exits after the final flush, once streamDone is closed.
+		defer wg.Done()
+		st.run(ctx, e.opts.FlushInterval, streamDone)
+	}()
+	readDone := make(chan struct{})
+	go func() {
+		// Exits at EOF (every holder of the pipe gone) or when outR is
+		// closed below.
+		defer close(readDone)
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := outR.Read(buf)
+			if n > 0 {
+				capt.Write(buf[:n])
+				st.add(buf[:n])
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+
+	state, reason := checks.WaitProcessGroup(ctx, cmd, timeout, e.opts.KillGrace)
+	duration := time.Since(start)
+	g := time.NewTimer(e.opts.KillGrace)
+	select {
+	case <-readDone:
+	case <-g.C:
+		// A process that left the group still holds the pipe; stop reading.
+	}
+	g.Stop()
+	outR.Close()
+	<-readDone
+	stdinW.Close()
+	close(streamDone)
+	wg.Wait()
+
+	output, dropped := capt.result()
+	return &agentRun{state: state, reason: reason, output: output, total: capt.total, dropped: dropped, duration: duration}, nil
+}
+
+// capture keeps the first quarter and the last three quarters of a capped
+// output and counts what falls between.
+type capture struct {
+	headCap int
+	head    []byte
+	tail    *checks.Tail
+	total   int64
+}
+
+func newCapture(limit int64) *capture {
+	h := int(limit / 4)
+	return &capture{headCap: h, tail: checks.NewTail(int(limit) - h)}
+}
+
+func (c *capture) Write(p []byte) {
+	c.total += int64(len(p))
+	if room := c.headCap - len(c.head); room > 0 {
+		n := min(room, len(p))
+		c.head = append(c.head, p[:n]...)
+		p = p[n:]
+	}
+	if len(p) > 0 {
+		c.tail.Write(p)
+	}
+}
+
+// result returns the kept output, with a marker where bytes were dropped,
+// and how many were.
+func (c *capture) result() (string, int64) {
+	tb := c.tail.Bytes()
+	dropped := c.total - int64(len(c.head)) - int64(len(tb))
+	if dropped <= 0 {
+		return string(c.head) + string(tb), 0
+	}
+	i := 0
+	for i < len(tb) && i < utf8.UTFMax && !utf8.RuneStart(tb[i]) {
+		i++
+	}
+	return fmt.Sprintf("%s\n[… %d bytes of output dropped …]\n%s", c.head, dropped, tb[i:]), dropped
+}
+
+// streamer batches live output into EventOutput events: a batch goes out
+// every flush interval or when flushBytes are pending. It streams at most
+// limit bytes in all; the agent is never slowed down by a slow Emit.
+type streamer struct {
+	host       spec.Host
+	iteration  int
+	limit      int64
+	flushBytes int
+	kick       chan struct{}
+
+	mu        sync.Mutex
+	pending   []byte
+	accepted  int64
+	truncated bool
+	seq       int
+}
+
+func (s *streamer) add(p []byte) {
+	s.mu.Lock()
+	if room := s.limit - s.accepted; room < int64(len(p)) {
+		s.truncated = true
+		p = p[:max(room, 0)]
+	}
+	s.pending = append(s.pending, p...)
+	s.accepted += int64(len(p))
+	full := len(s.pending) >= s.flushBytes
+	s.mu.Unlock()
+	if full {
+		select {
+		case s.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (s *streamer) run(ctx context.Context, interval time.Duration, done <-chan struct{}) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.kick:
+			s.flush(ctx, false)
+		case <-t.C:
+			s.flush(ctx, false)
+		case <-done:
+			s.flush(ctx, true)
+			return
+		}
+	}
+}
+
+func (s *streamer) flush(ctx context.Context, final bool) {
+	s.mu.Lock()
+	b := s.pending
+	if !final {
+		// Keep an incomplete trailing rune for the next batch.
+		for i := len(b) - 1; i >= 0 && i >= len(b)-utf8.UTFMax; i-- {
+			if utf8.RuneStart(b[i]) {
+				if !utf8.FullRune(b[i:]) {
+					b = b[:i]
+				}
+				break
+			}
+		}
+	}
+	s.pending = append([]byte(nil), s.pending[len(b):]...)
+	truncated := final && s.truncated
+	s.mu.Unlock()
+	if len(b) == 0 && !truncated {
+		return
+	}
+	s.seq++
+	data := map[string]any{"iteration": s.iteration, "seq": s.seq, "text": string(b)}
+	if truncated {
+		data["truncated"] = true
+	}
+	emitWith(ctx, s.host, EventOutput, data)
+}
+
+func (e *Executor) emit(ctx context.Context, in *spec.Input, typ string, data any) {
+	emitWith(ctx, in.Host, typ, data)
+}
+
+// emitWith emits an event even when ctx is done (the output of an
+// interrupted iteration is worth keeping), bounded in time. Emit errors are
+// ignored: live output is best effort.
+func emitWith(ctx context.Context, h spec.Host, typ string, data any) {
+	if h == nil {
+		return
+	}
+	ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), emitTimeout)
+	defer cancel()
+	h.Emit(ectx, typ, data)
+}
