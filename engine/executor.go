@@ -29,7 +29,8 @@ type RunStarter interface {
 
 // GateObserver is implemented by executors that keep their own memory of
 // each iteration's outcome (a command agent's progress.txt, an optional git
-// commit). It is called after the gate decided and the decision committed.
+// commit). It is called after the gate decided and before the decision
+// commits, so the next iteration (enqueued by that commit) sees it.
 type GateObserver interface {
 	AfterGate(ctx context.Context, in *spec.Input, res *spec.Result, checks []spec.CheckResult, d spec.Decision) error
 }

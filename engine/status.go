@@ -103,7 +103,7 @@ func (e *Engine) finishRun(ctx context.Context, tx *db.Tx, run *db.Run, status s
 // writeReport builds the run's report from what actually happened (iteration
 // artifacts, documents, tasks, metrics) plus the narrative, and sets it on run.
 func (e *Engine) writeReport(ctx context.Context, tx *db.Tx, run *db.Run, status string, stop *db.StopReason, narrative, narrativeErr string) error {
-	r, err := e.buildReport(ctx, tx, run, status, stop)
+	r, err := e.buildReport(ctx, tx, run, status, stop, nil)
 	if err != nil {
 		return err
 	}
@@ -117,7 +117,10 @@ func (e *Engine) writeReport(ctx context.Context, tx *db.Tx, run *db.Run, status
 	return nil
 }
 
-func (e *Engine) buildReport(ctx context.Context, tx *db.Tx, run *db.Run, status string, stop *db.StopReason) (*spec.Report, error) {
+// buildReport builds the report from the stored iterations; pending, when
+// set, is the artifacts of an iteration not yet stored (the one ending the
+// run while the summarizer is asked for the narrative).
+func (e *Engine) buildReport(ctx context.Context, tx *db.Tx, run *db.Run, status string, stop *db.StopReason, pending *spec.Artifacts) (*spec.Report, error) {
 	r := &spec.Report{
 		Title:     reportTitle(status, run.Objective),
 		Objective: run.Objective,
@@ -138,9 +141,16 @@ func (e *Engine) buildReport(ctx context.Context, tx *db.Tx, run *db.Run, status
 	}
 	created := map[string]bool{}
 	updated := map[string]bool{}
+	var all []spec.Artifacts
 	for i := len(rows) - 1; i >= 0; i-- { // oldest first
 		var a spec.Artifacts
 		json.Unmarshal(rows[i].Artifacts, &a)
+		all = append(all, a)
+	}
+	if pending != nil {
+		all = append(all, *pending)
+	}
+	for _, a := range all {
 		for _, ref := range a.Created {
 			if key := ref.Type + ":" + ref.ID + ref.Path; !created[key] {
 				created[key] = true
@@ -213,7 +223,7 @@ func reportTitle(status, objective string) string {
 
 // narrate asks the executor's Narrator, if any, for the report narrative,
 // bounded in time. A failure leaves the report without one.
-func (e *Engine) narrate(ctx context.Context, it *iteration, d spec.Decision) (string, string) {
+func (e *Engine) narrate(ctx context.Context, it *iteration, d spec.Decision, res *spec.Result, m db.Metrics) (string, string) {
 	n, ok := e.executorFor(it.cfg).(Narrator)
 	if !ok {
 		return "", ""
@@ -230,8 +240,18 @@ func (e *Engine) narrate(ctx context.Context, it *iteration, d spec.Decision) (s
 		if err != nil {
 			return err
 		}
-		report, err = e.buildReport(ctx, tx, run, status, &db.StopReason{Type: orDefault(d.StopReason, StopCompleted), Detail: joinReasons(d.Reasons)})
-		return err
+		report, err = e.buildReport(ctx, tx, run, status, &db.StopReason{Type: orDefault(d.StopReason, StopCompleted), Detail: joinReasons(d.Reasons)}, &res.Artifacts)
+		if err != nil {
+			return err
+		}
+		// The ending iteration is not stored yet; its usage already is
+		// (recorded call by call).
+		rm := &report.Metrics
+		rm.Iterations += m.Iterations
+		rm.ToolCalls += m.ToolCallsTotal
+		rm.RunningMS += m.RunningMS
+		rm.FalseCompletionsBlocked += m.FalseCompletionsBlocked
+		return nil
 	})
 	if err != nil {
 		return "", "could not build the report: " + err.Error()

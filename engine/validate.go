@@ -66,6 +66,13 @@ func (e *Engine) validateConfig(ctx context.Context, user *db.User, cfg *spec.Co
 	if len(cfg.Completion.Token) > 200 {
 		return db.FieldError("completion.token", "Completion token is too long.")
 	}
+	// The executor speaks first: "command runs are not enabled" or "only
+	// admins" say more than a refused check would.
+	if v, ok := x.(ConfigValidator); ok {
+		if err := v.ValidateConfig(ctx, user, cfg); err != nil {
+			return err
+		}
+	}
 	// Command checks run programs on the server: only where command runs may,
 	// in the run's work directory.
 	hasWorkdir := cfg.Agent != nil && cfg.Agent.Workdir != ""
@@ -81,11 +88,6 @@ func (e *Engine) validateConfig(ctx context.Context, user *db.User, cfg *spec.Co
 	}
 	if cfg.Agent != nil && cfg.Executor == spec.ExecutorLLM {
 		return db.FieldError("agent", "agent is only used by command runs.")
-	}
-	if v, ok := x.(ConfigValidator); ok {
-		if err := v.ValidateConfig(ctx, user, cfg); err != nil {
-			return err
-		}
 	}
 	return nil
 }

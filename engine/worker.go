@@ -121,7 +121,21 @@ func (e *Engine) iterate(ctx context.Context, args IterateArgs) error {
 
 	var checkResults []spec.CheckResult
 	if !canceled && len(it.cfg.Completion.Checks) > 0 {
-		checkResults = checks.Run(context.WithoutCancel(ctx), it.cfg.Completion.Checks, e.checkEnv(it, res))
+		// Checks outlive a shutdown (their outcome is recorded) but not a
+		// cancel of the run: that kills a running command check at once.
+		checkCtx, stopChecks := context.WithCancelCause(context.WithoutCancel(ctx))
+		stopAfter := context.AfterFunc(iterCtx, func() {
+			if errors.Is(context.Cause(iterCtx), errRunCanceled) {
+				stopChecks(errRunCanceled)
+			}
+		})
+		checkResults = checks.Run(checkCtx, it.cfg.Completion.Checks, e.checkEnv(it, res))
+		stopAfter()
+		stopChecks(nil)
+		if errors.Is(context.Cause(iterCtx), errRunCanceled) {
+			canceled = true
+			res.Error = "canceled by the user"
+		}
 	}
 	sig := computeSignals(res, checkResults)
 	metricsBefore, err := e.iterationMetrics(ctx, it, res, start)
@@ -142,8 +156,12 @@ func (e *Engine) iterate(ctx context.Context, args IterateArgs) error {
 	}
 
 	var narrative, narrativeErr string
-	if ending(decision) && !canceled {
-		narrative, narrativeErr = e.narrate(ctx, it, decision)
+	switch {
+	case ending(decision) && res.Fatal != nil:
+		// The endpoint refused the run; asking it for a summary would fail too.
+		narrativeErr = "No summary was written: " + res.Fatal.Detail
+	case ending(decision) && !canceled:
+		narrative, narrativeErr = e.narrate(ctx, it, decision, res, metricsBefore)
 	}
 
 	// Final writes survive cancellation of the job context.
@@ -156,11 +174,9 @@ func (e *Engine) iterate(ctx context.Context, args IterateArgs) error {
 	if canceled {
 		status = db.IterCanceled
 	}
-	err = e.finishIteration(wctx, it, res, checkResults, sig, decision, metricsBefore, status, narrative, narrativeErr)
-	if err != nil {
-		return err
-	}
-	e.metrics.iterationDuration.Observe(e.now().Sub(start).Seconds())
+	// The executor's own memory of the iteration (progress.txt, a git
+	// commit) is written before the outcome commits: committing enqueues the
+	// next iteration, which must see it and must not race the commit.
 	if !canceled {
 		if obs, ok := e.executorFor(it.cfg).(GateObserver); ok {
 			if err := obs.AfterGate(wctx, it.input, res, checkResults, decision); err != nil {
@@ -168,6 +184,11 @@ func (e *Engine) iterate(ctx context.Context, args IterateArgs) error {
 			}
 		}
 	}
+	err = e.finishIteration(wctx, it, res, checkResults, sig, decision, metricsBefore, status, narrative, narrativeErr)
+	if err != nil {
+		return err
+	}
+	e.metrics.iterationDuration.Observe(e.now().Sub(start).Seconds())
 	return nil
 }
 

@@ -1,17 +1,169 @@
 package handlers
 
 import (
+	"errors"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
 	"github.com/gofiber/fiber/v2"
 
+	"homework/db"
 	"homework/views"
 )
 
-// pageRoutes registers the HTML pages.
+// renderMarkdown is the shared document renderer; goldmark and bluemonday
+// are safe for concurrent use once built.
+var renderMarkdown = sync.OnceValue(newMarkdown)
+
+// pageRoutes registers the HTML pages. Every page but /login and /setup
+// needs a signed-in session; POSTs need its CSRF token.
 func (s *Server) pageRoutes(app *fiber.App) {
-	app.Get("/", func(c *fiber.Ctx) error {
-		if err := s.authenticate(c); err != nil {
-			c.Locals(localUser, nil)
+	s.sessionRoutes(app)
+	auth := s.requirePageUser
+	app.Get("/", auth, s.runList)
+	app.Get("/runs/fragment", auth, s.noStore, s.runListFragment)
+	app.Get("/runs/new", auth, s.composer)
+	app.Post("/runs", auth, s.createRun)
+	app.Get("/runs/:id", auth, s.runPage)
+	app.Get("/runs/:id/live", auth, s.noStore, s.runLive)
+	app.Get("/runs/:id/controls", auth, s.noStore, s.runControls)
+	app.Get("/runs/:id/modal", auth, s.noStore, s.runModal)
+	app.Get("/runs/:id/stream", auth, s.noStore, s.runStream)
+	app.Get("/runs/:id/documents/:doc", auth, s.documentPage)
+	app.Post("/runs/:id/cancel", auth, s.cancelRun)
+	app.Post("/runs/:id/continue", auth, s.continueRun)
+	app.Post("/runs/:id/respond", auth, s.respondRun)
+	app.Post("/runs/:id/message", auth, s.messageRun)
+	app.Get("/notifications", auth, s.notifications)
+	app.Get("/notifications/count", auth, s.noStore, s.unreadCount)
+	app.Post("/notifications/read-all", auth, s.readAllNotifications)
+	app.Post("/notifications/:nid/read", auth, s.readNotification)
+	app.Get("/reports", auth, s.reports)
+}
+
+// noStore keeps live fragments out of caches.
+func (s *Server) noStore(c *fiber.Ctx) error {
+	c.Set(fiber.HeaderCacheControl, "no-store")
+	return c.Next()
+}
+
+// pageError renders err as a readable error page with its status; internal
+// errors are logged and shown generically.
+func (s *Server) pageError(c *fiber.Ctx, err error) error {
+	var fe *fiber.Error
+	if errors.As(err, &fe) {
+		return s.renderError(c, fe.Code, fe.Message)
+	}
+	if db.ErrorCode(err) == db.EINTERNAL {
+		s.log.Error("page error", "method", c.Method(), "path", c.Path(), "err", err)
+	}
+	return s.renderError(c, HTTPStatus(err), db.ErrorMessage(err))
+}
+
+// runListData loads the run list for the request's filter and cursor.
+func (s *Server) runListData(c *fiber.Ctx) (views.RunListData, error) {
+	u := userOf(c)
+	ctx := c.UserContext()
+	d := views.RunListData{Page: s.page(c, "Runs"), MaxRunning: s.opts.MaxRunsPerUser, Cursor: c.Query("cursor")}
+	if st := c.Query("status"); slices.Contains(db.Statuses, st) {
+		d.Status = st
+	}
+	page, err := s.db.ListRuns(ctx, u.ID, db.RunFilter{Status: d.Status, Cursor: d.Cursor, Limit: 25})
+	if err != nil {
+		return d, err
+	}
+	d.Runs, d.NextCursor = page.Runs, page.NextCursor
+	if d.Counts, err = s.db.CountRunsByStatus(ctx, u.ID); err != nil {
+		return d, err
+	}
+	d.Running, d.Queued = d.Counts[db.StatusRunning], d.Counts[db.StatusQueued]
+	return d, nil
+}
+
+func (s *Server) runList(c *fiber.Ctx) error {
+	d, err := s.runListData(c)
+	if err != nil {
+		return s.pageError(c, err)
+	}
+	d.Flash = flashText(c.Query("done"))
+	return s.render(c, fiber.StatusOK, views.RunList(d))
+}
+
+func (s *Server) runListFragment(c *fiber.Ctx) error {
+	d, err := s.runListData(c)
+	if err != nil {
+		return s.pageError(c, err)
+	}
+	return s.render(c, fiber.StatusOK, views.RunListFragment(d))
+}
+
+func (s *Server) unreadCount(c *fiber.Ctx) error {
+	n, err := s.db.CountUnread(c.UserContext(), userOf(c).ID)
+	if err != nil {
+		return s.pageError(c, err)
+	}
+	return s.render(c, fiber.StatusOK, views.UnreadCount(n))
+}
+
+func (s *Server) notifications(c *fiber.Ctx) error {
+	u := userOf(c)
+	before, _ := strconv.ParseInt(c.Query("before"), 10, 64)
+	const limit = 50
+	items, err := s.db.ListNotifications(c.UserContext(), u.ID, before, limit)
+	if err != nil {
+		return s.pageError(c, err)
+	}
+	d := views.NotificationsData{Page: s.page(c, "Notifications"), Items: items}
+	if len(items) == limit {
+		d.Before = items[len(items)-1].ID
+	}
+	return s.render(c, fiber.StatusOK, views.Notifications(d))
+}
+
+func (s *Server) readNotification(c *fiber.Ctx) error {
+	id, err := strconv.ParseInt(c.Params("nid"), 10, 64)
+	if err != nil || id <= 0 {
+		return s.renderError(c, fiber.StatusNotFound, "Notification not found.")
+	}
+	if err := s.db.MarkNotificationRead(c.UserContext(), userOf(c).ID, id); err != nil {
+		return s.pageError(c, err)
+	}
+	return c.Redirect("/notifications", fiber.StatusSeeOther)
+}
+
+func (s *Server) readAllNotifications(c *fiber.Ctx) error {
+	if err := s.db.MarkNotificationRead(c.UserContext(), userOf(c).ID, 0); err != nil {
+		return s.pageError(c, err)
+	}
+	return c.Redirect("/notifications", fiber.StatusSeeOther)
+}
+
+func (s *Server) reports(c *fiber.Ctx) error {
+	page, err := s.db.ListReports(c.UserContext(), userOf(c).ID, c.Query("cursor"), 25)
+	if err != nil {
+		return s.pageError(c, err)
+	}
+	d := views.ReportsData{Page: s.page(c, "Reports"), NextCursor: page.NextCursor}
+	for _, r := range page.Runs {
+		title := reportOf(r).Title
+		if strings.TrimSpace(title) == "" {
+			title = r.Objective
 		}
-		return s.render(c, fiber.StatusOK, views.Home(s.page(c, "Runs")))
-	})
+		d.Rows = append(d.Rows, views.ReportRow{Run: r, Title: title})
+	}
+	return s.render(c, fiber.StatusOK, views.Reports(d))
+}
+
+// flashText returns the confirmation for a ?done= key; unknown keys show
+// nothing, so the query cannot inject text.
+func flashText(key string) string {
+	return map[string]string{
+		"canceled":  "Run canceled.",
+		"continued": "Run continued.",
+		"answered":  "Answer sent; the run resumes.",
+		"message":   "Message queued for the next iteration.",
+		"created":   "Run started. It works in the background; you get a notification when it is done.",
+	}[key]
 }

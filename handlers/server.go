@@ -47,6 +47,13 @@ type Options struct {
 	DefaultModel string
 	// CommandRunsEnabled tells pages whether command runs are allowed.
 	CommandRunsEnabled bool
+	// ScriptRunsEnabled tells the composer that the engine has the scripted
+	// test executor (spec.ExecutorScript); only then is its "script" field
+	// shown and honoured.
+	ScriptRunsEnabled bool
+	// MaxRunsPerUser is the engine's running-runs limit per user, shown on
+	// the run list; default 3 (the engine's default).
+	MaxRunsPerUser int
 }
 
 // Server is the HTTP server.
@@ -72,6 +79,9 @@ func New(opts Options) (*Server, error) {
 	}
 	if opts.BodyLimit <= 0 {
 		opts.BodyLimit = 1 << 20
+	}
+	if opts.MaxRunsPerUser <= 0 {
+		opts.MaxRunsPerUser = 3
 	}
 	if opts.Registry == nil {
 		opts.Registry = prometheus.NewRegistry()
@@ -169,6 +179,9 @@ func (s *Server) page(c *fiber.Ctx, title string) views.Page {
 		p.UserEmail = u.Email
 		if n, err := s.db.CountUnread(c.UserContext(), u.ID); err == nil {
 			p.Unread = n
+		}
+		if id, err := s.db.LastUserEventID(c.UserContext(), u.ID); err == nil {
+			p.FeedSince = id
 		}
 	}
 	if sess := sessionOf(c); sess != nil {

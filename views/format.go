@@ -2,7 +2,17 @@
 // never touches the database.
 package views
 
-import "strconv"
+import (
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"homework/db"
+	"homework/engine/spec"
+)
 
 func itoa(n int) string { return strconv.Itoa(n) }
 
@@ -28,4 +38,300 @@ func StatusTitle(status int) string {
 		return "Something went wrong on our side"
 	}
 	return "Error"
+}
+
+// iso formats t for a <time datetime> attribute.
+func iso(t time.Time) string { return t.UTC().Format(time.RFC3339) }
+
+// exact formats t for the title shown on hover (and without JavaScript).
+func exact(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05 UTC") }
+
+// Money formats a cost in US dollars.
+func Money(v float64) string {
+	switch {
+	case v == 0:
+		return "$0.00"
+	case v < 0.01:
+		return "$" + strconv.FormatFloat(v, 'f', 4, 64)
+	}
+	return "$" + strconv.FormatFloat(v, 'f', 2, 64)
+}
+
+// Count formats a large count compactly (12.3k, 4.5M).
+func Count(n int64) string {
+	switch {
+	case n >= 1_000_000:
+		return strconv.FormatFloat(float64(n)/1e6, 'f', 1, 64) + "M"
+	case n >= 10_000:
+		return strconv.FormatFloat(float64(n)/1e3, 'f', 1, 64) + "k"
+	}
+	return strconv.FormatInt(n, 10)
+}
+
+// Duration formats a duration for people (1h 5m, 4m 2s, 850ms).
+func Duration(d time.Duration) string {
+	switch {
+	case d <= 0:
+		return "0s"
+	case d < time.Second:
+		return strconv.FormatInt(d.Milliseconds(), 10) + "ms"
+	case d < time.Minute:
+		return strconv.FormatFloat(d.Seconds(), 'f', 1, 64) + "s"
+	case d < time.Hour:
+		return fmt.Sprintf("%dm %ds", int(d.Minutes()), int(d.Seconds())%60)
+	}
+	return fmt.Sprintf("%dh %dm", int(d.Hours()), int(d.Minutes())%60)
+}
+
+// StatusLabel returns the words shown for a run status. A stopped run whose
+// stop reason is no_progress or stuck is "Stalled".
+func StatusLabel(status, stopType string) string {
+	if isStalled(status, stopType) {
+		return "Stalled"
+	}
+	switch status {
+	case "queued":
+		return "Queued"
+	case "running":
+		return "Running"
+	case "waiting_on_user":
+		return "Waiting for you"
+	case "stopped":
+		return "Stopped"
+	case "completed":
+		return "Completed"
+	case "failed":
+		return "Failed"
+	case "canceled":
+		return "Canceled"
+	}
+	return status
+}
+
+// StatusClass returns the badge class for a run status.
+func StatusClass(status, stopType string) string {
+	if isStalled(status, stopType) {
+		return "stalled"
+	}
+	return status
+}
+
+func isStalled(status, stopType string) bool {
+	return status == "stopped" && (stopType == "no_progress" || stopType == "stuck")
+}
+
+// percentClass returns a CSS width class (w0, w5, ... w100) for used/limit.
+func percent(used, limit float64) int {
+	if limit <= 0 {
+		return 0
+	}
+	p := int(used / limit * 100)
+	return max(0, min(p, 100))
+}
+
+func i64(n int64) string { return strconv.FormatInt(n, 10) }
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return strconv.Itoa(n) + " " + many
+}
+
+// Humanize turns a snake_case reason into words.
+func Humanize(s string) string {
+	s = strings.ReplaceAll(s, "_", " ")
+	if s == "" {
+		return s
+	}
+	return strings.ToUpper(s[:1]) + s[1:]
+}
+
+func queryEscape(s string) string { return url.QueryEscape(s) }
+
+func filterURL(status string) string {
+	if status == "" {
+		return "/"
+	}
+	return "/?status=" + url.QueryEscape(status)
+}
+
+func cursorParam(status, cursor string) string {
+	sep := "?"
+	if status != "" {
+		sep = "&"
+	}
+	return sep + "cursor=" + url.QueryEscape(cursor)
+}
+
+func ariaCurrent(b bool) string {
+	if b {
+		return "page"
+	}
+	return "false"
+}
+
+// clip shortens s to at most n runes, with an ellipsis.
+func clip(s string, n int) string {
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	return string(r[:n-1]) + "…"
+}
+
+func stopType(r *db.Run) string {
+	if r.StopReason == nil {
+		return ""
+	}
+	return r.StopReason.Type
+}
+
+func modelPlaceholder(def string) string {
+	if def == "" {
+		return "server default"
+	}
+	return def + " (default)"
+}
+
+func waitingText(w *db.Waiting) string {
+	if w.Detail != "" {
+		return w.Detail
+	}
+	switch w.Reason {
+	case "needs_input":
+		return "the run needs your input to go on."
+	case "blocked":
+		return "the run is blocked."
+	case "approve_plan":
+		return "approve the plan (or steer it) to go on."
+	case "turn_ended":
+		return "the iteration is done; reply to run the next one."
+	}
+	return Humanize(w.Reason)
+}
+
+func stopHeading(status string) string {
+	switch status {
+	case "completed":
+		return "Completed"
+	case "failed":
+		return "Failed"
+	case "canceled":
+		return "Canceled"
+	}
+	return "Stopped"
+}
+
+func taskMark(status string) string {
+	switch status {
+	case "done":
+		return "☑"
+	case "blocked":
+		return "☒"
+	}
+	return "☐"
+}
+
+func checkMark(ok bool) string {
+	if ok {
+		return "✓"
+	}
+	return "✗"
+}
+
+func passText(ok bool) string {
+	if ok {
+		return "passed"
+	}
+	return "failed"
+}
+
+func whyLabel(decision string) string {
+	switch decision {
+	case "continue":
+		return "Why we continued"
+	case "complete":
+		return "Why we stopped: complete"
+	case "wait":
+		return "Why we waited for you"
+	case "fail":
+		return "Why the run failed"
+	}
+	return "Why we stopped"
+}
+
+func refTitle(r spec.Ref) string {
+	switch {
+	case r.Title != "":
+		return r.Title
+	case r.Path != "":
+		return r.Path
+	}
+	return r.ID
+}
+
+func docTitle(d *db.Document) string {
+	switch {
+	case d.Title != "":
+		return d.Title
+	case d.Path != "":
+		return d.Path
+	}
+	return "Workspace"
+}
+
+func docPath(d *db.Document) string {
+	if d.Path == "" {
+		return "/"
+	}
+	return d.Path
+}
+
+func budgetPlaceholder(cfg *spec.Config, which string) string {
+	if cfg == nil {
+		return ""
+	}
+	b := cfg.Budgets
+	switch which {
+	case "iterations":
+		if b.MaxIterations > 0 {
+			return "now " + itoa(b.MaxIterations)
+		}
+	case "minutes":
+		if b.MaxRunningMS > 0 {
+			return "now " + strconv.FormatInt(b.MaxRunningMS/60000, 10)
+		}
+	case "cost":
+		if b.MaxCostUSD > 0 {
+			return "now " + strconv.FormatFloat(b.MaxCostUSD, 'f', 2, 64)
+		}
+	case "tokens":
+		if b.MaxTotalTokens > 0 {
+			return "now " + strconv.FormatInt(b.MaxTotalTokens, 10)
+		}
+	}
+	return ""
+}
+
+// eventDetail is a one-line view of an event's data.
+func eventDetail(e *db.Event) string {
+	var m map[string]any
+	if err := json.Unmarshal(e.Data, &m); err != nil || len(m) == 0 {
+		return ""
+	}
+	for _, k := range []string{"summary", "tool", "path", "title", "decision", "model", "body", "detail"} {
+		if v, ok := m[k]; ok {
+			return clip(fmt.Sprint(v), 120)
+		}
+	}
+	return clip(string(e.Data), 120)
+}
+
+// safeAction keeps a notification's action URL on this site.
+func safeAction(u string) string {
+	if strings.HasPrefix(u, "/") && !strings.HasPrefix(u, "//") {
+		return u
+	}
+	return "/notifications"
 }

@@ -78,7 +78,8 @@ func (m *Main) Run(ctx context.Context) error {
 	m.Server, err = handlers.New(handlers.Options{
 		DB: m.DB, Engine: m.Engine, Logger: m.Logger, Version: version, Registry: reg,
 		InsecureCookies: cfg.InsecureCookies, LLMConfigured: llmConfigured, DefaultModel: cfg.LLMModel,
-		CommandRunsEnabled: cfg.AllowCommandRuns != "",
+		CommandRunsEnabled: cfg.AllowCommandRuns != "", MaxRunsPerUser: cfg.MaxRunsPerUser,
+		ScriptRunsEnabled: cfg.ScriptExecutor,
 	})
 	if err != nil {
 		return err
@@ -152,6 +153,11 @@ func (m *Main) Close() error {
 			ctx, cancel := context.WithTimeout(context.Background(), timeout/2)
 			errs = append(errs, m.Server.Shutdown(ctx))
 			cancel()
+			if m.ln != nil {
+				// Shutdown only closes listeners Serve has registered; a
+				// Serve goroutine that has not run yet must still stop.
+				m.ln.Close()
+			}
 			if m.serveDone != nil {
 				<-m.serveDone
 			}

@@ -1,6 +1,7 @@
 // Homework's small page helpers. Live parts use htmx and its SSE extension;
-// this file only formats times relative to now, with the exact time kept
-// in the element's title.
+// this file only formats times relative to now (with the exact time kept in
+// the element's title) and opens <dialog>s from buttons with
+// data-open-dialog="ID" (the CSP allows no inline handlers).
 (function () {
   "use strict";
   function rel(t) {
@@ -28,4 +29,32 @@
   document.addEventListener("DOMContentLoaded", function () { update(); });
   document.addEventListener("htmx:afterSwap", function (e) { update(e.target); });
   setInterval(update, 30000);
+  // Event streams. The SSE extension opens them through
+  // htmx.createEventSource; keep them so that leaving the page closes them.
+  // Otherwise the back/forward cache keeps a left page, and its streams,
+  // alive, and a few pages later the browser's six connections per host are
+  // all held by streams and the next page waits.
+  var sources = [];
+  if (window.htmx) {
+    htmx.createEventSource = function (url) {
+      sources = sources.filter(function (s) { return s.readyState !== 2; });
+      var es = new EventSource(url, { withCredentials: true });
+      sources.push(es);
+      return es;
+    };
+  }
+  window.addEventListener("pagehide", function () {
+    sources.forEach(function (s) { s.close(); });
+    sources = [];
+  });
+  // A page restored from that cache has no streams: load it afresh.
+  window.addEventListener("pageshow", function (e) {
+    if (e.persisted && document.querySelector("[sse-connect]")) location.reload();
+  });
+  document.addEventListener("click", function (e) {
+    var b = e.target.closest ? e.target.closest("[data-open-dialog]") : null;
+    if (!b) return;
+    var d = document.getElementById(b.getAttribute("data-open-dialog"));
+    if (d && typeof d.showModal === "function" && !d.open) d.showModal();
+  });
 })();

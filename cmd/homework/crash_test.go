@@ -1,0 +1,343 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"homework/db"
+)
+
+// binary builds the homework binary once per test process.
+var binary = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "homework-bin")
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, "homework")
+	out, err := exec.Command("go", "build", "-o", path, ".").CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("go build: %v\n%s", err, out)
+	}
+	return path, nil
+})
+
+// server is a homework server running as a separate process.
+type server struct {
+	cmd  *exec.Cmd
+	base string
+	done chan struct{}
+	logs *bytes.Buffer
+	mu   *sync.Mutex
+}
+
+var listenRE = regexp.MustCompile(`msg="homework listening" addr=(http://\S+)`)
+
+// startServer starts `homework serve` on dbPath and waits until it listens.
+func startServer(t testing.TB, bin, dbPath string, extra ...string) *server {
+	t.Helper()
+	args := append([]string{"serve", "--addr", "127.0.0.1:0", "--db", dbPath, "--script-executor", "--lease-ttl", "3s"}, extra...)
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), "HOMEWORK_LLM_BASE_URL=", "HOMEWORK_LLM_API_KEY=", "OPENAI_BASE_URL=", "OPENAI_API_KEY=")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	s := &server{cmd: cmd, done: make(chan struct{}), logs: &bytes.Buffer{}, mu: &sync.Mutex{}}
+	addr := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			line := sc.Text()
+			s.mu.Lock()
+			s.logs.WriteString(line + "\n")
+			s.mu.Unlock()
+			if m := listenRE.FindStringSubmatch(line); m != nil {
+				addr <- m[1]
+			}
+		}
+	}()
+	go func() { cmd.Wait(); close(s.done) }()
+	t.Cleanup(func() { s.kill() })
+	select {
+	case s.base = <-addr:
+	case <-s.done:
+		t.Fatalf("server exited before listening:\n%s", s.log())
+	case <-time.After(30 * time.Second):
+		t.Fatalf("server did not listen:\n%s", s.log())
+	}
+	return s
+}
+
+func (s *server) log() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.logs.String()
+}
+
+func (s *server) kill() {
+	if s.cmd.Process != nil {
+		s.cmd.Process.Signal(syscall.SIGKILL)
+		<-s.done
+	}
+}
+
+func (s *server) api(t testing.TB, token, method, path string, body any, out any) int {
+	t.Helper()
+	var r io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		r = bytes.NewReader(b)
+	}
+	req, _ := http.NewRequest(method, s.base+path, r)
+	req.Header.Set("Authorization", "Bearer "+token)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if out != nil {
+		if err := json.Unmarshal(b, out); err != nil {
+			t.Fatalf("%s %s: %d %s: %v", method, path, resp.StatusCode, b, err)
+		}
+	}
+	return resp.StatusCode
+}
+
+func userAndToken(t testing.TB, bin, dbPath string) string {
+	t.Helper()
+	add := exec.Command(bin, "user", "add", "--email", "crash@example.com", "--db", dbPath)
+	add.Stdin = strings.NewReader("crash-test-password\n")
+	if out, err := add.CombinedOutput(); err != nil {
+		t.Fatalf("user add: %v %s", err, out)
+	}
+	out, err := exec.Command(bin, "token", "create", "--email", "crash@example.com", "--db", dbPath).Output()
+	if err != nil {
+		t.Fatalf("token create: %v", err)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// slowScript is a run of n iterations of ms each, completing at the last.
+func slowScript(n int, ms int64) map[string]any {
+	var steps []map[string]any
+	for i := 1; i < n; i++ {
+		steps = append(steps, map[string]any{"sleep_ms": ms, "summary": fmt.Sprint("step ", i), "tool_calls": 1,
+			"status": map[string]any{"progress_summary": "working", "remaining_work": []string{"more"}},
+			"llm":    []map[string]any{{"Role": "planner", "Model": "m", "PromptTokens": 10, "CompletionTokens": 5, "CostUSD": 0.001, "Priced": true}}})
+	}
+	steps = append(steps, map[string]any{"sleep_ms": ms, "summary": "done", "status": map[string]any{"exit_signal": true, "completion_evidence": []string{"finished"}}})
+	return map[string]any{"steps": steps}
+}
+
+func TestCrashRecoveryAfterSIGKILL(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the real binary")
+	}
+	bin, err := binary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dbPath := filepath.Join(t.TempDir(), "crash.db")
+	first := startServer(t, bin, dbPath)
+	token := userAndToken(t, bin, dbPath)
+
+	var ids []string
+	for i := 0; i < 3; i++ {
+		var created struct{ RunID string `json:"run_id"` }
+		code := first.api(t, token, "POST", "/api/runs", map[string]any{
+			"objective": fmt.Sprint("crash run ", i), "executor": "script", "script": slowScript(5, 400),
+		}, &created)
+		if code != 201 || created.RunID == "" {
+			t.Fatalf("create run: %d", code)
+		}
+		ids = append(ids, created.RunID)
+	}
+	// Kill the server in the middle of the second iteration of the first run.
+	d, err := db.Open(context.Background(), db.Options{Path: dbPath})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		evs, _ := d.ListRunEvents(context.Background(), 1, ids[0], 0, 1000)
+		started := 0
+		for _, e := range evs {
+			if e.Type == "iteration_started" {
+				started++
+			}
+		}
+		if started >= 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the run never reached its second iteration:\n%s", first.log())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	first.kill()
+
+	second := startServer(t, bin, dbPath)
+	for _, id := range ids {
+		waitRunStatus(t, second, token, id, "completed")
+	}
+	for _, id := range ids {
+		var page struct {
+			Events []struct {
+				Seq  int64           `json:"seq"`
+				Type string          `json:"type"`
+				Data json.RawMessage `json:"data"`
+			} `json:"events"`
+		}
+		if code := second.api(t, token, "GET", "/api/runs/"+id+"/events?limit=1000", nil, &page); code != 200 {
+			t.Fatalf("events: %d", code)
+		}
+		interrupted := 0
+		for i, e := range page.Events {
+			if e.Seq != int64(i+1) {
+				t.Fatalf("run %s: event %d has seq %d (not gap-free)", id, i+1, e.Seq)
+			}
+			if e.Type == "iteration_completed" && strings.Contains(string(e.Data), `"interrupted"`) {
+				interrupted++
+			}
+		}
+		var run struct {
+			Metrics struct {
+				Iterations  int     `json:"iterations"`
+				TokensTotal int64   `json:"tokens_total"`
+				Cost        float64 `json:"cost_total_usd"`
+				ToolCalls   int     `json:"tool_calls_total"`
+				RunningMS   int64   `json:"running_ms"`
+			} `json:"metrics"`
+			Iterations []struct {
+				Iteration int    `json:"iteration"`
+				Status    string `json:"status"`
+				Metrics   struct {
+					Iterations  int     `json:"iterations"`
+					TokensTotal int64   `json:"tokens_total"`
+					Cost        float64 `json:"cost_total_usd"`
+					ToolCalls   int     `json:"tool_calls_total"`
+					RunningMS   int64   `json:"running_ms"`
+				} `json:"metrics"`
+			} `json:"iterations"`
+		}
+		if code := second.api(t, token, "GET", "/api/runs/"+id+"?include=iterations", nil, &run); code != 200 {
+			t.Fatalf("run: %d", code)
+		}
+		seen := map[int]bool{}
+		var iters, tokens, tools int64
+		var running int64
+		var cost float64
+		for _, it := range run.Iterations {
+			if seen[it.Iteration] {
+				t.Fatalf("iteration %d recorded twice", it.Iteration)
+			}
+			seen[it.Iteration] = true
+			if it.Status != "succeeded" {
+				t.Fatalf("iteration %d ended %s", it.Iteration, it.Status)
+			}
+			iters += int64(it.Metrics.Iterations)
+			tokens += it.Metrics.TokensTotal
+			tools += int64(it.Metrics.ToolCalls)
+			running += it.Metrics.RunningMS
+			cost += it.Metrics.Cost
+		}
+		if len(run.Iterations) != 5 || run.Metrics.Iterations != 5 || iters != 5 || run.Metrics.TokensTotal != tokens ||
+			int64(run.Metrics.ToolCalls) != tools || run.Metrics.RunningMS != running || !closeTo(run.Metrics.Cost, cost) {
+			t.Fatalf("run %s metrics %+v do not add up over %d iterations", id, run.Metrics, len(run.Iterations))
+		}
+		if id == ids[0] && interrupted == 0 {
+			t.Fatalf("the killed iteration was not recorded as interrupted")
+		}
+	}
+}
+
+func closeTo(a, b float64) bool { return a-b < 1e-9 && b-a < 1e-9 }
+
+func waitRunStatus(t testing.TB, s *server, token, id, status string) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		var run struct {
+			Status string `json:"status"`
+		}
+		s.api(t, token, "GET", "/api/runs/"+id, nil, &run)
+		if run.Status == status {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("run %s is %s, want %s:\n%s", id, run.Status, status, s.log())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// BenchmarkRestartToFirstResumedIteration measures the time from starting a
+// server after a SIGKILL with 20 runs in flight to the first resumed
+// iteration (target under 2 s).
+//
+//	go test ./cmd/homework -run '^$' -bench RestartToFirstResumed -benchtime 1x
+func BenchmarkRestartToFirstResumedIteration(b *testing.B) {
+	bin, err := binary()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for i := 0; i < b.N; i++ {
+		dbPath := filepath.Join(b.TempDir(), "bench.db")
+		first := startServer(b, bin, dbPath, "--max-runs-per-user", "20", "--workers", "20")
+		token := userAndToken(b, bin, dbPath)
+		for r := 0; r < 20; r++ {
+			if code := first.api(b, token, "POST", "/api/runs", map[string]any{"objective": fmt.Sprint("r", r), "executor": "script",
+				"script": slowScript(3, 5000)}, nil); code != 201 {
+				b.Fatalf("create: %d", code)
+			}
+		}
+		d, err := db.Open(context.Background(), db.Options{Path: dbPath})
+		if err != nil {
+			b.Fatal(err)
+		}
+		count := func(q string, args ...any) int {
+			var n int
+			d.Reader().QueryRow(q, args...).Scan(&n)
+			return n
+		}
+		for count(`SELECT COUNT(*) FROM iterations WHERE status = 'running'`) < 20 {
+			time.Sleep(10 * time.Millisecond)
+		}
+		first.kill()
+		b.StartTimer()
+		start := time.Now()
+		second := startServer(b, bin, dbPath, "--max-runs-per-user", "20", "--workers", "20")
+		for count(`SELECT COUNT(*) FROM events WHERE type = 'iteration_started' AND json_extract(data, '$.attempt') = 2`) == 0 {
+			time.Sleep(2 * time.Millisecond)
+		}
+		elapsed := time.Since(start)
+		b.StopTimer()
+		resumed := count(`SELECT COUNT(*) FROM events WHERE type = 'iteration_started' AND json_extract(data, '$.attempt') = 2`)
+		b.ReportMetric(elapsed.Seconds()*1000, "ms-to-first-resumed")
+		b.Logf("restart to first resumed iteration: %s (20 runs in flight; %d resumed so far)", elapsed, resumed)
+		second.kill()
+		d.Close()
+	}
+}

@@ -1,0 +1,277 @@
+package handlers
+
+import (
+	"encoding/json"
+	"errors"
+	"strconv"
+	"strings"
+
+	"github.com/gofiber/fiber/v2"
+
+	"homework/db"
+	"homework/engine"
+	"homework/engine/spec"
+	"homework/views"
+)
+
+// composerData returns the composer for form f.
+func (s *Server) composerData(c *fiber.Ctx, f views.ComposerForm) views.ComposerData {
+	u := userOf(c)
+	title := "New run"
+	if f.ParentRunID != "" {
+		title = "Ask a follow-up"
+	}
+	return views.ComposerData{
+		Page: s.page(c, title), Form: f, Errors: map[string]string{},
+		LLMConfigured: s.opts.LLMConfigured, DefaultModel: s.opts.DefaultModel,
+		CommandRuns: s.opts.CommandRunsEnabled && u.IsAdmin, ScriptRuns: s.opts.ScriptRunsEnabled,
+	}
+}
+
+func (s *Server) composer(c *fiber.Ctx) error {
+	f := views.ComposerForm{Mode: spec.ModeAuto, WriteMode: spec.WriteAutopilot}
+	var parent *db.Run
+	if id := c.Query("parent"); id != "" {
+		p, err := s.db.FindRun(c.UserContext(), userOf(c).ID, id)
+		if err != nil {
+			return s.pageError(c, err)
+		}
+		parent = p
+		f.ParentRunID = p.ID
+		if cfg, err := engine.RunConfig(p); err == nil {
+			f.Mode, f.Model, f.WriteMode = cfg.Mode, cfg.Model, cfg.Permissions.WriteMode
+		}
+	}
+	d := s.composerData(c, f)
+	d.Parent = parent
+	return s.render(c, fiber.StatusOK, views.Composer(d))
+}
+
+// composerForm reads the composer's fields.
+func composerForm(c *fiber.Ctx) views.ComposerForm {
+	v := func(k string) string { return strings.TrimSpace(c.FormValue(k)) }
+	return views.ComposerForm{
+		Objective: v("objective"), Mode: v("mode"), Model: v("model"), Executor: v("executor"),
+		MaxIterations: v("max_iterations"), MaxMinutes: v("max_minutes"), MaxCostUSD: v("max_cost_usd"), MaxTokens: v("max_tokens"),
+		WriteMode: v("write_mode"), Token: v("token"), CheckCommands: c.FormValue("check_commands"),
+		Pattern: v("pattern"), PatternTarget: v("pattern_target"), TasksAllDone: c.FormValue("tasks_all_done") != "",
+		DocExists: v("doc_exists"), NoProgress: v("no_progress"), RepeatedError: v("repeated_error"),
+		AgentArgv: v("agent_argv"), AgentWorkdir: v("agent_workdir"), ParentRunID: v("parent_run_id"), Script: v("script"),
+	}
+}
+
+// formErrors collects field errors while a form is parsed.
+type formErrors map[string]string
+
+func (fe formErrors) int(name, val string) int64 {
+	if val == "" {
+		return 0
+	}
+	n, err := strconv.ParseInt(val, 10, 64)
+	if err != nil || n < 0 {
+		fe[name] = "Enter a whole number, or leave it empty."
+		return 0
+	}
+	return n
+}
+
+func (fe formErrors) money(name, val string) float64 {
+	if val == "" {
+		return 0
+	}
+	f, err := strconv.ParseFloat(strings.TrimPrefix(val, "$"), 64)
+	if err != nil || f < 0 {
+		fe[name] = "Enter an amount in US dollars, such as 2.50, or leave it empty."
+		return 0
+	}
+	return f
+}
+
+// budgetsFromForm reads the budget fields shared by the composer and the
+// continue form.
+func budgetsFromForm(fe formErrors, iterations, minutes, cost, tokens string) spec.Budgets {
+	return spec.Budgets{
+		MaxIterations:  int(fe.int("max_iterations", iterations)),
+		MaxRunningMS:   fe.int("max_minutes", minutes) * 60_000,
+		MaxCostUSD:     fe.money("max_cost_usd", cost),
+		MaxTotalTokens: fe.int("max_tokens", tokens),
+	}
+}
+
+// configFromForm builds a run configuration from the composer's form.
+func (s *Server) configFromForm(u *db.User, f views.ComposerForm) (spec.Config, formErrors) {
+	fe := formErrors{}
+	cfg := spec.Config{
+		Objective: f.Objective, Mode: f.Mode, Model: f.Model, Executor: spec.ExecutorLLM,
+		Budgets:     budgetsFromForm(fe, f.MaxIterations, f.MaxMinutes, f.MaxCostUSD, f.MaxTokens),
+		Permissions: spec.Permissions{WriteMode: f.WriteMode},
+		Completion:  spec.Completion{Token: f.Token},
+		Breakers: spec.Breakers{
+			NoProgress:    int(fe.int("no_progress", f.NoProgress)),
+			RepeatedError: int(fe.int("repeated_error", f.RepeatedError)),
+		},
+		ParentRunID: f.ParentRunID,
+	}
+	switch {
+	case f.Script != "" && s.opts.ScriptRunsEnabled:
+		if !json.Valid([]byte(f.Script)) {
+			fe["script"] = "The test script must be JSON."
+		}
+		cfg.Executor, cfg.Script = spec.ExecutorScript, json.RawMessage(f.Script)
+	case f.Executor == spec.ExecutorCommand && s.opts.CommandRunsEnabled && u.IsAdmin:
+		cfg.Executor = spec.ExecutorCommand
+		argv, err := shellSplit(f.AgentArgv)
+		if err != nil {
+			fe["agent_argv"] = err.Error()
+		}
+		cfg.Agent = &spec.Agent{Argv: argv, Workdir: f.AgentWorkdir}
+	}
+	for i, line := range strings.Split(f.CheckCommands, "\n") {
+		if strings.TrimSpace(line) == "" {
+			continue
+		}
+		argv, err := shellSplit(line)
+		if err != nil {
+			fe["check_commands"] = "Line " + strconv.Itoa(i+1) + ": " + err.Error()
+			continue
+		}
+		cfg.Completion.Checks = append(cfg.Completion.Checks, spec.CheckSpec{Type: spec.CheckCommand, Name: strings.Join(argv, " "), Argv: argv})
+	}
+	if f.Pattern != "" {
+		target := f.PatternTarget
+		if target == "" {
+			target = "output"
+		}
+		cfg.Completion.Checks = append(cfg.Completion.Checks, spec.CheckSpec{Type: spec.CheckContentPattern, Name: "pattern " + f.Pattern, Pattern: f.Pattern, Target: target})
+	}
+	if f.DocExists != "" {
+		cfg.Completion.Checks = append(cfg.Completion.Checks, spec.CheckSpec{Type: spec.CheckDocumentExists, Name: f.DocExists + " exists", Path: f.DocExists})
+	}
+	if f.TasksAllDone {
+		cfg.Completion.Checks = append(cfg.Completion.Checks, spec.CheckSpec{Type: spec.CheckTasksAllDone, Name: "all tasks done"})
+	}
+	return cfg, fe
+}
+
+// formFields maps the engine's field names to the composer's inputs.
+var formFields = map[string]string{
+	"objective": "objective", "mode": "mode", "model": "model", "executor": "executor",
+	"permissions.write_mode": "write_mode", "budgets.max_iterations": "max_iterations",
+	"budgets.max_running_ms": "max_minutes", "budgets.max_cost_usd": "max_cost_usd",
+	"budgets.max_total_tokens": "max_tokens", "breakers.no_progress": "no_progress",
+	"breakers.repeated_error": "repeated_error", "completion.token": "token",
+	"agent": "agent_argv", "agent.argv": "agent_argv", "agent.workdir": "agent_workdir",
+	"script": "script", "parent_run_id": "parent_run_id",
+}
+
+// advancedFields are the inputs inside the composer's Advanced section.
+var advancedFields = map[string]bool{
+	"max_iterations": true, "max_minutes": true, "max_cost_usd": true, "max_tokens": true, "write_mode": true,
+	"checks": true, "check_commands": true, "pattern": true, "doc_exists": true, "token": true,
+	"no_progress": true, "repeated_error": true, "script": true,
+}
+
+func (s *Server) createRun(c *fiber.Ctx) error {
+	u := userOf(c)
+	f := composerForm(c)
+	cfg, fe := s.configFromForm(u, f)
+	var err error
+	var run *db.Run
+	if len(fe) == 0 {
+		run, err = s.engine.CreateRun(c.UserContext(), u, cfg)
+		if err == nil {
+			return c.Redirect("/runs/"+run.ID, fiber.StatusSeeOther)
+		}
+	}
+	d := s.composerData(c, f)
+	status := fiber.StatusBadRequest
+	if err != nil {
+		if code := db.ErrorCode(err); code == db.EINTERNAL {
+			return s.pageError(c, err)
+		}
+		status = HTTPStatus(err)
+		field := db.ErrorField(err)
+		name, ok := formFields[field]
+		if strings.HasPrefix(field, "completion.checks") {
+			name, ok = "checks", true
+		}
+		if name == "executor" && !d.CommandRuns {
+			ok = false
+		}
+		if ok {
+			fe[name] = db.ErrorMessage(err)
+		} else {
+			d.Error = db.ErrorMessage(err)
+		}
+	}
+	if f.ParentRunID != "" {
+		if p, err := s.db.FindRun(c.UserContext(), u.ID, f.ParentRunID); err == nil {
+			d.Parent = p
+		}
+	}
+	if msg, ok := fe["parent_run_id"]; ok && d.Parent == nil {
+		d.Error = msg // the field is only shown with its parent
+		delete(fe, "parent_run_id")
+	}
+	d.Errors = fe
+	if d.Error == "" {
+		d.Error = "Please correct the highlighted fields."
+	}
+	for name := range fe {
+		d.AdvancedOpen = d.AdvancedOpen || advancedFields[name]
+	}
+	return s.render(c, status, views.Composer(d))
+}
+
+// shellSplit splits a command line into words the way a POSIX shell would
+// for plain words, single and double quotes and backslash escapes. It does
+// not expand anything.
+func shellSplit(s string) ([]string, error) {
+	var out []string
+	var cur strings.Builder
+	inWord := false
+	var quote rune
+	escaped := false
+	for _, r := range s {
+		switch {
+		case escaped:
+			cur.WriteRune(r)
+			escaped = false
+		case quote == '\'':
+			if r == '\'' {
+				quote = 0
+			} else {
+				cur.WriteRune(r)
+			}
+		case r == '\\':
+			escaped, inWord = true, true
+		case quote == '"':
+			if r == '"' {
+				quote = 0
+			} else {
+				cur.WriteRune(r)
+			}
+		case r == '\'' || r == '"':
+			quote, inWord = r, true
+		case r == ' ' || r == '\t' || r == '\n' || r == '\r':
+			if inWord {
+				out = append(out, cur.String())
+				cur.Reset()
+				inWord = false
+			}
+		default:
+			cur.WriteRune(r)
+			inWord = true
+		}
+	}
+	if quote != 0 {
+		return nil, errors.New("unterminated quote")
+	}
+	if escaped {
+		return nil, errors.New("trailing backslash")
+	}
+	if inWord {
+		out = append(out, cur.String())
+	}
+	return out, nil
+}

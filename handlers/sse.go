@@ -1,0 +1,439 @@
+package handlers
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+
+	"homework/db"
+	"homework/engine"
+)
+
+// Server-sent event streams.
+//
+// Each message is
+//
+//	id: <cursor>
+//	event: <type>
+//	data: <one-line JSON: the event as EventJSON>
+//
+// where the cursor is the event's seq on a run stream and its global id on
+// the user feed. A stream starts after the cursor given by Last-Event-ID, or
+// else the since_seq (since_id) query parameter, or else 0. It subscribes to
+// the bus first, then replays from the database everything after the
+// cursor, then sends live events, skipping any already sent, so there is no
+// gap and no duplicate however events are appended during the switch. A
+// subscription the bus drops for falling behind is replaced by a new one and
+// a replay from the last event sent. A comment (": ping") every heartbeat
+// keeps proxies from closing idle streams and is how a gone client is
+// noticed (its flush fails).
+
+const (
+	// sseBuffer is the bus buffer of one stream. A stream that falls
+	// further behind is dropped by the bus and catches up from the
+	// database.
+	sseBuffer = 256
+	// sseReplayPage is how many events one replay query reads.
+	sseReplayPage = 1000
+)
+
+// streamSource describes one event stream.
+type streamSource struct {
+	// subscribe subscribes to the stream's live events.
+	subscribe func() *engine.Subscription
+	// replay reads up to limit events after the cursor from the database.
+	replay func(ctx context.Context, after int64, limit int) ([]*db.Event, error)
+	// key is the event's cursor value (seq or global id).
+	key func(*db.Event) int64
+	// run streams are gap-free by seq and end after the run's terminal
+	// event; the user feed never ends by itself.
+	run bool
+	// finished is set when the run was already over at connect time: the
+	// stream replays what is left and ends without subscribing.
+	finished bool
+}
+
+func wantsEventStream(c *fiber.Ctx) bool {
+	return strings.Contains(c.Get(fiber.HeaderAccept), "text/event-stream")
+}
+
+// streamCursor returns the stream's starting cursor: Last-Event-ID when
+// sent (a non-negative integer), else the query parameter param, else 0.
+func streamCursor(c *fiber.Ctx, param string) (int64, error) {
+	if h := strings.TrimSpace(c.Get("Last-Event-ID")); h != "" {
+		n, err := strconv.ParseInt(h, 10, 64)
+		if err != nil || n < 0 {
+			return 0, db.FieldError("Last-Event-ID", "Last-Event-ID must be a non-negative whole number.")
+		}
+		return n, nil
+	}
+	return queryInt(c, param, 0, 0, math.MaxInt64)
+}
+
+// apiRunEvents handles GET /api/runs/{id}/events: an SSE stream when the
+// client accepts text/event-stream, else a JSON page of events.
+func (s *Server) apiRunEvents(c *fiber.Ctx) error {
+	u := userOf(c)
+	runID := strings.Clone(c.Params("id"))
+	if !wantsEventStream(c) {
+		return s.runEventsPage(c, u.ID, runID)
+	}
+	cursor, err := streamCursor(c, "since_seq")
+	if err != nil {
+		return s.jsonError(c, err)
+	}
+	ctx := c.UserContext()
+	run, err := s.db.FindRun(ctx, u.ID, runID)
+	if err != nil {
+		return s.jsonError(c, err)
+	}
+	src := &streamSource{
+		subscribe: func() *engine.Subscription { return s.engine.Bus().SubscribeRun(runID, sseBuffer) },
+		replay: func(ctx context.Context, after int64, limit int) ([]*db.Event, error) {
+			return s.db.ListRunEvents(ctx, u.ID, runID, after, limit)
+		},
+		key:      func(e *db.Event) int64 { return e.Seq },
+		run:      true,
+		finished: db.IsTerminalStatus(run.Status),
+	}
+	if src.finished {
+		// 204 tells an EventSource that there is nothing more, ever, so it
+		// stops reconnecting.
+		evs, err := s.db.ListRunEvents(ctx, u.ID, runID, cursor, 1)
+		if err != nil {
+			return s.jsonError(c, err)
+		}
+		if len(evs) == 0 {
+			return c.SendStatus(fiber.StatusNoContent)
+		}
+	}
+	return s.startStream(c, src, cursor)
+}
+
+// apiUserEvents handles GET /api/events: every event of the caller's runs,
+// with the global event id as cursor. As SSE it never ends by itself.
+func (s *Server) apiUserEvents(c *fiber.Ctx) error {
+	u := userOf(c)
+	userID := u.ID
+	if !wantsEventStream(c) {
+		return s.userEventsPage(c, userID)
+	}
+	param := "since_id"
+	if c.Query("since_id") == "" && c.Query("since_seq") != "" {
+		param = "since_seq"
+	}
+	cursor, err := streamCursor(c, param)
+	if err != nil {
+		return s.jsonError(c, err)
+	}
+	src := &streamSource{
+		subscribe: func() *engine.Subscription { return s.engine.Bus().SubscribeUser(userID, sseBuffer) },
+		replay: func(ctx context.Context, after int64, limit int) ([]*db.Event, error) {
+			return s.db.ListUserEvents(ctx, userID, after, limit)
+		},
+		key: func(e *db.Event) int64 { return e.ID },
+	}
+	return s.startStream(c, src, cursor)
+}
+
+// runEventsPage answers GET /api/runs/{id}/events as JSON:
+// ?since_seq=N&limit=M (1..1000, default 100).
+func (s *Server) runEventsPage(c *fiber.Ctx, userID int64, runID string) error {
+	since, err := queryInt(c, "since_seq", 0, 0, math.MaxInt64)
+	if err != nil {
+		return s.jsonError(c, err)
+	}
+	limit, err := queryInt(c, "limit", 100, 1, 1000)
+	if err != nil {
+		return s.jsonError(c, err)
+	}
+	evs, err := s.db.ListRunEvents(c.UserContext(), userID, runID, since, int(limit)+1)
+	if err != nil {
+		return s.jsonError(c, err)
+	}
+	page := EventPage{NextSinceSeq: since}
+	if len(evs) > int(limit) {
+		evs, page.HasMore = evs[:limit], true
+	}
+	page.Events = make([]EventJSON, 0, len(evs))
+	for _, e := range evs {
+		page.Events = append(page.Events, eventJSON(e))
+		page.NextSinceSeq = e.Seq
+	}
+	return c.JSON(page)
+}
+
+// userEventsPage answers GET /api/events as JSON: ?since_id=N&limit=M.
+func (s *Server) userEventsPage(c *fiber.Ctx, userID int64) error {
+	since, err := queryInt(c, "since_id", 0, 0, math.MaxInt64)
+	if err != nil {
+		return s.jsonError(c, err)
+	}
+	limit, err := queryInt(c, "limit", 100, 1, 1000)
+	if err != nil {
+		return s.jsonError(c, err)
+	}
+	evs, err := s.db.ListUserEvents(c.UserContext(), userID, since, int(limit)+1)
+	if err != nil {
+		return s.jsonError(c, err)
+	}
+	page := UserEventPage{NextSinceID: since}
+	if len(evs) > int(limit) {
+		evs, page.HasMore = evs[:limit], true
+	}
+	page.Events = make([]EventJSON, 0, len(evs))
+	for _, e := range evs {
+		page.Events = append(page.Events, eventJSON(e))
+		page.NextSinceID = e.ID
+	}
+	return c.JSON(page)
+}
+
+// startStream answers with the SSE headers and hands the connection to a
+// stream writer. Everything the writer needs has been copied out of c: the
+// Fiber context is recycled as soon as this handler returns.
+func (s *Server) startStream(c *fiber.Ctx, src *streamSource, cursor int64) error {
+	c.Set(fiber.HeaderContentType, "text/event-stream")
+	c.Set(fiber.HeaderCacheControl, "no-cache")
+	c.Set(fiber.HeaderConnection, "keep-alive")
+	c.Set("X-Accel-Buffering", "no")
+	c.Status(fiber.StatusOK)
+	c.Context().SetBodyStreamWriter(func(w *bufio.Writer) {
+		st := &streamer{s: s, w: w, src: src, last: cursor}
+		st.run()
+	})
+	return nil
+}
+
+// streamer writes one SSE stream. It runs on the goroutine fasthttp starts
+// for the body stream and returns when the stream ends: after a run's
+// terminal event, when the client is gone (a failed flush), or when the
+// server shuts down.
+type streamer struct {
+	s     *Server
+	w     *bufio.Writer
+	src   *streamSource
+	last  int64 // the cursor of the last event sent
+	ended bool  // a run stream sent its terminal event
+	buf   []byte
+}
+
+func (st *streamer) run() {
+	ctx := st.s.ctx
+	if _, err := st.w.WriteString("retry: 3000\n\n"); err != nil || st.w.Flush() != nil {
+		return
+	}
+	if st.src.finished {
+		st.replay(ctx)
+		return
+	}
+	hb := time.NewTicker(st.s.opts.Heartbeat)
+	defer hb.Stop()
+	for {
+		// Subscribe first: whatever commits after this point reaches the
+		// subscription, and everything before it is in the database.
+		sub := st.src.subscribe()
+		if err := st.replay(ctx); err != nil || st.ended {
+			sub.Close()
+			return
+		}
+		again := st.live(ctx, sub, hb)
+		sub.Close()
+		if !again {
+			return
+		}
+	}
+}
+
+// live sends the subscription's events until the stream ends. It reports
+// true when the bus dropped the subscription and the stream must resubscribe
+// and replay.
+func (st *streamer) live(ctx context.Context, sub *engine.Subscription, hb *time.Ticker) bool {
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-hb.C:
+			if _, err := st.w.WriteString(": ping\n\n"); err != nil || st.w.Flush() != nil {
+				return false
+			}
+		case e, ok := <-sub.C:
+			if !ok {
+				return sub.Dropped()
+			}
+			if err := st.liveEvent(ctx, e); err != nil {
+				return false
+			}
+			// Send what else is already buffered in one flush.
+		drain:
+			for !st.ended {
+				select {
+				case e, ok := <-sub.C:
+					if !ok {
+						if st.w.Flush() != nil {
+							return false
+						}
+						return sub.Dropped()
+					}
+					if err := st.liveEvent(ctx, e); err != nil {
+						return false
+					}
+				default:
+					break drain
+				}
+			}
+			if st.w.Flush() != nil || st.ended {
+				return false
+			}
+		}
+	}
+}
+
+// liveEvent sends one event from the bus unless it was already sent.
+func (st *streamer) liveEvent(ctx context.Context, e *db.Event) error {
+	k := st.src.key(e)
+	if k <= st.last {
+		if st.src.run && e.IsTerminal() {
+			// The run is over; send whatever followed it and end.
+			err := st.replay(ctx)
+			st.ended = true
+			return err
+		}
+		return nil
+	}
+	if st.src.run && k > st.last+1 {
+		// Seq is gap-free, so a jump means events are missing here;
+		// the database has them.
+		if err := st.replay(ctx); err != nil {
+			return err
+		}
+		if k <= st.last || st.ended {
+			return nil
+		}
+	}
+	if err := st.write(e); err != nil {
+		return err
+	}
+	if st.src.run && e.IsTerminal() {
+		// Events committed with the terminal one (its notification) are
+		// in the database already.
+		err := st.replay(ctx)
+		st.ended = true
+		return err
+	}
+	return nil
+}
+
+// replay sends every event after st.last from the database, a page at a
+// time, flushing after each page.
+func (st *streamer) replay(ctx context.Context) error {
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		evs, err := st.src.replay(ctx, st.last, sseReplayPage)
+		if err != nil {
+			if ctx.Err() == nil {
+				st.s.log.Error("event stream replay failed", "err", err)
+			}
+			return err
+		}
+		for _, e := range evs {
+			if err := st.write(e); err != nil {
+				return err
+			}
+			if st.src.run && e.IsTerminal() {
+				st.ended = true
+			}
+		}
+		if err := st.w.Flush(); err != nil {
+			return err
+		}
+		if len(evs) < sseReplayPage {
+			return nil
+		}
+	}
+}
+
+// write buffers one event and advances the cursor.
+func (st *streamer) write(e *db.Event) error {
+	k := st.src.key(e)
+	st.buf = appendSSE(st.buf[:0], k, e)
+	if _, err := st.w.Write(st.buf); err != nil {
+		return err
+	}
+	st.last = k
+	return nil
+}
+
+// appendSSE appends one SSE message for e with the given id to b.
+func appendSSE(b []byte, id int64, e *db.Event) []byte {
+	b = append(b, "id: "...)
+	b = strconv.AppendInt(b, id, 10)
+	b = append(b, "\nevent: "...)
+	b = appendLine(b, e.Type)
+	b = append(b, "\ndata: "...)
+	b = appendEventJSON(b, e)
+	return append(b, "\n\n"...)
+}
+
+// appendEventJSON appends e as one line of JSON in the EventJSON shape.
+func appendEventJSON(b []byte, e *db.Event) []byte {
+	b = append(b, `{"id":`...)
+	b = strconv.AppendInt(b, e.ID, 10)
+	b = append(b, `,"run_id":`...)
+	b = appendJSONString(b, e.RunID)
+	b = append(b, `,"seq":`...)
+	b = strconv.AppendInt(b, e.Seq, 10)
+	b = append(b, `,"type":`...)
+	b = appendJSONString(b, e.Type)
+	b = append(b, `,"data":`...)
+	b = appendOneLineJSON(b, e.Data)
+	b = append(b, `,"created_at":"`...)
+	b = e.CreatedAt.UTC().AppendFormat(b, time.RFC3339Nano)
+	return append(b, `"}`...)
+}
+
+// appendLine appends s with any line breaks replaced, so it stays one field.
+func appendLine(b []byte, s string) []byte {
+	if !strings.ContainsAny(s, "\r\n") {
+		return append(b, s...)
+	}
+	return append(b, strings.NewReplacer("\r", " ", "\n", " ").Replace(s)...)
+}
+
+// appendJSONString appends s as a JSON string.
+func appendJSONString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			q, _ := json.Marshal(s)
+			return append(b, q...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
+}
+
+// appendOneLineJSON appends raw JSON without line breaks (null when empty).
+func appendOneLineJSON(b []byte, raw json.RawMessage) []byte {
+	if len(raw) == 0 {
+		return append(b, "null"...)
+	}
+	if bytes.IndexByte(raw, '\n') < 0 && bytes.IndexByte(raw, '\r') < 0 {
+		return append(b, raw...)
+	}
+	var out bytes.Buffer
+	if err := json.Compact(&out, raw); err != nil {
+		q, _ := json.Marshal(string(raw))
+		return append(b, q...)
+	}
+	return append(b, out.Bytes()...)
+}

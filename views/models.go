@@ -1,0 +1,254 @@
+package views
+
+import (
+	"sort"
+	"time"
+
+	"homework/db"
+	"homework/engine/spec"
+)
+
+// AuthData is the sign-in and first-account forms.
+type AuthData struct {
+	Page
+	Email string
+	Next  string
+	// FormCSRF is the double-submit token of the pre-session forms.
+	FormCSRF string
+	Error    string
+	Errors   map[string]string
+}
+
+// RunListData is the run list page and its live fragment.
+type RunListData struct {
+	Page
+	Runs       []*db.Run
+	Status     string // the status filter; "" for all
+	Cursor     string // the cursor of this page; "" for the first
+	NextCursor string
+	Counts     map[string]int
+	Running    int
+	MaxRunning int
+	Queued     int
+}
+
+// FragmentURL is the URL the live run list re-fetches.
+func (d RunListData) FragmentURL() string {
+	u := "/runs/fragment?status=" + queryEscape(d.Status)
+	if d.Cursor != "" {
+		u += "&cursor=" + queryEscape(d.Cursor)
+	}
+	return u
+}
+
+// ComposerForm holds the composer's inputs as typed, so that a rejected form
+// is shown again unchanged.
+type ComposerForm struct {
+	Objective     string
+	Mode          string
+	Model         string
+	Executor      string
+	MaxIterations string
+	MaxMinutes    string
+	MaxCostUSD    string
+	MaxTokens     string
+	WriteMode     string
+	Token         string
+	CheckCommands string // one command per line, shell-split
+	PatternName   string
+	Pattern       string
+	PatternTarget string
+	TasksAllDone  bool
+	DocExists     string
+	NoProgress    string
+	RepeatedError string
+	AgentArgv     string
+	AgentWorkdir  string
+	ParentRunID   string
+	Script        string
+}
+
+// ComposerData is the composer page.
+type ComposerData struct {
+	Page
+	Form          ComposerForm
+	Errors        map[string]string // by form field name
+	Error         string            // a problem not tied to one field
+	LLMConfigured bool
+	DefaultModel  string
+	CommandRuns   bool // the user may start command runs
+	ScriptRuns    bool // the scripted test executor is available
+	Parent        *db.Run
+	// AdvancedOpen opens the Advanced section (a field in it was refused).
+	AdvancedOpen bool
+}
+
+// IterationView is one row of a run's timeline.
+type IterationView struct {
+	Iteration int
+	Attempt   int
+	Status    string
+	Summary   string
+	Error     string
+	StartedAt time.Time
+	EndedAt   time.Time
+	Decision  string
+	Reasons   []string
+	Checks    []spec.CheckResult
+	Metrics   db.Metrics
+	Created   []spec.Ref
+	Updated   []spec.Ref
+}
+
+// Evidence is a breaker's evidence (engine.Evidence) as shown on a stopped
+// run.
+type Evidence struct {
+	Breaker       string   `json:"breaker"`
+	Threshold     int      `json:"threshold"`
+	Fingerprints  []string `json:"fingerprints,omitempty"`
+	LastFailures  []string `json:"last_failures,omitempty"`
+	LastSummaries []string `json:"last_summaries,omitempty"`
+	Pattern       string   `json:"pattern,omitempty"`
+}
+
+// DocNode is a node of the research tree.
+type DocNode struct {
+	Doc      *db.Document
+	Children []*DocNode
+}
+
+// RunView is everything the run page shows.
+type RunView struct {
+	Page
+	Run        *db.Run
+	Config     *spec.Config
+	Iterations []IterationView
+	Tree       []*DocNode
+	Tasks      []*db.Task
+	Report     *spec.Report
+	// ReportHTML is the report summary rendered from markdown and sanitised.
+	ReportHTML string
+	Evidence   *Evidence
+	Created    []spec.Ref
+	Updated    []spec.Ref
+	Parent     *db.Run
+	Children   []*db.Run
+	// LastSeq is the run's last event sequence number; the live stream
+	// starts after it.
+	LastSeq int64
+	// Error is a refused control's message, shown above the controls.
+	Error      string
+	ErrorField string
+	// Modal data.
+	Scratchpad *db.Document
+	Events     []*db.Event
+	Branch     string
+	Now        time.Time
+}
+
+// Live reports whether the run can still change, so the page subscribes to
+// its stream.
+func (v RunView) Live() bool { return !db.IsTerminalStatus(v.Run.Status) }
+
+// StopType returns the run's stop reason type, or "".
+func (v RunView) StopType() string {
+	if v.Run.StopReason == nil {
+		return ""
+	}
+	return v.Run.StopReason.Type
+}
+
+// DocumentData is one rendered document.
+type DocumentData struct {
+	Page
+	Run  *db.Run
+	Doc  *db.Document
+	HTML string // sanitised HTML rendered from the markdown
+}
+
+// NotificationsData is the notifications page.
+type NotificationsData struct {
+	Page
+	Items  []*db.Notification
+	Before int64 // the next page's cursor, 0 when none
+}
+
+// ReportRow is one finished run on the reports page.
+type ReportRow struct {
+	Run   *db.Run
+	Title string
+}
+
+// ReportsData is the reports page.
+type ReportsData struct {
+	Page
+	Rows       []ReportRow
+	NextCursor string
+}
+
+// BudgetRow is one budget's use on the run page.
+type BudgetRow struct {
+	Name    string
+	Used    string
+	Limit   string
+	Percent int
+	Over    bool
+}
+
+// Budgets returns the run's use of each budget that has a limit.
+func (v RunView) Budgets() []BudgetRow {
+	if v.Config == nil {
+		return nil
+	}
+	b, m := v.Config.Budgets, v.Run.Metrics
+	var out []BudgetRow
+	add := func(name, used, limit string, u, l float64) {
+		if l > 0 {
+			out = append(out, BudgetRow{Name: name, Used: used, Limit: limit, Percent: percent(u, l), Over: u >= l})
+		}
+	}
+	add("Iterations", itoa(m.Iterations), itoa(b.MaxIterations), float64(m.Iterations), float64(b.MaxIterations))
+	add("Time", Duration(time.Duration(m.RunningMS)*time.Millisecond), Duration(time.Duration(b.MaxRunningMS)*time.Millisecond),
+		float64(m.RunningMS), float64(b.MaxRunningMS))
+	add("Cost", Money(m.CostTotalUSD), Money(b.MaxCostUSD), m.CostTotalUSD, b.MaxCostUSD)
+	add("Tokens", Count(m.TokensTotal), Count(b.MaxTotalTokens), float64(m.TokensTotal), float64(b.MaxTotalTokens))
+	add("Tool calls", itoa(m.ToolCallsTotal), itoa(b.MaxToolCalls), float64(m.ToolCallsTotal), float64(b.MaxToolCalls))
+	return out
+}
+
+// ModelRow is one model's share of a run's usage.
+type ModelRow struct {
+	Model string
+	db.ModelUsage
+}
+
+// Models returns the per-model usage, by cost then name.
+func (v RunView) Models() []ModelRow {
+	var out []ModelRow
+	for k, u := range v.Run.Metrics.ByModel {
+		out = append(out, ModelRow{Model: k, ModelUsage: u})
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].CostUSD != out[j].CostUSD {
+			return out[i].CostUSD > out[j].CostUSD
+		}
+		return out[i].Model < out[j].Model
+	})
+	return out
+}
+
+// Duration returns how long the run has existed until it ended (or now).
+func (v RunView) Duration() time.Duration {
+	start := v.Run.StartedAt
+	if start.IsZero() {
+		return 0
+	}
+	end := v.Run.CompletedAt
+	if end.IsZero() && v.Run.Status != db.StatusRunning && v.Run.Status != db.StatusQueued {
+		end = v.Run.UpdatedAt
+	}
+	if end.IsZero() {
+		end = v.Now
+	}
+	return end.Sub(start)
+}
