@@ -164,7 +164,9 @@ func TestCrashRecoveryAfterSIGKILL(t *testing.T) {
 
 	var ids []string
 	for i := 0; i < 3; i++ {
-		var created struct{ RunID string `json:"run_id"` }
+		var created struct {
+			RunID string `json:"run_id"`
+		}
 		code := first.api(t, token, "POST", "/api/runs", map[string]any{
 			"objective": fmt.Sprint("crash run ", i), "executor": "script", "script": slowScript(5, 400),
 		}, &created)
