@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gofiber/fiber/v2"
+	"github.com/gofiber/fiber/v2/middleware/limiter"
 	"golang.org/x/crypto/bcrypt"
 
 	"homework/db"
@@ -42,8 +43,21 @@ func (s *Server) sessionRoutes(app *fiber.App) {
 	app.Get("/setup", s.setupForm)
 	app.Post("/setup", s.setup)
 	app.Get("/login", s.loginForm)
-	lim := &loginLimiter{max: loginAttempts, window: loginWindow, hits: map[string]*loginWindowCount{}}
-	app.Post("/login", func(c *fiber.Ctx) error { return s.login(c, lim) })
+	// Failed sign-ins (any answer of 400 or more) count against the address
+	// and email; a success does not.
+	app.Post("/login", limiter.New(limiter.Config{
+		Max:                    loginAttempts,
+		Expiration:             loginWindow,
+		SkipSuccessfulRequests: true,
+		KeyGenerator: func(c *fiber.Ctx) string {
+			return c.IP() + "|" + strings.ToLower(strings.TrimSpace(c.FormValue("email")))
+		},
+		LimitReached: func(c *fiber.Ctx) error {
+			c.Set(fiber.HeaderRetryAfter, strconv.Itoa(int(loginWindow.Seconds())))
+			return s.renderLogin(c, fiber.StatusTooManyRequests, strings.TrimSpace(c.FormValue("email")), c.FormValue("next"),
+				"Too many sign-in attempts for this account from your address. Wait a minute, then try again.")
+		},
+	}), s.login)
 	app.Post("/logout", s.requirePageUser, s.logout)
 }
 
@@ -144,17 +158,11 @@ func (s *Server) renderLogin(c *fiber.Ctx, status int, email, next, msg string) 
 		Email: email, Next: localPath(next), FormCSRF: s.formToken(c), Error: msg}))
 }
 
-func (s *Server) login(c *fiber.Ctx, lim *loginLimiter) error {
+func (s *Server) login(c *fiber.Ctx) error {
 	ctx := c.UserContext()
 	email, next := strings.TrimSpace(c.FormValue("email")), c.FormValue("next")
 	if !formTokenOK(c) {
 		return s.renderLogin(c, fiber.StatusForbidden, email, next, "This form expired. Please sign in again.")
-	}
-	key := c.IP() + "|" + strings.ToLower(email)
-	if !lim.allow(key, s.db.Now()) {
-		c.Set(fiber.HeaderRetryAfter, strconv.Itoa(int(loginWindow.Seconds())))
-		return s.renderLogin(c, fiber.StatusTooManyRequests, email, next,
-			"Too many sign-in attempts for this account from your address. Wait a minute, then try again.")
 	}
 	u, err := s.db.FindUserByEmail(ctx, email)
 	if err != nil && db.ErrorCode(err) != db.ENOTFOUND {
@@ -165,7 +173,6 @@ func (s *Server) login(c *fiber.Ctx, lim *loginLimiter) error {
 		hash = []byte(u.PasswordHash)
 	}
 	if bcrypt.CompareHashAndPassword(hash, []byte(c.FormValue("password"))) != nil || u == nil {
-		lim.fail(key, s.db.Now())
 		return s.renderLogin(c, fiber.StatusUnauthorized, email, next, "Wrong email or password.")
 	}
 	if err := s.startSession(c, u); err != nil {
@@ -251,48 +258,4 @@ func (s *Server) requirePageUser(c *fiber.Ctx) error {
 		}
 	}
 	return c.Next()
-}
-
-// loginLimiter counts failed sign-ins per IP and email in fixed windows.
-// (Fiber's limiter middleware needs a module this build does not carry.)
-// Expired windows are pruned as new failures arrive, so it needs no
-// goroutine.
-type loginLimiter struct {
-	max    int
-	window time.Duration
-
-	mu   sync.Mutex
-	hits map[string]*loginWindowCount
-}
-
-type loginWindowCount struct {
-	start time.Time
-	n     int
-}
-
-// allow reports whether key may try to sign in now.
-func (l *loginLimiter) allow(key string, now time.Time) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	w := l.hits[key]
-	return w == nil || now.Sub(w.start) >= l.window || w.n < l.max
-}
-
-// fail records a failed attempt by key.
-func (l *loginLimiter) fail(key string, now time.Time) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if len(l.hits) > 10_000 {
-		for k, w := range l.hits {
-			if now.Sub(w.start) >= l.window {
-				delete(l.hits, k)
-			}
-		}
-	}
-	w := l.hits[key]
-	if w == nil || now.Sub(w.start) >= l.window {
-		w = &loginWindowCount{start: now}
-		l.hits[key] = w
-	}
-	w.n++
 }
