@@ -28,7 +28,7 @@ import (
 
 	"github.com/riverqueue/river/riverdriver/riversqlite"
 	"github.com/riverqueue/river/rivermigrate"
-	_ "modernc.org/sqlite" // registers the "sqlite" driver
+	"modernc.org/sqlite"
 )
 
 //go:embed migrations/*.sql
@@ -104,10 +104,7 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 	}
 
 	var err error
-	if d.writer, err = sql.Open("sqlite", dsn(opts.Path, false)); err != nil {
-		d.Close()
-		return nil, fmt.Errorf("open writer: %w", err)
-	}
+	d.writer = sql.OpenDB(&cachingConnector{dsn: dsn(opts.Path, false), drv: &sqlite.Driver{}})
 	d.writer.SetMaxOpenConns(1)
 	d.writer.SetMaxIdleConns(1)
 	d.writer.SetConnMaxLifetime(0)
@@ -122,10 +119,7 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 		d.Close()
 		return nil, fmt.Errorf("prepare: %w", err)
 	}
-	if d.reader, err = sql.Open("sqlite", dsn(opts.Path, true)); err != nil {
-		d.Close()
-		return nil, fmt.Errorf("open reader: %w", err)
-	}
+	d.reader = sql.OpenDB(&cachingConnector{dsn: dsn(opts.Path, true), drv: &sqlite.Driver{}})
 	d.reader.SetMaxOpenConns(opts.ReadConns)
 	d.reader.SetMaxIdleConns(opts.ReadConns)
 	if err := d.reader.PingContext(ctx); err != nil {

@@ -2,6 +2,7 @@ package db
 
 import (
 	"context"
+	"database/sql"
 	"time"
 )
 
@@ -55,13 +56,29 @@ func (d *DB) ListLLMCalls(ctx context.Context, userID int64, runID string) ([]*L
 	return out, rows.Err()
 }
 
+const sumLLMCallsSQL = `SELECT model, prompt_tokens, completion_tokens, cost_usd, priced FROM llm_calls
+	WHERE run_id = ? AND iteration = ?`
+
 // SumLLMCalls returns the usage of the run's calls made in iteration.
 func (tx *Tx) SumLLMCalls(ctx context.Context, runID string, iteration int) (Metrics, error) {
-	rows, err := tx.QueryContext(ctx, `SELECT model, prompt_tokens, completion_tokens, cost_usd, priced FROM llm_calls
-		WHERE run_id = ? AND iteration = ?`, runID, iteration)
+	rows, err := tx.QueryContext(ctx, sumLLMCallsSQL, runID, iteration)
 	if err != nil {
 		return Metrics{}, err
 	}
+	return sumCalls(rows)
+}
+
+// SumLLMCalls returns the usage of the run's calls made in iteration, read
+// from the reader pool.
+func (d *DB) SumLLMCalls(ctx context.Context, runID string, iteration int) (Metrics, error) {
+	rows, err := d.reader.QueryContext(ctx, sumLLMCallsSQL, runID, iteration)
+	if err != nil {
+		return Metrics{}, err
+	}
+	return sumCalls(rows)
+}
+
+func sumCalls(rows *sql.Rows) (Metrics, error) {
 	defer rows.Close()
 	var m Metrics
 	for rows.Next() {

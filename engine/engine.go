@@ -140,7 +140,7 @@ func New(opts Options) (*Engine, error) {
 	client, err := river.NewClient(riversqlite.New(opts.DB.Writer()), &river.Config{
 		Queues:               map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: opts.Workers}},
 		Workers:              workers,
-		FetchCooldown:        min(opts.FetchPollInterval, 20*time.Millisecond),
+		FetchCooldown:        min(opts.FetchPollInterval, 2*time.Millisecond), // fetch again soon after an insert or a free slot
 		FetchPollInterval:    opts.FetchPollInterval,
 		JobTimeout:           -1, // iterations carry their own timeout
 		RescueStuckJobsAfter: 24 * time.Hour,

@@ -246,9 +246,11 @@ func (e *Engine) beginIteration(ctx context.Context, args IterateArgs) (*iterati
 			return err
 		}
 		row := &db.Iteration{RunID: run.ID, Iteration: args.Iteration, Attempt: args.Attempt, Status: db.IterRunning, StartedAt: tx.Now()}
-		if prev, err := tx.FindIteration(ctx, run.ID, args.Iteration); err == nil {
+		if args.Attempt > 1 {
 			// An interrupted earlier attempt: its running time still counts.
-			row.Metrics.RunningMS = prev.Metrics.RunningMS
+			if prev, err := tx.FindIteration(ctx, run.ID, args.Iteration); err == nil {
+				row.Metrics.RunningMS = prev.Metrics.RunningMS
+			}
 		}
 		if err := tx.UpsertIteration(ctx, row); err != nil {
 			return err
@@ -337,12 +339,7 @@ func historySinceResume(recent []*db.Iteration, n int) []Signals {
 // iterationMetrics returns this iteration's metrics: its usage as recorded
 // in llm_calls, tool calls and running time.
 func (e *Engine) iterationMetrics(ctx context.Context, it *iteration, res *spec.Result, start time.Time) (db.Metrics, error) {
-	var m db.Metrics
-	err := e.db.WriteTx(ctx, func(tx *db.Tx) error {
-		var err error
-		m, err = tx.SumLLMCalls(ctx, it.run.ID, it.row.Iteration)
-		return err
-	})
+	m, err := e.db.SumLLMCalls(ctx, it.run.ID, it.row.Iteration)
 	m.Iterations = 1
 	m.ToolCallsTotal = res.ToolCalls
 	m.RunningMS = it.row.Metrics.RunningMS + e.now().Sub(start).Milliseconds()
