@@ -344,26 +344,16 @@ func (d *DB) ListRuns(ctx context.Context, userID int64, f RunFilter) (*RunPage,
 
 // CountRunsByStatus returns the user's run count per status.
 func (d *DB) CountRunsByStatus(ctx context.Context, userID int64) (map[string]int, error) {
-	rows, err := d.reader.QueryContext(ctx, `SELECT status, COUNT(*) FROM runs WHERE user_id = ? GROUP BY status`, userID)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := map[string]int{}
-	for rows.Next() {
-		var s string
-		var n int
-		if err := rows.Scan(&s, &n); err != nil {
-			return nil, err
-		}
-		out[s] = n
-	}
-	return out, rows.Err()
+	return d.countByStatus(ctx, `SELECT status, COUNT(*) FROM runs WHERE user_id = ? GROUP BY status`, userID)
 }
 
 // CountAllRunsByStatus returns the run count per status over all users.
 func (d *DB) CountAllRunsByStatus(ctx context.Context) (map[string]int, error) {
-	rows, err := d.reader.QueryContext(ctx, `SELECT status, COUNT(*) FROM runs GROUP BY status`)
+	return d.countByStatus(ctx, `SELECT status, COUNT(*) FROM runs GROUP BY status`)
+}
+
+func (d *DB) countByStatus(ctx context.Context, query string, args ...any) (map[string]int, error) {
+	rows, err := d.reader.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -422,25 +412,6 @@ func (tx *Tx) OldestQueued(ctx context.Context, userID int64, n int) ([]*Run, er
 			return nil, err
 		}
 		out = append(out, r)
-	}
-	return out, rows.Err()
-}
-
-// ExpiredLeases returns running runs whose lease ended before now.
-func (d *DB) ExpiredLeases(ctx context.Context, now time.Time) ([]string, error) {
-	rows, err := d.reader.QueryContext(ctx, `SELECT id FROM runs WHERE status = 'running'
-		AND (lease_until IS NULL OR lease_until < ?) ORDER BY id`, now.UnixMilli())
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			return nil, err
-		}
-		out = append(out, id)
 	}
 	return out, rows.Err()
 }

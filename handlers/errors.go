@@ -2,7 +2,6 @@ package handlers
 
 import (
 	"errors"
-	"log/slog"
 
 	"github.com/gofiber/fiber/v2"
 
@@ -99,5 +98,3 @@ func isAPI(c *fiber.Ctx) bool {
 	p := c.Path()
 	return len(p) >= 5 && p[:5] == "/api/" || p == "/api" || p == "/healthz"
 }
-
-var _ = slog.Default

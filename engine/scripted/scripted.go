@@ -23,27 +23,26 @@ type Script struct {
 
 // Step is what one iteration does.
 type Step struct {
-	Summary  string          `json:"summary,omitempty"`
-	Output   string          `json:"output,omitempty"`
-	SleepMS  int64           `json:"sleep_ms,omitempty"`
-	Status   *spec.Status    `json:"status,omitempty"`
-	Promise  *spec.Promise   `json:"promise,omitempty"`
-	Error    string          `json:"error,omitempty"`
-	ErrorFP  string          `json:"error_fingerprint,omitempty"`
-	Fail     string          `json:"fail,omitempty"` // return a Go error
-	Panic    string          `json:"panic,omitempty"`
-	Fatal    *spec.Fatal     `json:"fatal,omitempty"`
-	Progress string          `json:"progress,omitempty"` // default: the iteration number (always progressing)
-	Output2  string          `json:"output_hash,omitempty"`
-	Diff     string          `json:"diff_hash,omitempty"`
-	Stuck    string          `json:"stuck,omitempty"`
-	Tools    int             `json:"tool_calls,omitempty"`
-	LLM      []spec.LLMCall  `json:"llm,omitempty"`
-	Docs     []Doc           `json:"documents,omitempty"`
-	Tasks    []Task          `json:"tasks,omitempty"`
-	Emit     int             `json:"emit,omitempty"` // extra tool_call events to emit
-	Approve  string          `json:"wait_for_approval,omitempty"`
-	Raw      json.RawMessage `json:"-"`
+	Summary  string         `json:"summary,omitempty"`
+	Output   string         `json:"output,omitempty"`
+	SleepMS  int64          `json:"sleep_ms,omitempty"`
+	Status   *spec.Status   `json:"status,omitempty"`
+	Promise  *spec.Promise  `json:"promise,omitempty"`
+	Error    string         `json:"error,omitempty"`
+	ErrorFP  string         `json:"error_fingerprint,omitempty"`
+	Fail     string         `json:"fail,omitempty"` // return a Go error
+	Panic    string         `json:"panic,omitempty"`
+	Fatal    *spec.Fatal    `json:"fatal,omitempty"`
+	Progress string         `json:"progress,omitempty"` // default: the iteration number (always progressing)
+	Output2  string         `json:"output_hash,omitempty"`
+	Diff     string         `json:"diff_hash,omitempty"`
+	Stuck    string         `json:"stuck,omitempty"`
+	Tools    int            `json:"tool_calls,omitempty"`
+	LLM      []spec.LLMCall `json:"llm,omitempty"`
+	Docs     []Doc          `json:"documents,omitempty"`
+	Tasks    []Task         `json:"tasks,omitempty"`
+	Emit     int            `json:"emit,omitempty"` // extra tool_call events to emit
+	Approve  string         `json:"wait_for_approval,omitempty"`
 }
 
 // Doc is a document a step writes into the run's workspace.
