@@ -391,6 +391,7 @@ func TestCreateRunValidation(t *testing.T) {
 	}{
 		{"empty objective", spec.Config{Objective: " ", Executor: "script", Script: ok}, "objective"},
 		{"huge objective", spec.Config{Objective: strings.Repeat("x", 20001), Executor: "script", Script: ok}, "objective"},
+		{"objective with a NUL", spec.Config{Objective: "a\x00b", Executor: "script", Script: ok}, "objective"},
 		{"unknown mode", spec.Config{Objective: "x", Mode: "turbo", Executor: "script", Script: ok}, "mode"},
 		{"unknown executor", spec.Config{Objective: "x", Executor: "magic"}, "executor"},
 		{"llm not configured", spec.Config{Objective: "x", Executor: "llm"}, "executor"},

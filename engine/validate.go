@@ -23,6 +23,10 @@ func (e *Engine) validateConfig(ctx context.Context, user *db.User, cfg *spec.Co
 		return db.FieldError("objective", "Objective is too long (%d bytes; the limit is %d).", len(cfg.Objective), e.opts.MaxObjectiveBytes)
 	case !utf8.ValidString(cfg.Objective):
 		return db.FieldError("objective", "Objective must be valid UTF-8 text.")
+	case strings.ContainsFunc(cfg.Objective, isControl):
+		return db.FieldError("objective", "Objective must not contain control characters.")
+	case strings.ContainsFunc(cfg.Model, isControl) || strings.ContainsFunc(cfg.Completion.Token, isControl):
+		return db.FieldError("model", "Model and completion token must not contain control characters.")
 	}
 	if cfg.Mode == "" {
 		cfg.Mode = spec.ModeAuto
@@ -155,4 +159,10 @@ func (e *Engine) raiseBudgets(old spec.Budgets, raise *spec.Budgets) (spec.Budge
 		out.IterationToolCalls = raise.IterationToolCalls
 	}
 	return out, nil
+}
+
+// isControl reports control characters other than tab, newline and carriage
+// return, which have no place in an objective or a name.
+func isControl(r rune) bool {
+	return r < 0x20 && r != '\t' && r != '\n' && r != '\r' || r == 0x7f
 }

@@ -224,6 +224,11 @@ func (s *Server) apiSearch(c *fiber.Ctx) error {
 	if len(q) > 1000 {
 		return s.jsonError(c, db.FieldError("q", "Search query is too long (limit 1,000 bytes)."))
 	}
+	if strings.ContainsRune(q, 0) {
+		// SQLite's full-text query parser ends a string at a NUL byte and
+		// fails with a syntax error.
+		return s.jsonError(c, db.FieldError("q", "Search query must not contain NUL characters."))
+	}
 	limit, err := queryInt(c, "limit", 20, 1, 100)
 	if err != nil {
 		return s.jsonError(c, err)

@@ -3,6 +3,7 @@ package handlers
 import (
 	"encoding/json"
 	"errors"
+	"math"
 	"strconv"
 	"strings"
 
@@ -90,9 +91,16 @@ func (fe formErrors) money(name, val string) float64 {
 // budgetsFromForm reads the budget fields shared by the composer and the
 // continue form.
 func budgetsFromForm(fe formErrors, iterations, minutes, cost, tokens string) spec.Budgets {
+	mins := fe.int("max_minutes", minutes)
+	if mins > math.MaxInt64/60_000 {
+		// Multiplied out it would wrap around, possibly to a small budget
+		// that passes validation; the engine's limit is far below this.
+		fe["max_minutes"] = "That is far more minutes than a run may take; enter a smaller number, or leave it empty."
+		mins = 0
+	}
 	return spec.Budgets{
 		MaxIterations:  int(fe.int("max_iterations", iterations)),
-		MaxRunningMS:   fe.int("max_minutes", minutes) * 60_000,
+		MaxRunningMS:   mins * 60_000,
 		MaxCostUSD:     fe.money("max_cost_usd", cost),
 		MaxTotalTokens: fe.int("max_tokens", tokens),
 	}

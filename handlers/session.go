@@ -209,9 +209,12 @@ func (s *Server) startSession(c *fiber.Ctx, u *db.User) error {
 }
 
 // localPath returns p when it is a path on this site, else "/", so that
-// ?next= cannot redirect elsewhere.
+// ?next= cannot redirect elsewhere. Control characters are refused too:
+// browsers drop tabs and line breaks from a URL, so "/\t/evil.example"
+// would become "//evil.example".
 func localPath(p string) string {
-	if !strings.HasPrefix(p, "/") || strings.HasPrefix(p, "//") || strings.HasPrefix(p, "/\\") || strings.ContainsAny(p, "\r\n") {
+	if !strings.HasPrefix(p, "/") || strings.HasPrefix(p, "//") || strings.HasPrefix(p, "/\\") ||
+		strings.ContainsFunc(p, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
 		return "/"
 	}
 	return p

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/r3labs/sse/v2"
 	"gopkg.in/cenkalti/backoff.v1"
@@ -344,6 +345,9 @@ func (t *tailer) print(raw *sse.Event) {
 		detail += "; " + costSoFar
 	}
 	ts := e.CreatedAt.Local().Format("15:04:05")
+	// Event data carries text the agent wrote (paths, titles, tool names):
+	// never let it send escape sequences to the terminal.
+	e.Type, detail = printable(e.Type), printable(detail)
 	if detail != "" {
 		fmt.Fprintf(t.out, "%s #%-4d %-22s %s\n", ts, e.Seq, e.Type, detail)
 	} else {
@@ -355,11 +359,22 @@ func (t *tailer) print(raw *sse.Event) {
 	}
 }
 
-// oneLine shortens s to n runes on one line.
+// oneLine shortens s to n runes on one line, without control characters.
 func oneLine(s string, n int) string {
-	s = strings.Join(strings.Fields(s), " ")
+	s = printable(strings.Join(strings.Fields(s), " "))
 	if r := []rune(s); len(r) > n {
 		return string(r[:n-1]) + "…"
 	}
 	return s
+}
+
+// printable replaces control characters (escape sequences, line breaks) in s
+// with '?', so that text from the server cannot drive the terminal.
+func printable(s string) string {
+	return strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return '?'
+		}
+		return r
+	}, s)
 }
