@@ -129,17 +129,22 @@ func (d *DB) ListIterations(ctx context.Context, userID int64, runID string) ([]
 
 // SumIterationMetrics returns the sum of the metrics of the run's iterations.
 func (tx *Tx) SumIterationMetrics(ctx context.Context, runID string) (Metrics, error) {
-	rows, err := tx.QueryContext(ctx, `SELECT `+iterCols+` FROM iterations WHERE run_id = ?`, runID)
+	rows, err := tx.QueryContext(ctx, `SELECT metrics FROM iterations WHERE run_id = ?`, runID)
 	if err != nil {
 		return Metrics{}, err
 	}
-	its, err := scanIterations(rows)
-	if err != nil {
-		return Metrics{}, err
-	}
+	defer rows.Close()
 	var m Metrics
-	for _, it := range its {
-		m.Add(it.Metrics)
+	for rows.Next() {
+		var raw []byte
+		if err := rows.Scan(&raw); err != nil {
+			return Metrics{}, err
+		}
+		var it Metrics
+		if err := json.Unmarshal(raw, &it); err != nil {
+			return Metrics{}, fmt.Errorf("iteration metrics: %w", err)
+		}
+		m.Add(it)
 	}
-	return m, nil
+	return m, rows.Err()
 }

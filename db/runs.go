@@ -256,6 +256,25 @@ func (tx *Tx) UpdateRun(ctx context.Context, r *Run) error {
 	return nil
 }
 
+// SetLease sets the run's lease owner and end, and nothing else.
+func (tx *Tx) SetLease(ctx context.Context, r *Run, owner string, until time.Time) error {
+	r.LeaseOwner, r.LeaseUntil, r.UpdatedAt = owner, until, tx.now
+	_, err := tx.ExecContext(ctx, `UPDATE runs SET lease_owner = ?, lease_until = ?, updated_at = ? WHERE id = ?`,
+		nullString(owner), ms(until), tx.now.UnixMilli(), r.ID)
+	return err
+}
+
+// SetRunMetrics writes the run's metrics, and nothing else.
+func (tx *Tx) SetRunMetrics(ctx context.Context, r *Run) error {
+	b, err := json.Marshal(r.Metrics)
+	if err != nil {
+		return err
+	}
+	r.UpdatedAt = tx.now
+	_, err = tx.ExecContext(ctx, `UPDATE runs SET metrics = ?, updated_at = ? WHERE id = ?`, string(b), tx.now.UnixMilli(), r.ID)
+	return err
+}
+
 // FindRun returns the run inside tx, whoever owns it (engine use).
 func (tx *Tx) FindRun(ctx context.Context, id string) (*Run, error) {
 	r, err := scanRun(tx.QueryRowContext(ctx, `SELECT `+runCols+` FROM runs WHERE id = ?`, id))

@@ -40,7 +40,7 @@ func (h *host) RecordLLMCall(ctx context.Context, c spec.LLMCall) error {
 			return err
 		}
 		run.Metrics.AddCall(c.Model, c.PromptTokens, c.CompletionTokens, c.CostUSD, c.Priced)
-		if err := tx.UpdateRun(ctx, run); err != nil {
+		if err := tx.SetRunMetrics(ctx, run); err != nil {
 			return err
 		}
 		iter, err := tx.SumLLMCalls(ctx, h.runID, h.iteration)

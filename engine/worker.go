@@ -240,9 +240,7 @@ func (e *Engine) beginIteration(ctx context.Context, args IterateArgs) (*iterati
 		if err != nil {
 			return err
 		}
-		run.LeaseOwner = e.id
-		run.LeaseUntil = tx.Now().Add(e.opts.LeaseTTL)
-		if err := tx.UpdateRun(ctx, run); err != nil {
+		if err := tx.SetLease(ctx, run, e.id, tx.Now().Add(e.opts.LeaseTTL)); err != nil {
 			return err
 		}
 		row := &db.Iteration{RunID: run.ID, Iteration: args.Iteration, Attempt: args.Attempt, Status: db.IterRunning, StartedAt: tx.Now()}
