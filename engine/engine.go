@@ -195,7 +195,12 @@ func (e *Engine) Stop(ctx context.Context) error {
 	if e.cancel != nil {
 		e.cancel()
 	}
-	graceCtx, cancel := context.WithTimeout(ctx, e.opts.ShutdownGrace)
+	grace := e.opts.ShutdownGrace
+	if dl, ok := ctx.Deadline(); ok {
+		// Leave a third of the caller's bound for cancelling what is left.
+		grace = min(grace, time.Until(dl)*2/3)
+	}
+	graceCtx, cancel := context.WithTimeout(ctx, grace)
 	defer cancel()
 	err := e.river.Stop(graceCtx)
 	if err != nil {
@@ -206,7 +211,11 @@ func (e *Engine) Stop(ctx context.Context) error {
 			f.cancel(errShutdown)
 		}
 		e.mu.Unlock()
-		stopCtx, cancel2 := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		deadline := time.Now().Add(5 * time.Second)
+		if dl, ok := ctx.Deadline(); ok {
+			deadline = dl
+		}
+		stopCtx, cancel2 := context.WithDeadline(context.WithoutCancel(ctx), deadline)
 		defer cancel2()
 		if err2 := e.river.StopAndCancel(stopCtx); err2 != nil {
 			e.log.Warn("river did not stop in time", "err", err2)

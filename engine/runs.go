@@ -111,6 +111,7 @@ func (e *Engine) startRun(ctx context.Context, tx *db.Tx, run *db.Run) error {
 	run.Status = db.StatusRunning
 	run.Waiting = nil
 	run.StopReason = nil
+	run.Report = nil // a running run has no final report; the next end writes a new one
 	run.RunningSince = tx.Now()
 	if _, err := tx.AppendEvent(ctx, run.ID, "run_started", map[string]any{
 		"iteration": run.Iteration + 1, "resumed": !first,
@@ -134,9 +135,14 @@ func (e *Engine) enqueueNext(ctx context.Context, tx *db.Tx, run *db.Run) error 
 }
 
 func (e *Engine) insertJob(ctx context.Context, tx *db.Tx, runID string, iteration, attempt int) error {
-	_, err := e.river.InsertTx(ctx, tx.Tx, IterateArgs{RunID: runID, Iteration: iteration, Attempt: attempt}, nil)
+	res, err := e.river.InsertTx(ctx, tx.Tx, IterateArgs{RunID: runID, Iteration: iteration, Attempt: attempt}, nil)
 	if err != nil {
 		return fmt.Errorf("enqueue iteration: %w", err)
+	}
+	if res.UniqueSkippedAsDuplicate {
+		// (iteration, attempt) only ever grows, so a duplicate means the
+		// run's counters went backwards: refuse rather than wait forever.
+		return fmt.Errorf("enqueue iteration %d attempt %d of run %s: a job with these args already exists", iteration, attempt, runID)
 	}
 	return nil
 }

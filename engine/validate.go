@@ -126,8 +126,9 @@ func (e *Engine) validateBudgets(b *spec.Budgets) error {
 	return nil
 }
 
-// raiseBudgets applies Continue's budgets over old: a field may only be set
-// to a value above the old one (or above what was spent, when old is unset).
+// raiseBudgets applies Continue's budgets over old: each field given
+// replaces the old one (Continue then refuses a budget that is still
+// exhausted).
 func (e *Engine) raiseBudgets(old spec.Budgets, raise *spec.Budgets) (spec.Budgets, error) {
 	if raise == nil {
 		return old, nil
