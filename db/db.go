@@ -71,7 +71,8 @@ type DB struct {
 	pending   []*appendReq
 	leading   bool
 
-	appendStmt *sql.Stmt
+	// seqs caches each run's next event seq; guarded by writeMu.
+	seqs map[string]*seqState
 }
 
 // ErrLocked is returned by Open when another server holds the database lock.
@@ -89,7 +90,7 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 	if opts.ReadConns <= 0 {
 		opts.ReadConns = max(4, runtime.NumCPU())
 	}
-	d := &DB{path: opts.Path, now: opts.Now, onEvents: opts.OnEvents}
+	d := &DB{path: opts.Path, now: opts.Now, onEvents: opts.OnEvents, seqs: map[string]*seqState{}}
 	if dir := filepath.Dir(opts.Path); dir != "" {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return nil, fmt.Errorf("create database directory: %w", err)
@@ -103,7 +104,6 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 		d.lock = f
 	}
 
-	var err error
 	d.writer = sql.OpenDB(&cachingConnector{dsn: dsn(opts.Path, false), drv: &sqlite.Driver{}})
 	d.writer.SetMaxOpenConns(1)
 	d.writer.SetMaxIdleConns(1)
@@ -115,10 +115,6 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 		return nil, err
 	}
 
-	if d.appendStmt, err = d.writer.PrepareContext(ctx, appendEventSQL); err != nil {
-		d.Close()
-		return nil, fmt.Errorf("prepare: %w", err)
-	}
 	d.reader = sql.OpenDB(&cachingConnector{dsn: dsn(opts.Path, true), drv: &sqlite.Driver{}})
 	d.reader.SetMaxOpenConns(opts.ReadConns)
 	d.reader.SetMaxIdleConns(opts.ReadConns)
@@ -162,9 +158,6 @@ func lockFile(path string) (*os.File, error) {
 // Close closes both pools and releases the lock.
 func (d *DB) Close() error {
 	var errs []error
-	if d.appendStmt != nil {
-		errs = append(errs, d.appendStmt.Close())
-	}
 	if d.reader != nil {
 		errs = append(errs, d.reader.Close())
 	}
@@ -263,9 +256,10 @@ func (d *DB) applyMigration(ctx context.Context, version int, base, name string)
 // it commits.
 type Tx struct {
 	*sql.Tx
-	db     *DB
-	now    time.Time
-	events []*Event
+	db      *DB
+	now     time.Time
+	events  []*Event
+	touched map[string]bool // runs whose cached seq this transaction advanced
 }
 
 // Now returns the time stamped once for this transaction.
@@ -284,12 +278,19 @@ func (d *DB) writeTxLocked(ctx context.Context, fn func(tx *Tx) error) error {
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
 	}
-	tx := &Tx{Tx: sqlTx, db: d, now: d.now()}
+	tx := &Tx{Tx: sqlTx, db: d, now: d.now(), touched: map[string]bool{}}
+	forget := func() {
+		for runID := range tx.touched {
+			delete(d.seqs, runID)
+		}
+	}
 	if err := fn(tx); err != nil {
 		sqlTx.Rollback()
+		forget()
 		return err
 	}
 	if err := sqlTx.Commit(); err != nil {
+		forget()
 		return fmt.Errorf("commit: %w", err)
 	}
 	if len(tx.events) > 0 && d.onEvents != nil {

@@ -345,3 +345,31 @@ func TestConcurrentEventAppendsAreGapFreeAndPublishedInOrder(t *testing.T) {
 		t.Fatalf("%d events", total)
 	}
 }
+
+func TestARolledBackAppendLeavesNoGap(t *testing.T) {
+	ctx := context.Background()
+	d := openTest(t, filepath.Join(t.TempDir(), "h.db"))
+	u, _ := d.CreateUser(ctx, "a@example.com", "h", false)
+	newRun(t, d, u.ID, "r")
+	if _, err := d.AppendEvent(ctx, "r", "one", nil); err != nil {
+		t.Fatal(err)
+	}
+	boom := errors.New("boom")
+	err := d.WriteTx(ctx, func(tx *Tx) error {
+		if _, err := tx.AppendEvent(ctx, "r", "rolled back", nil); err != nil {
+			return err
+		}
+		return boom
+	})
+	if !errors.Is(err, boom) {
+		t.Fatal(err)
+	}
+	e, err := d.AppendEvent(ctx, "r", "two", nil)
+	if err != nil || e.Seq != 2 {
+		t.Fatalf("after a rollback the next seq is %d (%v), want 2", e.Seq, err)
+	}
+	evs, _ := d.ListRunEvents(ctx, u.ID, "r", 0, 10)
+	if len(evs) != 2 || evs[1].Type != "two" || evs[1].ID != e.ID {
+		t.Fatalf("events %+v", evs)
+	}
+}

@@ -29,11 +29,6 @@ var terminalEvents = map[string]bool{
 // IsTerminal reports whether the event ends its run for good.
 func (e *Event) IsTerminal() bool { return terminalEvents[e.Type] }
 
-const appendEventSQL = `INSERT INTO events (run_id, user_id, seq, type, data, created_at)
-	SELECT r.id, r.user_id, COALESCE((SELECT MAX(seq) FROM events WHERE run_id = r.id), 0) + 1, ?, ?, ?
-	FROM runs r WHERE r.id = ?
-	RETURNING id, user_id, seq`
-
 func marshalData(data any) (json.RawMessage, error) {
 	switch v := data.(type) {
 	case nil:
@@ -60,21 +55,91 @@ func (tx *Tx) AppendEvent(ctx context.Context, runID, typ string, data any) (*Ev
 		return nil, err
 	}
 	e := &Event{RunID: runID, Type: typ, Data: b, CreatedAt: tx.now}
-	if err := tx.insertEvent(ctx, e); err != nil {
+	if err := tx.insertEvents(ctx, []*Event{e}); err != nil {
 		return nil, err
 	}
 	tx.events = append(tx.events, e)
 	return e, nil
 }
 
-func (tx *Tx) insertEvent(ctx context.Context, e *Event) error {
-	err := tx.QueryRowContext(ctx, appendEventSQL, e.Type, string(e.Data), e.CreatedAt.UnixMilli(), e.RunID).
-		Scan(&e.ID, &e.UserID, &e.Seq)
-	if err == sql.ErrNoRows {
-		return Errorf(ENOTFOUND, "Run not found.")
+// seqState is a run's next event seq and owner, cached by the writer. Only
+// one process writes (the database lock) and every append goes through
+// writeMu, so the cache is exact; a transaction that does not commit forgets
+// the runs it touched, which are then read again from the table.
+type seqState struct {
+	userID int64
+	next   int64
+}
+
+// nextSeq returns the run's seq state, loading it inside tx on first use.
+// A missing run is ENOTFOUND.
+func (tx *Tx) nextSeq(ctx context.Context, runID string) (*seqState, error) {
+	d := tx.db
+	if st, ok := d.seqs[runID]; ok {
+		return st, nil
 	}
-	if err != nil {
-		return fmt.Errorf("append event: %w", err)
+	st := &seqState{}
+	err := tx.QueryRowContext(ctx, `SELECT r.user_id, COALESCE((SELECT MAX(seq) FROM events WHERE run_id = r.id), 0) + 1
+		FROM runs r WHERE r.id = ?`, runID).Scan(&st.userID, &st.next)
+	if err == sql.ErrNoRows {
+		return nil, Errorf(ENOTFOUND, "Run not found.")
+	} else if err != nil {
+		return nil, fmt.Errorf("load event seq: %w", err)
+	}
+	if len(d.seqs) >= 100_000 {
+		clear(d.seqs) // bound the cache; entries reload on use
+	}
+	d.seqs[runID] = st
+	return st, nil
+}
+
+// insertEvents inserts evs, filling in their seq, user id and id, with as
+// few statements as possible: multi-row inserts in power-of-two chunks, so a
+// handful of prepared statements serve every batch size.
+func (tx *Tx) insertEvents(ctx context.Context, evs []*Event) error {
+	for len(evs) > 0 {
+		n := 1
+		for n*2 <= len(evs) && n < 128 {
+			n *= 2
+		}
+		chunk := evs[:n]
+		evs = evs[n:]
+		type key struct {
+			runID string
+			seq   int64
+		}
+		byKey := make(map[key]*Event, n)
+		args := make([]any, 0, 6*n)
+		for _, e := range chunk {
+			st, err := tx.nextSeq(ctx, e.RunID)
+			if err != nil {
+				return err
+			}
+			tx.touched[e.RunID] = true
+			e.UserID, e.Seq = st.userID, st.next
+			st.next++
+			byKey[key{e.RunID, e.Seq}] = e
+			args = append(args, e.RunID, e.UserID, e.Seq, e.Type, string(e.Data), e.CreatedAt.UnixMilli())
+		}
+		rows, err := tx.QueryContext(ctx, `INSERT INTO events (run_id, user_id, seq, type, data, created_at) VALUES (?,?,?,?,?,?)`+
+			strings.Repeat(",(?,?,?,?,?,?)", n-1)+` RETURNING id, run_id, seq`, args...)
+		if err != nil {
+			return fmt.Errorf("append events: %w", err)
+		}
+		for rows.Next() {
+			var k key
+			var id int64
+			if err := rows.Scan(&id, &k.runID, &k.seq); err != nil {
+				rows.Close()
+				return err
+			}
+			if e := byKey[k]; e != nil {
+				e.ID = id
+			}
+		}
+		if err := rows.Close(); err != nil {
+			return fmt.Errorf("append events: %w", err)
+		}
 	}
 	return nil
 }
@@ -129,20 +194,22 @@ func (d *DB) commitBatch(ctx context.Context, batch []*appendReq) {
 	ctx = context.WithoutCancel(ctx)
 	results := make([]error, len(batch))
 	err := d.writeTxLocked(ctx, func(tx *Tx) error {
-		stmt := tx.StmtContext(ctx, d.appendStmt)
-		defer stmt.Close()
+		var evs []*Event
 		for i, r := range batch {
 			r.ev.CreatedAt = tx.now
-			err := stmt.QueryRowContext(ctx, r.ev.Type, string(r.ev.Data), tx.now.UnixMilli(), r.ev.RunID).
-				Scan(&r.ev.ID, &r.ev.UserID, &r.ev.Seq)
-			if err == sql.ErrNoRows {
-				results[i] = Errorf(ENOTFOUND, "Run not found.")
-				continue
-			} else if err != nil {
-				return fmt.Errorf("append event: %w", err)
+			if _, err := tx.nextSeq(ctx, r.ev.RunID); err != nil {
+				if ErrorCode(err) == ENOTFOUND {
+					results[i] = err
+					continue
+				}
+				return err
 			}
-			tx.events = append(tx.events, r.ev)
+			evs = append(evs, r.ev)
 		}
+		if err := tx.insertEvents(ctx, evs); err != nil {
+			return err
+		}
+		tx.events = append(tx.events, evs...)
 		return nil
 	})
 	for i, r := range batch {
