@@ -157,12 +157,17 @@ func TestCancelDuringASlowIterationReturnsPromptly(t *testing.T) {
 	if _, err := h.e.Cancel(h.ctx, u.ID, r.ID); err != nil {
 		t.Fatal(err)
 	}
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("cancel returned after %s", d)
+	}
 	r = h.waitFor(u, r.ID, "iteration recorded", func(r *db.Run) bool {
 		its, _ := h.db.ListIterations(h.ctx, u.ID, r.ID)
 		return r.Status == db.StatusCanceled && len(its) == 1 && its[0].Status != db.IterRunning
 	})
-	if d := time.Since(start); d > 5*time.Second {
-		t.Fatalf("cancel took %s", d)
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("the canceled iteration was recorded only after %s", d)
+	} else {
+		t.Logf("canceled iteration recorded %s after the cancel", d)
 	}
 	its, _ := h.db.ListIterations(h.ctx, u.ID, r.ID)
 	if len(its) != 1 || its[0].Status != db.IterCanceled {
