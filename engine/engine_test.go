@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -452,7 +453,9 @@ func TestBusDropsASlowSubscriberWithoutBlocking(t *testing.T) {
 func TestShutdownLeavesInFlightRunsRecoverable(t *testing.T) {
 	h := newHarness(t, func(o *Options) { o.ShutdownGrace = 200 * time.Millisecond })
 	u := h.user("a@example.com")
-	r := h.create(u, spec.Config{Script: script(scripted.Step{SleepMS: 60_000}, done("after restart"))})
+	r := h.create(u, spec.Config{Budgets: spec.Budgets{MaxIterations: 2}, Script: script(
+		scripted.Step{SleepFirstMS: 60_000, Status: &spec.Status{RemainingWork: []string{"more"}}},
+		scripted.Step{Status: &spec.Status{RemainingWork: []string{"more"}}})})
 	h.waitFor(u, r.ID, "leased", func(r *db.Run) bool { return r.LeaseOwner != "" })
 	start := time.Now()
 	if err := h.e.Stop(h.ctx); err != nil {
@@ -482,4 +485,16 @@ func TestShutdownLeavesInFlightRunsRecoverable(t *testing.T) {
 	if its[0].Status != db.IterInterrupted {
 		t.Fatalf("iteration status %s", its[0].Status)
 	}
+	// Started, it works the recovered attempt and counts the interrupted
+	// iteration once against the budget: two iterations, then the stop.
+	if err := e2.Start(h.ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e2.Stop(context.Background()) })
+	got = h.waitStatus(u, r.ID, db.StatusStopped)
+	if got.StopReason.Type != StopMaxIterations || got.Metrics.Iterations != 2 {
+		t.Fatalf("after recovery: %+v, %d iterations", got.StopReason, got.Metrics.Iterations)
+	}
+	h.checkMetricsAddUp(u, r.ID)
+	h.events(u, r.ID)
 }

@@ -245,9 +245,13 @@ func (e *Engine) beginIteration(ctx context.Context, args IterateArgs) (*iterati
 		}
 		row := &db.Iteration{RunID: run.ID, Iteration: args.Iteration, Attempt: args.Attempt, Status: db.IterRunning, StartedAt: tx.Now()}
 		if args.Attempt > 1 {
-			// An interrupted earlier attempt: its running time still counts.
+			// An interrupted earlier attempt: its running time still counts,
+			// in this row, which replaces it, and not twice in the run total
+			// the gate checks budgets against.
 			if prev, err := tx.FindIteration(ctx, run.ID, args.Iteration); err == nil {
 				row.Metrics.RunningMS = prev.Metrics.RunningMS
+				run.Metrics.RunningMS -= prev.Metrics.RunningMS
+				run.Metrics.Iterations -= prev.Metrics.Iterations
 			}
 		}
 		if err := tx.UpsertIteration(ctx, row); err != nil {

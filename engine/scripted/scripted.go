@@ -23,26 +23,29 @@ type Script struct {
 
 // Step is what one iteration does.
 type Step struct {
-	Summary  string         `json:"summary,omitempty"`
-	Output   string         `json:"output,omitempty"`
-	SleepMS  int64          `json:"sleep_ms,omitempty"`
-	Status   *spec.Status   `json:"status,omitempty"`
-	Promise  *spec.Promise  `json:"promise,omitempty"`
-	Error    string         `json:"error,omitempty"`
-	ErrorFP  string         `json:"error_fingerprint,omitempty"`
-	Fail     string         `json:"fail,omitempty"` // return a Go error
-	Panic    string         `json:"panic,omitempty"`
-	Fatal    *spec.Fatal    `json:"fatal,omitempty"`
-	Progress string         `json:"progress,omitempty"` // default: the iteration number (always progressing)
-	Output2  string         `json:"output_hash,omitempty"`
-	Diff     string         `json:"diff_hash,omitempty"`
-	Stuck    string         `json:"stuck,omitempty"`
-	Tools    int            `json:"tool_calls,omitempty"`
-	LLM      []spec.LLMCall `json:"llm,omitempty"`
-	Docs     []Doc          `json:"documents,omitempty"`
-	Tasks    []Task         `json:"tasks,omitempty"`
-	Emit     int            `json:"emit,omitempty"` // extra tool_call events to emit
-	Approve  string         `json:"wait_for_approval,omitempty"`
+	Summary string `json:"summary,omitempty"`
+	Output  string `json:"output,omitempty"`
+	SleepMS int64  `json:"sleep_ms,omitempty"`
+	// SleepFirstMS sleeps only in the first attempt of the iteration (a
+	// recovered attempt runs at once).
+	SleepFirstMS int64          `json:"sleep_first_attempt_ms,omitempty"`
+	Status       *spec.Status   `json:"status,omitempty"`
+	Promise      *spec.Promise  `json:"promise,omitempty"`
+	Error        string         `json:"error,omitempty"`
+	ErrorFP      string         `json:"error_fingerprint,omitempty"`
+	Fail         string         `json:"fail,omitempty"` // return a Go error
+	Panic        string         `json:"panic,omitempty"`
+	Fatal        *spec.Fatal    `json:"fatal,omitempty"`
+	Progress     string         `json:"progress,omitempty"` // default: the iteration number (always progressing)
+	Output2      string         `json:"output_hash,omitempty"`
+	Diff         string         `json:"diff_hash,omitempty"`
+	Stuck        string         `json:"stuck,omitempty"`
+	Tools        int            `json:"tool_calls,omitempty"`
+	LLM          []spec.LLMCall `json:"llm,omitempty"`
+	Docs         []Doc          `json:"documents,omitempty"`
+	Tasks        []Task         `json:"tasks,omitempty"`
+	Emit         int            `json:"emit,omitempty"` // extra tool_call events to emit
+	Approve      string         `json:"wait_for_approval,omitempty"`
 }
 
 // Doc is a document a step writes into the run's workspace.
@@ -84,8 +87,12 @@ func (x *Executor) Iterate(ctx context.Context, in *spec.Input) (*spec.Result, e
 		return nil, err
 	}
 	st := s.Steps[min(in.Iteration, len(s.Steps))-1]
-	if st.SleepMS > 0 {
-		t := time.NewTimer(time.Duration(st.SleepMS) * time.Millisecond)
+	sleep := st.SleepMS
+	if in.Attempt == 1 {
+		sleep += st.SleepFirstMS
+	}
+	if sleep > 0 {
+		t := time.NewTimer(time.Duration(sleep) * time.Millisecond)
 		defer t.Stop()
 		select {
 		case <-ctx.Done():
