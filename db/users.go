@@ -134,6 +134,28 @@ func (d *DB) CreateAPIToken(ctx context.Context, userID int64, name string) (str
 	return secret, t, nil
 }
 
+// ListAPITokens returns the user's tokens (never their secrets), newest first.
+func (d *DB) ListAPITokens(ctx context.Context, userID int64) ([]*APIToken, error) {
+	rows, err := d.reader.QueryContext(ctx, `SELECT id, user_id, name, created_at, last_used_at, revoked_at
+		FROM api_tokens WHERE user_id = ? ORDER BY id DESC`, userID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*APIToken
+	for rows.Next() {
+		var t APIToken
+		var created int64
+		var used, revoked sql.NullInt64
+		if err := rows.Scan(&t.ID, &t.UserID, &t.Name, &created, &used, &revoked); err != nil {
+			return nil, err
+		}
+		t.CreatedAt, t.LastUsedAt, t.RevokedAt = time.UnixMilli(created).UTC(), fromMS(used), fromMS(revoked)
+		out = append(out, &t)
+	}
+	return out, rows.Err()
+}
+
 // RevokeAPIToken revokes one of the user's tokens.
 func (d *DB) RevokeAPIToken(ctx context.Context, userID, tokenID int64) error {
 	return d.WriteTx(ctx, func(tx *Tx) error {

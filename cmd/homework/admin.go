@@ -4,10 +4,12 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net/mail"
 	"strings"
+	"time"
 
 	"golang.org/x/crypto/bcrypt"
 
@@ -102,6 +104,69 @@ func tokenCreate(ctx context.Context, args []string, env func(string) string, st
 		return err
 	}
 	fmt.Fprintln(stdout, secret)
+	return nil
+}
+
+// openForUser parses --email and --db, opens the database and finds the user.
+func openForUser(ctx context.Context, fs *flag.FlagSet, args []string, env func(string) string) (*db.DB, *db.User, error) {
+	email := fs.String("email", "", "the account's email")
+	dbPath := dbFlag(fs, env)
+	if err := parseFlags(fs, args); err != nil {
+		return nil, nil, err
+	}
+	if *email == "" {
+		return nil, nil, usagef("%s: --email is required", fs.Name())
+	}
+	d, err := openShort(ctx, *dbPath)
+	if err != nil {
+		return nil, nil, err
+	}
+	u, err := d.FindUserByEmail(ctx, *email)
+	if err != nil {
+		d.Close()
+		return nil, nil, fmt.Errorf("no user with email %s", *email)
+	}
+	return d, u, nil
+}
+
+func tokenList(ctx context.Context, args []string, env func(string) string, stdout io.Writer) error {
+	d, u, err := openForUser(ctx, newFlagSet("token list"), args, env)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	toks, err := d.ListAPITokens(ctx, u.ID)
+	if err != nil {
+		return err
+	}
+	for _, t := range toks {
+		used, state := "never used", "active"
+		if !t.LastUsedAt.IsZero() {
+			used = "last used " + t.LastUsedAt.Format(time.RFC3339)
+		}
+		if !t.RevokedAt.IsZero() {
+			state = "revoked " + t.RevokedAt.Format(time.RFC3339)
+		}
+		fmt.Fprintf(stdout, "%d\t%q\tcreated %s\t%s\t%s\n", t.ID, t.Name, t.CreatedAt.Format(time.RFC3339), used, state)
+	}
+	return nil
+}
+
+func tokenRevoke(ctx context.Context, args []string, env func(string) string, stdout io.Writer) error {
+	fs := newFlagSet("token revoke")
+	id := fs.Int64("id", 0, "the token's id (see token list)")
+	d, u, err := openForUser(ctx, fs, args, env)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if *id <= 0 {
+		return usagef("token revoke: --id is required (see homework token list)")
+	}
+	if err := d.RevokeAPIToken(ctx, u.ID, *id); err != nil {
+		return errors.New(db.ErrorMessage(err))
+	}
+	fmt.Fprintf(stdout, "revoked token %d of %s\n", *id, u.Email)
 	return nil
 }
 

@@ -3,6 +3,8 @@
 //	homework [serve] [--addr A] [--db F] [--workers N] ...
 //	homework user add --email E [--admin]        (password on stdin)
 //	homework token create --email E [--name N]   (prints the token once)
+//	homework token list --email E
+//	homework token revoke --email E --id ID
 //	homework tail RUN_ID [--since N] [--server URL] [--token T]
 //	homework migrate
 //	homework version
@@ -63,10 +65,15 @@ func dispatch(ctx context.Context, args []string, env func(string) string, stdin
 		}
 		return userAdd(ctx, args[1:], env, stdin, stdout)
 	case "token":
-		if len(args) == 0 || args[0] != "create" {
-			return usagef("usage: homework token create --email E [--name N]")
+		switch {
+		case len(args) > 0 && args[0] == "create":
+			return tokenCreate(ctx, args[1:], env, stdout)
+		case len(args) > 0 && args[0] == "list":
+			return tokenList(ctx, args[1:], env, stdout)
+		case len(args) > 0 && args[0] == "revoke":
+			return tokenRevoke(ctx, args[1:], env, stdout)
 		}
-		return tokenCreate(ctx, args[1:], env, stdout)
+		return usagef("usage: homework token create|list|revoke --email E [--name N] [--id ID]")
 	case "migrate":
 		return migrate(ctx, args, env, stdout)
 	case "tail":
@@ -75,7 +82,7 @@ func dispatch(ctx context.Context, args []string, env func(string) string, stdin
 		fmt.Fprintln(stdout, "homework", version)
 		return nil
 	case "help":
-		fmt.Fprintln(stdout, "usage: homework [serve|user add|token create|tail|migrate|version] [flags]")
+		fmt.Fprintln(stdout, "usage: homework [serve|user add|token create|token list|token revoke|tail|migrate|version] [flags]")
 		return nil
 	}
 	return usagef("unknown command %q (try: serve, user add, token create, tail, migrate, version)", cmd)

@@ -150,18 +150,26 @@ func TestUserAndTokenCommandsAndBearerAuth(t *testing.T) {
 			t.Fatalf("%s token: %d %s", name, code, body)
 		}
 	}
-	// Revoked.
-	toks, _ := m.DB.Reader().Query(`SELECT id FROM api_tokens`)
-	var id int64
-	for toks.Next() {
-		toks.Scan(&id)
+	// Revoked with the command line, while the server runs.
+	out.Reset()
+	if code := run(context.Background(), []string{"token", "list", "--email", "ann@example.com"}, env, nil, &out, &errb); code != 0 ||
+		!strings.Contains(out.String(), `"ci"`) || !strings.Contains(out.String(), "active") || strings.Contains(out.String(), token) {
+		t.Fatalf("token list: %d %q", code, out.String())
 	}
-	toks.Close()
-	if err := m.DB.RevokeAPIToken(context.Background(), u.ID, id); err != nil {
-		t.Fatal(err)
+	id := strings.Fields(out.String())[0]
+	if code := run(context.Background(), []string{"token", "revoke", "--email", "ann@example.com", "--id", "999"}, env, nil, &out, &errb); code != 1 {
+		t.Fatalf("revoking an unknown token: %d", code)
+	}
+	if code := run(context.Background(), []string{"token", "revoke", "--email", "ann@example.com", "--id", id}, env, nil, &out, &errb); code != 0 {
+		t.Fatalf("token revoke: %d %s", code, errb.String())
 	}
 	if code, _ := get("Bearer " + token); code != 401 {
 		t.Fatalf("revoked token: %d", code)
+	}
+	out.Reset()
+	run(context.Background(), []string{"token", "list", "--email", "ann@example.com"}, env, nil, &out, &errb)
+	if !strings.Contains(out.String(), "revoked") {
+		t.Fatalf("token list after revoke: %q", out.String())
 	}
 }
 
