@@ -67,14 +67,15 @@ func (e *Engine) notify(ctx context.Context, tx *db.Tx, run *db.Run, status stri
 		start = run.CreatedAt
 	}
 	duration := tx.Now().Sub(start).Milliseconds()
-	msg := truncate(run.Objective, 140)
+	// The message names the run, then says what it needs or why it ended.
+	msg := truncate(strings.TrimSpace(strings.SplitN(run.Objective, "\n", 2)[0]), 80)
 	switch {
 	case wait != nil && len(wait.Questions) > 0:
-		msg = truncate(wait.Questions[0], 200)
+		msg += " — " + truncate(wait.Questions[0], 200)
 	case wait != nil && wait.Reason == "turn_ended":
-		msg = "The turn ended; reply or continue."
+		msg += " — the turn ended; reply or continue."
 	case stop != nil && stop.Detail != "":
-		msg = truncate(stop.Detail, 200)
+		msg += " — " + truncate(stop.Detail, 200)
 	}
 	data, _ := json.Marshal(map[string]any{
 		"run_id": run.ID, "status": status, "duration_ms": duration, "iterations": run.Metrics.Iterations,

@@ -247,7 +247,7 @@ func TestLLMRunsThroughTheEngine(t *testing.T) {
 		if run.Waiting == nil || run.Waiting.Reason != "needs_input" || !slices.Equal(run.Waiting.Questions, []string{question}) {
 			t.Fatalf("waiting = %+v", run.Waiting)
 		}
-		if n := h.notification(run.ID, "run_waiting_on_user"); n.Message != question {
+		if n := h.notification(run.ID, "run_waiting_on_user"); !strings.HasSuffix(n.Message, " — "+question) {
 			t.Errorf("notification message = %q", n.Message)
 		}
 
