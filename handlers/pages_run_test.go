@@ -59,6 +59,9 @@ func TestRunPage(t *testing.T) {
 		expectStatus(t, resp, doc, http.StatusOK, "")
 		expectContains(t, doc, "<h1", "Findings", "<strong>bold</strong>", `href="https://example.com"`, `rel="nofollow noreferrer noopener"`)
 		expectLacks(t, doc, "<script>alert", "onerror", "alert(2)")
+		// The update time renders as a <time>, not as template source.
+		expectContains(t, doc, "updated ", "<time datetime=")
+		expectLacks(t, doc, "@Time(")
 	})
 	t.Run("another user's run, fragments, controls and documents are 404", func(t *testing.T) {
 		eve := ts.signedIn(t, "eve@example.com")
