@@ -187,9 +187,8 @@ func TestNotificationPages(t *testing.T) {
 	expectStatus(t, resp, body, http.StatusOK, "")
 	expectContains(t, body, ">2<", `hx-trigger="sse:notification_created`)
 
-	ids := regexp.MustCompile(`action="/notifications/(\d+)/read"`).FindAllStringSubmatch(body, -1)
 	_, page := pc.get("/notifications")
-	ids = regexp.MustCompile(`action="/notifications/(\d+)/read"`).FindAllStringSubmatch(page, -1)
+	ids := regexp.MustCompile(`action="/notifications/(\d+)/read"`).FindAllStringSubmatch(page, -1)
 	if len(ids) != 2 {
 		t.Fatalf("mark-read forms: %v", ids)
 	}

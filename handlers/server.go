@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/a-h/templ"
@@ -188,8 +187,4 @@ func (s *Server) page(c *fiber.Ctx, title string) views.Page {
 		p.CSRF = sess.CSRFToken
 	}
 	return p
-}
-
-func wantsHTML(c *fiber.Ctx) bool {
-	return strings.Contains(c.Get(fiber.HeaderAccept), "text/html")
 }
