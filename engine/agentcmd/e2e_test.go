@@ -256,7 +256,7 @@ fi`)
 		if len(waits) != 1 || !strings.Contains(string(waits[0].Data), `"reason":"blocked"`) {
 			t.Errorf("run_waiting_on_user events: %d", len(waits))
 		}
-		if ns := h.notifications(run.ID); len(ns) != 1 || ns[0].Kind != "run_waiting_on_user" || ns[0].Message != question {
+		if ns := h.notifications(run.ID); len(ns) != 1 || ns[0].Kind != "run_waiting_on_user" || !strings.HasSuffix(ns[0].Message, " — "+question) {
 			t.Errorf("notifications: %+v", ns)
 		}
 
