@@ -340,7 +340,9 @@ func TestPerUserConcurrencyLimitAndFairness(t *testing.T) {
 func TestWaitingAndStoppedRunsHoldNoSlot(t *testing.T) {
 	h := newHarness(t, func(o *Options) { o.MaxConcurrentPerUser = 1 })
 	u := h.user("a@example.com")
-	waiting := h.create(u, spec.Config{Script: script(scripted.Step{Status: &spec.Status{NeedsUserInput: true, BlockingQuestions: []string{"?"}}})})
+	// The first run holds the only slot while it works (half a second), so
+	// the second queues; once the first waits, the second runs.
+	waiting := h.create(u, spec.Config{Script: script(scripted.Step{SleepMS: 500, Status: &spec.Status{NeedsUserInput: true, BlockingQuestions: []string{"?"}}})})
 	second := h.create(u, spec.Config{Script: script(done("x"))})
 	if second.Status != db.StatusQueued {
 		t.Fatalf("second = %s", second.Status)

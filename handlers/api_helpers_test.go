@@ -48,15 +48,28 @@ type testUser struct {
 // stopped by t.Cleanup.
 func newTestServer(t testing.TB, mod func(*Options)) *testServer {
 	t.Helper()
+	return newTestServerWith(t, nil, mod)
+}
+
+// newTestServerWith is newTestServer with more executors: extra gets the
+// store and the engine (valid once the server runs) and returns them by name.
+func newTestServerWith(t testing.TB, extra func(d *db.DB, eng func() *engine.Engine) map[string]engine.Executor, mod func(*Options)) *testServer {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	bus := engine.NewBus()
 	d, err := db.Open(ctx, db.Options{Path: filepath.Join(t.TempDir(), "test.db"), OnEvents: bus.Publish})
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := engine.New(engine.Options{DB: d, Bus: bus,
-		Executors: map[string]engine.Executor{spec.ExecutorScript: &scripted.Executor{DB: d}},
-		Workers:   4, FetchPollInterval: 20 * time.Millisecond, ShutdownGrace: 2 * time.Second})
+	executors := map[string]engine.Executor{spec.ExecutorScript: &scripted.Executor{DB: d}}
+	var e *engine.Engine
+	if extra != nil {
+		for name, x := range extra(d, func() *engine.Engine { return e }) {
+			executors[name] = x
+		}
+	}
+	e, err = engine.New(engine.Options{DB: d, Bus: bus, Executors: executors,
+		Workers: 4, FetchPollInterval: 20 * time.Millisecond, ShutdownGrace: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
