@@ -30,18 +30,11 @@ func (d *DB) ListReports(ctx context.Context, userID int64, cursor string, limit
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	page := &RunPage{}
-	for rows.Next() {
-		r, err := scanRun(rows)
-		if err != nil {
-			return nil, err
-		}
-		page.Runs = append(page.Runs, r)
-	}
-	if err := rows.Err(); err != nil {
+	runs, err := scanRuns(rows)
+	if err != nil {
 		return nil, err
 	}
+	page := &RunPage{Runs: runs}
 	if len(page.Runs) > limit {
 		page.Runs = page.Runs[:limit]
 		last := page.Runs[len(page.Runs)-1]
@@ -61,16 +54,7 @@ func (d *DB) ListChildRuns(ctx context.Context, userID int64, parentID string) (
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	var out []*Run
-	for rows.Next() {
-		r, err := scanRun(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, r)
-	}
-	return out, rows.Err()
+	return scanRuns(rows)
 }
 
 // LastUserEventID returns the id of the newest event of the user's runs, or

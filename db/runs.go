@@ -341,18 +341,11 @@ func (d *DB) ListRuns(ctx context.Context, userID int64, f RunFilter) (*RunPage,
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	page := &RunPage{}
-	for rows.Next() {
-		r, err := scanRun(rows)
-		if err != nil {
-			return nil, err
-		}
-		page.Runs = append(page.Runs, r)
-	}
-	if err := rows.Err(); err != nil {
+	runs, err := scanRuns(rows)
+	if err != nil {
 		return nil, err
 	}
+	page := &RunPage{Runs: runs}
 	if len(page.Runs) > f.Limit {
 		page.Runs = page.Runs[:f.Limit]
 		last := page.Runs[len(page.Runs)-1]
@@ -423,6 +416,11 @@ func (tx *Tx) OldestQueued(ctx context.Context, userID int64, n int) ([]*Run, er
 	if err != nil {
 		return nil, err
 	}
+	return scanRuns(rows)
+}
+
+// scanRuns reads every run of rows and closes them.
+func scanRuns(rows *sql.Rows) ([]*Run, error) {
 	defer rows.Close()
 	var out []*Run
 	for rows.Next() {
