@@ -10,34 +10,6 @@ import (
 	"github.com/google/uuid"
 )
 
-// Document kinds.
-const (
-	DocWorkspace  = "workspace"
-	DocScratchpad = "scratchpad"
-	DocNote       = "note"
-	DocSummary    = "summary"
-	DocBranch     = "branch"
-	DocPlan       = "plan"
-	DocFolder     = "folder"
-)
-
-// Document is a node of a run's research workspace tree.
-type Document struct {
-	ID          string
-	RunID       string
-	UserID      int64
-	ParentID    string
-	Path        string // relative to the run's root, such as "branches/b1/findings.md"; "" for the root
-	Kind        string
-	Title       string
-	Description string
-	Content     string
-	Tags        []string
-	Iteration   int
-	CreatedAt   time.Time
-	UpdatedAt   time.Time
-}
-
 const docCols = `id, run_id, user_id, parent_id, path, kind, title, description, content, tags, iteration, created_at, updated_at`
 
 func scanDocument(s rowScanner) (*Document, error) {
@@ -148,12 +120,6 @@ func (d *DB) ListRunDocuments(ctx context.Context, userID int64, runID string) (
 		return nil, err
 	}
 	return scanDocuments(rows)
-}
-
-// SearchHit is one full-text search result.
-type SearchHit struct {
-	Document *Document
-	Snippet  string
 }
 
 // SearchDocuments runs a full-text query over the user's documents (all runs,

@@ -9,26 +9,6 @@ import (
 	"time"
 )
 
-// Event is one entry of a run's append-only log. Seq is gap-free per run; ID
-// is the global order used by the per-user feed.
-type Event struct {
-	ID        int64           `json:"id"`
-	RunID     string          `json:"run_id"`
-	UserID    int64           `json:"-"`
-	Seq       int64           `json:"seq"`
-	Type      string          `json:"type"`
-	Data      json.RawMessage `json:"data"`
-	CreatedAt time.Time       `json:"created_at"`
-}
-
-// Terminal event types end a run's stream.
-var terminalEvents = map[string]bool{
-	"run_completed": true, "run_canceled": true, "run_failed": true,
-}
-
-// IsTerminal reports whether the event ends its run for good.
-func (e *Event) IsTerminal() bool { return terminalEvents[e.Type] }
-
 func marshalData(data any) (json.RawMessage, error) {
 	switch v := data.(type) {
 	case nil:

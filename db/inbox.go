@@ -6,24 +6,6 @@ import (
 	"time"
 )
 
-// Inbox kinds.
-const (
-	InboxAnswer  = "answer"
-	InboxMessage = "message"
-)
-
-// InboxItem is something the person sent to a run, consumed by the next
-// iteration.
-type InboxItem struct {
-	ID                int64
-	RunID             string
-	Kind              string
-	Body              string
-	CreatedAt         time.Time
-	ConsumedAt        time.Time
-	ConsumedIteration int
-}
-
 // InsertInbox queues an item for the run's next iteration.
 func (tx *Tx) InsertInbox(ctx context.Context, it *InboxItem) error {
 	it.CreatedAt = tx.now

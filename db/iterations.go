@@ -5,35 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
-	"time"
 )
-
-// Iteration statuses.
-const (
-	IterRunning     = "running"
-	IterSucceeded   = "succeeded"
-	IterFailed      = "failed"
-	IterInterrupted = "interrupted"
-	IterCanceled    = "canceled"
-)
-
-// Iteration is one bounded unit of a run's work.
-type Iteration struct {
-	RunID            string
-	Iteration        int
-	Attempt          int
-	Status           string
-	StartedAt        time.Time
-	EndedAt          time.Time
-	Summary          string
-	Gate             json.RawMessage
-	Checks           json.RawMessage
-	Fingerprint      string
-	Error            string
-	ErrorFingerprint string
-	Metrics          Metrics
-	Artifacts        json.RawMessage
-}
 
 const iterCols = `run_id, iteration, attempt, status, started_at, ended_at, summary, gate, checks,
 	fingerprint, error, error_fingerprint, metrics, artifacts`

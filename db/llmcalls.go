@@ -6,22 +6,6 @@ import (
 	"time"
 )
 
-// LLMCall records one model call's usage and cost.
-type LLMCall struct {
-	ID               int64
-	RunID            string
-	Iteration        int
-	Role             string // planner | executor | repair | summarizer
-	Model            string
-	PromptTokens     int64
-	CompletionTokens int64
-	CostUSD          float64
-	Priced           bool
-	LatencyMS        int64
-	Error            string
-	CreatedAt        time.Time
-}
-
 // InsertLLMCall stores a call's usage.
 func (tx *Tx) InsertLLMCall(ctx context.Context, c *LLMCall) error {
 	c.CreatedAt = tx.now

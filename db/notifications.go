@@ -7,20 +7,6 @@ import (
 	"time"
 )
 
-// Notification tells a user something happened to one of their runs.
-type Notification struct {
-	ID        int64           `json:"id"`
-	UserID    int64           `json:"-"`
-	RunID     string          `json:"run_id"`
-	Kind      string          `json:"kind"`
-	Title     string          `json:"title"`
-	Message   string          `json:"message"`
-	ActionURL string          `json:"action_url"`
-	Data      json.RawMessage `json:"data"`
-	ReadAt    time.Time       `json:"-"`
-	CreatedAt time.Time       `json:"created_at"`
-}
-
 // InsertNotification stores a notification.
 func (tx *Tx) InsertNotification(ctx context.Context, n *Notification) error {
 	n.CreatedAt = tx.now

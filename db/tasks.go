@@ -8,27 +8,6 @@ import (
 	"github.com/google/uuid"
 )
 
-// Task statuses.
-const (
-	TaskTodo    = "todo"
-	TaskDoing   = "doing"
-	TaskDone    = "done"
-	TaskBlocked = "blocked"
-)
-
-// Task is one item of a run's checklist.
-type Task struct {
-	ID        string
-	RunID     string
-	Title     string
-	Detail    string
-	Status    string
-	Passes    bool
-	Position  int
-	CreatedAt time.Time
-	UpdatedAt time.Time
-}
-
 const taskCols = `id, run_id, title, detail, status, passes, position, created_at, updated_at`
 
 func scanTasks(rows *sql.Rows) ([]*Task, error) {

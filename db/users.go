@@ -11,32 +11,6 @@ import (
 	"time"
 )
 
-// User is an account.
-type User struct {
-	ID           int64
-	Email        string
-	PasswordHash string
-	IsAdmin      bool
-	CreatedAt    time.Time
-}
-
-// APIToken is a bearer token's metadata; the secret is stored hashed only.
-type APIToken struct {
-	ID         int64
-	UserID     int64
-	Name       string
-	CreatedAt  time.Time
-	LastUsedAt time.Time
-	RevokedAt  time.Time
-}
-
-// Session is a signed-in browser session.
-type Session struct {
-	UserID    int64
-	CSRFToken string
-	ExpiresAt time.Time
-}
-
 // HashToken returns the stored form of a secret token.
 func HashToken(secret string) string {
 	sum := sha256.Sum256([]byte(secret))

@@ -12,22 +12,23 @@ import (
 	"homework/engine/spec"
 )
 
-// Stop reasons.
+// Stop reasons, re-exported from spec for the engine's own code; other
+// packages use spec.StopCompleted and its siblings.
 const (
-	StopCompleted         = "completed"
-	StopMaxIterations     = "max_iterations"
-	StopBudgetTime        = "budget_time"
-	StopBudgetTokens      = "budget_tokens"
-	StopBudgetCost        = "budget_cost"
-	StopBudgetToolCalls   = "budget_tool_calls"
-	StopNoProgress        = "no_progress"
-	StopRepeatedError     = "repeated_error"
-	StopQualityRegression = "quality_regression"
-	StopStuck             = "stuck"
-	StopBlocked           = "blocked"
-	StopCanceled          = "canceled"
-	StopError             = "error"
-	StopInterrupted       = "interrupted"
+	StopCompleted         = spec.StopCompleted
+	StopMaxIterations     = spec.StopMaxIterations
+	StopBudgetTime        = spec.StopBudgetTime
+	StopBudgetTokens      = spec.StopBudgetTokens
+	StopBudgetCost        = spec.StopBudgetCost
+	StopBudgetToolCalls   = spec.StopBudgetToolCalls
+	StopNoProgress        = spec.StopNoProgress
+	StopRepeatedError     = spec.StopRepeatedError
+	StopQualityRegression = spec.StopQualityRegression
+	StopStuck             = spec.StopStuck
+	StopBlocked           = spec.StopBlocked
+	StopCanceled          = spec.StopCanceled
+	StopError             = spec.StopError
+	StopInterrupted       = spec.StopInterrupted
 )
 
 // Default breaker thresholds.
@@ -196,7 +197,7 @@ func decide(in gateInput) spec.Decision {
 	// Waits the agent asked for.
 	if res.Status != nil && res.Status.NeedsUserInput {
 		q := nonEmpty(res.Status.BlockingQuestions)
-		return spec.Decision{Decision: spec.DecisionWait, WaitReason: "needs_input", Questions: q, FalseCompletion: falseCompletion,
+		return spec.Decision{Decision: spec.DecisionWait, WaitReason: spec.WaitNeedsInput, Questions: q, FalseCompletion: falseCompletion,
 			Reasons: append(reasons, "the agent needs your input")}
 	}
 	if res.Promise != nil && res.Promise.Kind == spec.PromiseBlocked {
@@ -204,11 +205,11 @@ func decide(in gateInput) spec.Decision {
 		if reason == "" {
 			reason = "the agent reported BLOCKED without a reason"
 		}
-		return spec.Decision{Decision: spec.DecisionWait, WaitReason: StopBlocked, Questions: []string{reason},
+		return spec.Decision{Decision: spec.DecisionWait, WaitReason: spec.WaitBlocked, Questions: []string{reason},
 			FalseCompletion: falseCompletion, Reasons: append(reasons, "the agent is blocked: "+reason)}
 	}
 	if res.WaitForApproval != "" {
-		return spec.Decision{Decision: spec.DecisionWait, WaitReason: "approve_plan", Questions: []string{res.WaitForApproval},
+		return spec.Decision{Decision: spec.DecisionWait, WaitReason: spec.WaitApprovePlan, Questions: []string{res.WaitForApproval},
 			Reasons: append(reasons, "the plan waits for your approval")}
 	}
 
@@ -234,7 +235,7 @@ func decide(in gateInput) spec.Decision {
 			Reasons: append(reasons, detail), Evidence: ev}
 	}
 	if cfg.Mode == spec.ModeInteractive {
-		return spec.Decision{Decision: spec.DecisionWait, WaitReason: "turn_ended", FalseCompletion: falseCompletion,
+		return spec.Decision{Decision: spec.DecisionWait, WaitReason: spec.WaitTurnEnded, FalseCompletion: falseCompletion,
 			Reasons: append(reasons, "interactive mode: the turn ended; your move")}
 	}
 	if len(reasons) == 0 {

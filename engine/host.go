@@ -47,14 +47,14 @@ func (h *host) RecordLLMCall(ctx context.Context, c spec.LLMCall) error {
 		if err != nil {
 			return err
 		}
-		if _, err := tx.AppendEvent(ctx, h.runID, "llm_call", map[string]any{
+		if _, err := tx.AppendEvent(ctx, h.runID, spec.EventLLMCall, map[string]any{
 			"iteration": h.iteration, "role": c.Role, "model": c.Model, "prompt_tokens": c.PromptTokens,
 			"completion_tokens": c.CompletionTokens, "cost_usd": c.CostUSD, "priced": c.Priced,
 			"latency_ms": c.LatencyMS, "error": c.Error,
 		}); err != nil {
 			return err
 		}
-		_, err = tx.AppendEvent(ctx, h.runID, "iteration_cost_update", map[string]any{
+		_, err = tx.AppendEvent(ctx, h.runID, spec.EventIterationCostUpdate, map[string]any{
 			"iteration": h.iteration, "iteration_tokens": iter.TokensTotal, "iteration_cost_usd": iter.CostTotalUSD,
 			"tokens_total": run.Metrics.TokensTotal, "cost_total_usd": run.Metrics.CostTotalUSD,
 			"unpriced_calls": run.Metrics.UnpricedCalls, "by_model": run.Metrics.ByModel,

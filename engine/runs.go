@@ -55,7 +55,7 @@ func (e *Engine) CreateRun(ctx context.Context, user *db.User, cfg spec.Config) 
 		if err := tx.InsertRun(ctx, run); err != nil {
 			return err
 		}
-		if _, err := tx.AppendEvent(ctx, run.ID, "run_created", map[string]any{
+		if _, err := tx.AppendEvent(ctx, run.ID, spec.EventRunCreated, map[string]any{
 			"objective": cfg.Objective, "mode": cfg.Mode, "executor": cfg.Executor, "config": json.RawMessage(raw),
 		}); err != nil {
 			return err
@@ -113,7 +113,7 @@ func (e *Engine) startRun(ctx context.Context, tx *db.Tx, run *db.Run) error {
 	run.StopReason = nil
 	run.Report = nil // a running run has no final report; the next end writes a new one
 	run.RunningSince = tx.Now()
-	if _, err := tx.AppendEvent(ctx, run.ID, "run_started", map[string]any{
+	if _, err := tx.AppendEvent(ctx, run.ID, spec.EventRunStarted, map[string]any{
 		"iteration": run.Iteration + 1, "resumed": !first,
 	}); err != nil {
 		return err
@@ -221,7 +221,7 @@ func (e *Engine) Continue(ctx context.Context, userID int64, runID string, raise
 			return err
 		}
 		run.Config = raw
-		if _, err := tx.AppendEvent(ctx, run.ID, "run_continued", map[string]any{"budgets": b}); err != nil {
+		if _, err := tx.AppendEvent(ctx, run.ID, spec.EventRunContinued, map[string]any{"budgets": b}); err != nil {
 			return err
 		}
 		return e.requeue(ctx, tx, run)
@@ -268,7 +268,7 @@ func (e *Engine) Respond(ctx context.Context, userID int64, runID string, answer
 		if err := tx.InsertInbox(ctx, item); err != nil {
 			return err
 		}
-		if _, err := tx.AppendEvent(ctx, run.ID, "user_response", map[string]any{"inbox_id": item.ID, "answers": body}); err != nil {
+		if _, err := tx.AppendEvent(ctx, run.ID, spec.EventUserResponse, map[string]any{"inbox_id": item.ID, "answers": body}); err != nil {
 			return err
 		}
 		return e.requeue(ctx, tx, run)
@@ -295,7 +295,7 @@ func (e *Engine) Message(ctx context.Context, userID int64, runID, body string) 
 		if err := tx.InsertInbox(ctx, item); err != nil {
 			return err
 		}
-		_, err := tx.AppendEvent(ctx, run.ID, "message_queued", map[string]any{"inbox_id": item.ID, "body": body})
+		_, err := tx.AppendEvent(ctx, run.ID, spec.EventMessageQueued, map[string]any{"inbox_id": item.ID, "body": body})
 		return err
 	})
 }

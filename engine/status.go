@@ -12,14 +12,6 @@ import (
 	"homework/engine/spec"
 )
 
-var statusEvents = map[string]string{
-	db.StatusWaiting:   "run_waiting_on_user",
-	db.StatusCompleted: "run_completed",
-	db.StatusStopped:   "run_stopped",
-	db.StatusCanceled:  "run_canceled",
-	db.StatusFailed:    "run_failed",
-}
-
 var notifyTitles = map[string]string{
 	db.StatusWaiting:   "Homework is waiting for you",
 	db.StatusCompleted: "Homework complete",
@@ -51,9 +43,9 @@ func (e *Engine) setStatus(ctx context.Context, tx *db.Tx, run *db.Run, status s
 		data["reason"] = wait.Reason
 		data["questions"] = wait.Questions
 	}
-	typ := statusEvents[status]
+	typ := spec.StatusEvent(status)
 	if status == db.StatusStopped && stop != nil && (stop.Type == StopNoProgress || stop.Type == StopStuck) {
-		typ = "run_stalled"
+		typ = spec.EventRunStalled
 	}
 	if _, err := tx.AppendEvent(ctx, run.ID, typ, data); err != nil {
 		return err
@@ -72,7 +64,7 @@ func (e *Engine) notify(ctx context.Context, tx *db.Tx, run *db.Run, status stri
 	switch {
 	case wait != nil && len(wait.Questions) > 0:
 		msg += " — " + truncate(wait.Questions[0], 200)
-	case wait != nil && wait.Reason == "turn_ended":
+	case wait != nil && wait.Reason == spec.WaitTurnEnded:
 		msg += " — the turn ended; reply or continue."
 	case stop != nil && stop.Detail != "":
 		msg += " — " + truncate(stop.Detail, 200)
@@ -86,7 +78,7 @@ func (e *Engine) notify(ctx context.Context, tx *db.Tx, run *db.Run, status stri
 	if err := tx.InsertNotification(ctx, n); err != nil {
 		return err
 	}
-	_, err := tx.AppendEvent(ctx, run.ID, "notification_created", map[string]any{
+	_, err := tx.AppendEvent(ctx, run.ID, spec.EventNotificationCreated, map[string]any{
 		"id": n.ID, "kind": n.Kind, "title": n.Title, "message": n.Message, "action_url": n.ActionURL,
 	})
 	return err

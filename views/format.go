@@ -5,13 +5,12 @@ package views
 import (
 	"encoding/json"
 	"fmt"
+
+	"homework/engine/spec"
 	"net/url"
 	"strconv"
 	"strings"
 	"time"
-
-	"homework/db"
-	"homework/engine/spec"
 )
 
 func itoa(n int) string { return strconv.Itoa(n) }
@@ -90,19 +89,19 @@ func StatusLabel(status, stopType string) string {
 		return "Stalled"
 	}
 	switch status {
-	case "queued":
+	case spec.StatusQueued:
 		return "Queued"
-	case "running":
+	case spec.StatusRunning:
 		return "Running"
-	case "waiting_on_user":
+	case spec.StatusWaiting:
 		return "Waiting for you"
-	case "stopped":
+	case spec.StatusStopped:
 		return "Stopped"
-	case "completed":
+	case spec.StatusCompleted:
 		return "Completed"
-	case "failed":
+	case spec.StatusFailed:
 		return "Failed"
-	case "canceled":
+	case spec.StatusCanceled:
 		return "Canceled"
 	}
 	return status
@@ -117,7 +116,7 @@ func StatusClass(status, stopType string) string {
 }
 
 func isStalled(status, stopType string) bool {
-	return status == "stopped" && (stopType == "no_progress" || stopType == "stuck")
+	return status == spec.StatusStopped && (stopType == spec.StopNoProgress || stopType == spec.StopStuck)
 }
 
 // percentClass returns a CSS width class (w0, w5, ... w100) for used/limit.
@@ -180,7 +179,7 @@ func clip(s string, n int) string {
 	return string(r[:n-1]) + "…"
 }
 
-func stopType(r *db.Run) string {
+func stopType(r *spec.Run) string {
 	if r.StopReason == nil {
 		return ""
 	}
@@ -194,18 +193,18 @@ func modelPlaceholder(def string) string {
 	return def + " (default)"
 }
 
-func waitingText(w *db.Waiting) string {
+func waitingText(w *spec.Waiting) string {
 	if w.Detail != "" {
 		return w.Detail
 	}
 	switch w.Reason {
-	case "needs_input":
+	case spec.WaitNeedsInput:
 		return "the run needs your input to go on."
-	case "blocked":
+	case spec.WaitBlocked:
 		return "the run is blocked."
-	case "approve_plan":
+	case spec.WaitApprovePlan:
 		return "approve the plan (or steer it) to go on."
-	case "turn_ended":
+	case spec.WaitTurnEnded:
 		return "the iteration is done; reply to run the next one."
 	}
 	return Humanize(w.Reason)
@@ -213,11 +212,11 @@ func waitingText(w *db.Waiting) string {
 
 func stopHeading(status string) string {
 	switch status {
-	case "completed":
+	case spec.StatusCompleted:
 		return "Completed"
-	case "failed":
+	case spec.StatusFailed:
 		return "Failed"
-	case "canceled":
+	case spec.StatusCanceled:
 		return "Canceled"
 	}
 	return "Stopped"
@@ -225,9 +224,9 @@ func stopHeading(status string) string {
 
 func taskMark(status string) string {
 	switch status {
-	case "done":
+	case spec.TaskDone:
 		return "☑"
-	case "blocked":
+	case spec.TaskBlocked:
 		return "☒"
 	}
 	return "☐"
@@ -271,7 +270,7 @@ func refTitle(r spec.Ref) string {
 	return r.ID
 }
 
-func docTitle(d *db.Document) string {
+func docTitle(d *spec.Document) string {
 	switch {
 	case d.Title != "":
 		return d.Title
@@ -281,7 +280,7 @@ func docTitle(d *db.Document) string {
 	return "Workspace"
 }
 
-func docPath(d *db.Document) string {
+func docPath(d *spec.Document) string {
 	if d.Path == "" {
 		return "/"
 	}
@@ -315,7 +314,7 @@ func budgetPlaceholder(cfg *spec.Config, which string) string {
 }
 
 // eventDetail is a one-line view of an event's data.
-func eventDetail(e *db.Event) string {
+func eventDetail(e *spec.Event) string {
 	var m map[string]any
 	if err := json.Unmarshal(e.Data, &m); err != nil || len(m) == 0 {
 		return ""

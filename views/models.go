@@ -1,11 +1,9 @@
 package views
 
 import (
+	"homework/engine/spec"
 	"sort"
 	"time"
-
-	"homework/db"
-	"homework/engine/spec"
 )
 
 // AuthData is the sign-in and first-account forms.
@@ -22,7 +20,7 @@ type AuthData struct {
 // RunListData is the run list page and its live fragment.
 type RunListData struct {
 	Page
-	Runs       []*db.Run
+	Runs       []*spec.Run
 	Status     string // the status filter; "" for all
 	Cursor     string // the cursor of this page; "" for the first
 	NextCursor string
@@ -78,7 +76,7 @@ type ComposerData struct {
 	DefaultModel  string
 	CommandRuns   bool // the user may start command runs
 	ScriptRuns    bool // the scripted test executor is available
-	Parent        *db.Run
+	Parent        *spec.Run
 	// AdvancedOpen opens the Advanced section (a field in it was refused).
 	AdvancedOpen bool
 }
@@ -95,7 +93,7 @@ type IterationView struct {
 	Decision  string
 	Reasons   []string
 	Checks    []spec.CheckResult
-	Metrics   db.Metrics
+	Metrics   spec.Metrics
 	Created   []spec.Ref
 	Updated   []spec.Ref
 }
@@ -113,26 +111,26 @@ type Evidence struct {
 
 // DocNode is a node of the research tree.
 type DocNode struct {
-	Doc      *db.Document
+	Doc      *spec.Document
 	Children []*DocNode
 }
 
 // RunView is everything the run page shows.
 type RunView struct {
 	Page
-	Run        *db.Run
+	Run        *spec.Run
 	Config     *spec.Config
 	Iterations []IterationView
 	Tree       []*DocNode
-	Tasks      []*db.Task
+	Tasks      []*spec.Task
 	Report     *spec.Report
 	// ReportHTML is the report summary rendered from markdown and sanitised.
 	ReportHTML string
 	Evidence   *Evidence
 	Created    []spec.Ref
 	Updated    []spec.Ref
-	Parent     *db.Run
-	Children   []*db.Run
+	Parent     *spec.Run
+	Children   []*spec.Run
 	// LastSeq is the run's last event sequence number; the live stream
 	// starts after it.
 	LastSeq int64
@@ -140,15 +138,15 @@ type RunView struct {
 	Error      string
 	ErrorField string
 	// Modal data.
-	Scratchpad *db.Document
-	Events     []*db.Event
+	Scratchpad *spec.Document
+	Events     []*spec.Event
 	Branch     string
 	Now        time.Time
 }
 
 // Live reports whether the run can still change, so the page subscribes to
 // its stream.
-func (v RunView) Live() bool { return !db.IsTerminalStatus(v.Run.Status) }
+func (v RunView) Live() bool { return !spec.IsTerminalStatus(v.Run.Status) }
 
 // StopType returns the run's stop reason type, or "".
 func (v RunView) StopType() string {
@@ -161,21 +159,21 @@ func (v RunView) StopType() string {
 // DocumentData is one rendered document.
 type DocumentData struct {
 	Page
-	Run  *db.Run
-	Doc  *db.Document
+	Run  *spec.Run
+	Doc  *spec.Document
 	HTML string // sanitised HTML rendered from the markdown
 }
 
 // NotificationsData is the notifications page.
 type NotificationsData struct {
 	Page
-	Items  []*db.Notification
+	Items  []*spec.Notification
 	Before int64 // the next page's cursor, 0 when none
 }
 
 // ReportRow is one finished run on the reports page.
 type ReportRow struct {
-	Run   *db.Run
+	Run   *spec.Run
 	Title string
 }
 
@@ -219,7 +217,7 @@ func (v RunView) Budgets() []BudgetRow {
 // ModelRow is one model's share of a run's usage.
 type ModelRow struct {
 	Model string
-	db.ModelUsage
+	spec.ModelUsage
 }
 
 // Models returns the per-model usage, by cost then name.
@@ -244,7 +242,7 @@ func (v RunView) Duration() time.Duration {
 		return 0
 	}
 	end := v.Run.CompletedAt
-	if end.IsZero() && v.Run.Status != db.StatusRunning && v.Run.Status != db.StatusQueued {
+	if end.IsZero() && v.Run.Status != spec.StatusRunning && v.Run.Status != spec.StatusQueued {
 		end = v.Run.UpdatedAt
 	}
 	if end.IsZero() {

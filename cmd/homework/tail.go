@@ -16,6 +16,8 @@ import (
 
 	"github.com/r3labs/sse/v2"
 	"gopkg.in/cenkalti/backoff.v1"
+
+	"homework/engine/spec"
 )
 
 const tailUsage = `usage: homework tail RUN_ID [--since N] [--server URL] [--token T]
@@ -300,22 +302,22 @@ func (t *tailer) print(raw *sse.Event) {
 	costSoFar := fmt.Sprintf("cost so far $%.4f, %d tokens", t.cost, t.tokens)
 	var detail string
 	switch e.Type {
-	case "iteration_started":
+	case spec.EventIterationStarted:
 		detail = fmt.Sprintf("iteration %d", d.Iteration)
-	case "iteration_completed":
+	case spec.EventIterationCompleted:
 		detail = fmt.Sprintf("iteration %d %s, decision %s: %s", d.Iteration, d.Status, d.Decision, oneLine(d.Summary, 120))
 		if d.Error != "" {
 			detail += " (error: " + oneLine(d.Error, 120) + ")"
 		}
 		detail += "; " + costSoFar
-	case "gate_decision":
+	case spec.EventGateDecision:
 		detail = fmt.Sprintf("iteration %d decision %s: %s; %s", d.Iteration, d.Decision, oneLine(strings.Join(d.Reasons, "; "), 200), costSoFar)
-	case "iteration_cost_update", "llm_call":
+	case spec.EventIterationCostUpdate, spec.EventLLMCall:
 		if d.Model != "" {
 			detail = "model " + d.Model + "; "
 		}
 		detail += costSoFar
-	case "check_result":
+	case spec.EventCheckResult:
 		if d.Check != nil {
 			verdict := "failed"
 			if d.Check.Passed {
@@ -323,18 +325,18 @@ func (t *tailer) print(raw *sse.Event) {
 			}
 			detail = fmt.Sprintf("check %q %s: %s", d.Check.Name, verdict, oneLine(d.Check.Message, 120))
 		}
-	case "run_waiting_on_user":
+	case spec.EventRunWaitingOnUser:
 		detail = "waiting for you (" + d.Reason + ")"
 		if len(d.Questions) > 0 {
 			detail += ": " + oneLine(strings.Join(d.Questions, " / "), 200)
 		}
-	case "tool_call", "tool_result":
+	case spec.EventToolCall, spec.EventToolResult:
 		detail = d.Tool
-	case "document_created", "document_updated":
+	case spec.EventDocumentCreated, spec.EventDocumentUpdated:
 		detail = d.Path
-	case "task_updated":
+	case spec.EventTaskUpdated:
 		detail = fmt.Sprintf("%s: %s", d.Title, d.Status)
-	case "message_queued":
+	case spec.EventMessageQueued:
 		detail = oneLine(d.Body, 120)
 	}
 	if strings.HasPrefix(e.Type, "run_") && d.Status != "" {
@@ -354,7 +356,7 @@ func (t *tailer) print(raw *sse.Event) {
 		fmt.Fprintf(t.out, "%s #%-4d %s\n", ts, e.Seq, e.Type)
 	}
 	switch e.Type {
-	case "run_completed", "run_canceled", "run_failed":
+	case spec.EventRunCompleted, spec.EventRunCanceled, spec.EventRunFailed:
 		t.terminal = e.Type
 	}
 }

@@ -28,7 +28,6 @@ import (
 	"text/template"
 	"time"
 
-	"homework/db"
 	"homework/engine/checks"
 	"homework/engine/spec"
 )
@@ -160,61 +159,61 @@ var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 // ValidateConfig checks a command run's agent configuration when the run is
 // created and rewrites cfg.Agent.Workdir to its resolved absolute path. It
-// returns an EFORBIDDEN *db.Error when command runs are not enabled, the user
+// returns an EFORBIDDEN *spec.Error when command runs are not enabled, the user
 // is not an admin, or the work directory resolves outside the root, and an
 // EINVALID one (with the field, such as "agent.argv") for anything else.
-func (e *Executor) ValidateConfig(ctx context.Context, user *db.User, cfg *spec.Config) error {
+func (e *Executor) ValidateConfig(ctx context.Context, user *spec.User, cfg *spec.Config) error {
 	if !e.Enabled() {
-		return db.Errorf(db.EFORBIDDEN, "Command runs are not enabled on this server. An operator can enable them by starting the server with --allow-command-runs ROOT; work directories must then be under ROOT.")
+		return spec.Errorf(spec.EFORBIDDEN, "Command runs are not enabled on this server. An operator can enable them by starting the server with --allow-command-runs ROOT; work directories must then be under ROOT.")
 	}
 	if user == nil || !user.IsAdmin {
-		return db.Errorf(db.EFORBIDDEN, "Only admins may create command runs.")
+		return spec.Errorf(spec.EFORBIDDEN, "Only admins may create command runs.")
 	}
 	a := cfg.Agent
 	if a == nil || len(a.Argv) == 0 || a.Argv[0] == "" {
-		return db.FieldError("agent.argv", "A command run needs agent.argv, the agent command to run, such as [\"claude\", \"-p\"].")
+		return spec.FieldError("agent.argv", "A command run needs agent.argv, the agent command to run, such as [\"claude\", \"-p\"].")
 	}
 	if len(a.Argv) > maxArgs {
-		return db.FieldError("agent.argv", "agent.argv may have at most %d arguments.", maxArgs)
+		return spec.FieldError("agent.argv", "agent.argv may have at most %d arguments.", maxArgs)
 	}
 	for _, s := range a.Argv {
 		if strings.ContainsRune(s, 0) {
-			return db.FieldError("agent.argv", "agent.argv may not contain NUL bytes.")
+			return spec.FieldError("agent.argv", "agent.argv may not contain NUL bytes.")
 		}
 	}
 	if a.Workdir == "" {
-		return db.FieldError("agent.workdir", "A command run needs agent.workdir, a directory under %s.", e.opts.Root)
+		return spec.FieldError("agent.workdir", "A command run needs agent.workdir, a directory under %s.", e.opts.Root)
 	}
 	wd, err := e.resolveWorkdir(a.Workdir)
 	if err != nil {
 		return err
 	}
 	if a.TimeoutMS < 0 || time.Duration(a.TimeoutMS)*time.Millisecond > e.opts.MaxTimeout {
-		return db.FieldError("agent.timeout_ms", "agent.timeout_ms must be between 0 (the default, %d) and %d.",
+		return spec.FieldError("agent.timeout_ms", "agent.timeout_ms must be between 0 (the default, %d) and %d.",
 			e.opts.DefaultTimeout.Milliseconds(), e.opts.MaxTimeout.Milliseconds())
 	}
 	if a.OutputCapBytes < 0 || (a.OutputCapBytes > 0 && a.OutputCapBytes < MinOutputCap) || a.OutputCapBytes > e.opts.MaxOutputCap {
-		return db.FieldError("agent.output_cap_bytes", "agent.output_cap_bytes must be 0 (the default, %d) or between %d and %d.",
+		return spec.FieldError("agent.output_cap_bytes", "agent.output_cap_bytes must be 0 (the default, %d) or between %d and %d.",
 			e.opts.DefaultOutputCap, MinOutputCap, e.opts.MaxOutputCap)
 	}
 	if len(a.Env) > maxEnvNames {
-		return db.FieldError("agent.env", "agent.env may name at most %d variables.", maxEnvNames)
+		return spec.FieldError("agent.env", "agent.env may name at most %d variables.", maxEnvNames)
 	}
 	for _, name := range a.Env {
 		if !envNameRE.MatchString(name) {
-			return db.FieldError("agent.env", "agent.env lists names of server environment variables to pass through, such as \"ANTHROPIC_API_KEY\"; %q is not a variable name (values cannot be set here).", name)
+			return spec.FieldError("agent.env", "agent.env lists names of server environment variables to pass through, such as \"ANTHROPIC_API_KEY\"; %q is not a variable name (values cannot be set here).", name)
 		}
 	}
 	if a.PromptTemplate != "" {
 		if len(a.PromptTemplate) > maxTemplateLen {
-			return db.FieldError("agent.prompt_template", "agent.prompt_template is longer than %d bytes.", maxTemplateLen)
+			return spec.FieldError("agent.prompt_template", "agent.prompt_template is longer than %d bytes.", maxTemplateLen)
 		}
 		t, err := template.New("prompt").Option("missingkey=error").Parse(a.PromptTemplate)
 		if err != nil {
-			return db.FieldError("agent.prompt_template", "agent.prompt_template does not parse: %v.", err)
+			return spec.FieldError("agent.prompt_template", "agent.prompt_template does not parse: %v.", err)
 		}
 		if err := t.Execute(discard{}, samplePromptData()); err != nil {
-			return db.FieldError("agent.prompt_template", "agent.prompt_template fails on sample data: %v.", err)
+			return spec.FieldError("agent.prompt_template", "agent.prompt_template fails on sample data: %v.", err)
 		}
 	}
 	a.Workdir = wd
@@ -222,7 +221,7 @@ func (e *Executor) ValidateConfig(ctx context.Context, user *db.User, cfg *spec.
 }
 
 // resolveWorkdir returns wd's real absolute path, relative paths being
-// relative to the root, or a *db.Error when it is missing, not a directory
+// relative to the root, or a *spec.Error when it is missing, not a directory
 // or outside the root.
 func (e *Executor) resolveWorkdir(wd string) (string, error) {
 	root, err := filepath.Abs(e.opts.Root)
@@ -230,13 +229,13 @@ func (e *Executor) resolveWorkdir(wd string) (string, error) {
 		root, err = filepath.EvalSymlinks(root)
 	}
 	if err != nil {
-		return "", db.Errorf(db.EUNAVAILABLE, "The server's command-run root %s is not usable: %v.", e.opts.Root, err)
+		return "", spec.Errorf(spec.EUNAVAILABLE, "The server's command-run root %s is not usable: %v.", e.opts.Root, err)
 	}
 	if !filepath.IsAbs(wd) {
 		wd = filepath.Join(root, wd)
 	}
 	wd = filepath.Clean(wd)
-	outside := &db.Error{Code: db.EFORBIDDEN, Field: "agent.workdir",
+	outside := &spec.Error{Code: spec.EFORBIDDEN, Field: "agent.workdir",
 		Message: fmt.Sprintf("The work directory must be under %s, the server's command-run root.", e.opts.Root)}
 	if !checks.Within(root, wd) && !checks.Within(filepath.Clean(e.opts.Root), wd) {
 		return "", outside
@@ -244,19 +243,19 @@ func (e *Executor) resolveWorkdir(wd string) (string, error) {
 	real, err := filepath.EvalSymlinks(wd)
 	if err != nil {
 		if os.IsNotExist(err) {
-			return "", db.FieldError("agent.workdir", "The work directory %s does not exist.", wd)
+			return "", spec.FieldError("agent.workdir", "The work directory %s does not exist.", wd)
 		}
-		return "", db.FieldError("agent.workdir", "The work directory %s cannot be resolved: %v.", wd, err)
+		return "", spec.FieldError("agent.workdir", "The work directory %s cannot be resolved: %v.", wd, err)
 	}
 	if !checks.Within(root, real) {
 		return "", outside
 	}
 	fi, err := os.Stat(real)
 	if err != nil {
-		return "", db.FieldError("agent.workdir", "The work directory %s cannot be read: %v.", wd, err)
+		return "", spec.FieldError("agent.workdir", "The work directory %s cannot be read: %v.", wd, err)
 	}
 	if !fi.IsDir() {
-		return "", db.FieldError("agent.workdir", "%s is not a directory.", wd)
+		return "", spec.FieldError("agent.workdir", "%s is not a directory.", wd)
 	}
 	return real, nil
 }

@@ -12,13 +12,12 @@ import (
 	"testing"
 	"time"
 
-	"homework/db"
 	"homework/engine/agentcmd"
 	"homework/engine/checks"
 	"homework/engine/spec"
 )
 
-var admin = &db.User{ID: 1, Email: "a@example.com", IsAdmin: true}
+var admin = &spec.User{ID: 1, Email: "a@example.com", IsAdmin: true}
 
 func TestValidateConfig(t *testing.T) {
 	e, wd := setup(t, agentcmd.Options{})
@@ -56,31 +55,31 @@ func TestValidateConfig(t *testing.T) {
 	tests := []struct {
 		name   string
 		exec   *agentcmd.Executor
-		user   *db.User
+		user   *spec.User
 		modify func(*spec.Config)
 		code   string
 		field  string
 	}{
-		{"command runs not enabled are refused", agentcmd.New(agentcmd.Options{}), admin, nil, db.EFORBIDDEN, ""},
-		{"a user who is not an admin is refused", e, &db.User{ID: 2}, nil, db.EFORBIDDEN, ""},
-		{"no user is refused", e, nil, nil, db.EFORBIDDEN, ""},
-		{"a missing agent is refused", e, admin, func(c *spec.Config) { c.Agent = nil }, db.EINVALID, "agent.argv"},
-		{"an empty argv is refused", e, admin, func(c *spec.Config) { c.Agent.Argv = nil }, db.EINVALID, "agent.argv"},
-		{"an empty program is refused", e, admin, func(c *spec.Config) { c.Agent.Argv = []string{""} }, db.EINVALID, "agent.argv"},
-		{"a missing workdir field is refused", e, admin, func(c *spec.Config) { c.Agent.Workdir = "" }, db.EINVALID, "agent.workdir"},
-		{"a workdir escaping through .. is refused", e, admin, func(c *spec.Config) { c.Agent.Workdir = wd + "/../.." }, db.EFORBIDDEN, "agent.workdir"},
-		{"a relative workdir escaping through .. is refused", e, admin, func(c *spec.Config) { c.Agent.Workdir = "../" }, db.EFORBIDDEN, "agent.workdir"},
-		{"a workdir escaping through a symlink is refused", e, admin, func(c *spec.Config) { c.Agent.Workdir = filepath.Join(root, "escape") }, db.EFORBIDDEN, "agent.workdir"},
-		{"a workdir outside the root is refused", e, admin, func(c *spec.Config) { c.Agent.Workdir = outside }, db.EFORBIDDEN, "agent.workdir"},
-		{"a missing workdir is refused", e, admin, func(c *spec.Config) { c.Agent.Workdir = filepath.Join(root, "nope") }, db.EINVALID, "agent.workdir"},
-		{"a workdir that is a file is refused", e, admin, func(c *spec.Config) { c.Agent.Workdir = filepath.Join(root, "file.txt") }, db.EINVALID, "agent.workdir"},
-		{"a negative timeout is refused", e, admin, func(c *spec.Config) { c.Agent.TimeoutMS = -1 }, db.EINVALID, "agent.timeout_ms"},
-		{"a timeout over the maximum is refused", e, admin, func(c *spec.Config) { c.Agent.TimeoutMS = (agentcmd.DefaultMaxTimeout + time.Second).Milliseconds() }, db.EINVALID, "agent.timeout_ms"},
-		{"a tiny output cap is refused", e, admin, func(c *spec.Config) { c.Agent.OutputCapBytes = 10 }, db.EINVALID, "agent.output_cap_bytes"},
-		{"a huge output cap is refused", e, admin, func(c *spec.Config) { c.Agent.OutputCapBytes = agentcmd.DefaultMaxOutputCap + 1 }, db.EINVALID, "agent.output_cap_bytes"},
-		{"an env value instead of a name is refused", e, admin, func(c *spec.Config) { c.Agent.Env = []string{"TOKEN=secret"} }, db.EINVALID, "agent.env"},
-		{"a template that does not parse is refused", e, admin, func(c *spec.Config) { c.Agent.PromptTemplate = "{{.Objective" }, db.EINVALID, "agent.prompt_template"},
-		{"a template naming an unknown field is refused", e, admin, func(c *spec.Config) { c.Agent.PromptTemplate = "{{.Nope}}" }, db.EINVALID, "agent.prompt_template"},
+		{"command runs not enabled are refused", agentcmd.New(agentcmd.Options{}), admin, nil, spec.EFORBIDDEN, ""},
+		{"a user who is not an admin is refused", e, &spec.User{ID: 2}, nil, spec.EFORBIDDEN, ""},
+		{"no user is refused", e, nil, nil, spec.EFORBIDDEN, ""},
+		{"a missing agent is refused", e, admin, func(c *spec.Config) { c.Agent = nil }, spec.EINVALID, "agent.argv"},
+		{"an empty argv is refused", e, admin, func(c *spec.Config) { c.Agent.Argv = nil }, spec.EINVALID, "agent.argv"},
+		{"an empty program is refused", e, admin, func(c *spec.Config) { c.Agent.Argv = []string{""} }, spec.EINVALID, "agent.argv"},
+		{"a missing workdir field is refused", e, admin, func(c *spec.Config) { c.Agent.Workdir = "" }, spec.EINVALID, "agent.workdir"},
+		{"a workdir escaping through .. is refused", e, admin, func(c *spec.Config) { c.Agent.Workdir = wd + "/../.." }, spec.EFORBIDDEN, "agent.workdir"},
+		{"a relative workdir escaping through .. is refused", e, admin, func(c *spec.Config) { c.Agent.Workdir = "../" }, spec.EFORBIDDEN, "agent.workdir"},
+		{"a workdir escaping through a symlink is refused", e, admin, func(c *spec.Config) { c.Agent.Workdir = filepath.Join(root, "escape") }, spec.EFORBIDDEN, "agent.workdir"},
+		{"a workdir outside the root is refused", e, admin, func(c *spec.Config) { c.Agent.Workdir = outside }, spec.EFORBIDDEN, "agent.workdir"},
+		{"a missing workdir is refused", e, admin, func(c *spec.Config) { c.Agent.Workdir = filepath.Join(root, "nope") }, spec.EINVALID, "agent.workdir"},
+		{"a workdir that is a file is refused", e, admin, func(c *spec.Config) { c.Agent.Workdir = filepath.Join(root, "file.txt") }, spec.EINVALID, "agent.workdir"},
+		{"a negative timeout is refused", e, admin, func(c *spec.Config) { c.Agent.TimeoutMS = -1 }, spec.EINVALID, "agent.timeout_ms"},
+		{"a timeout over the maximum is refused", e, admin, func(c *spec.Config) { c.Agent.TimeoutMS = (agentcmd.DefaultMaxTimeout + time.Second).Milliseconds() }, spec.EINVALID, "agent.timeout_ms"},
+		{"a tiny output cap is refused", e, admin, func(c *spec.Config) { c.Agent.OutputCapBytes = 10 }, spec.EINVALID, "agent.output_cap_bytes"},
+		{"a huge output cap is refused", e, admin, func(c *spec.Config) { c.Agent.OutputCapBytes = agentcmd.DefaultMaxOutputCap + 1 }, spec.EINVALID, "agent.output_cap_bytes"},
+		{"an env value instead of a name is refused", e, admin, func(c *spec.Config) { c.Agent.Env = []string{"TOKEN=secret"} }, spec.EINVALID, "agent.env"},
+		{"a template that does not parse is refused", e, admin, func(c *spec.Config) { c.Agent.PromptTemplate = "{{.Objective" }, spec.EINVALID, "agent.prompt_template"},
+		{"a template naming an unknown field is refused", e, admin, func(c *spec.Config) { c.Agent.PromptTemplate = "{{.Nope}}" }, spec.EINVALID, "agent.prompt_template"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -89,9 +88,9 @@ func TestValidateConfig(t *testing.T) {
 				tt.modify(cfg)
 			}
 			err := tt.exec.ValidateConfig(context.Background(), tt.user, cfg)
-			var de *db.Error
+			var de *spec.Error
 			if !errors.As(err, &de) {
-				t.Fatalf("ValidateConfig = %v, want a *db.Error", err)
+				t.Fatalf("ValidateConfig = %v, want a *spec.Error", err)
 			}
 			if de.Code != tt.code || de.Field != tt.field || de.Message == "" {
 				t.Fatalf("ValidateConfig = code %q field %q message %q, want %q %q", de.Code, de.Field, de.Message, tt.code, tt.field)
@@ -100,8 +99,8 @@ func TestValidateConfig(t *testing.T) {
 	}
 	t.Run("the disabled message says how to enable command runs", func(t *testing.T) {
 		err := agentcmd.New(agentcmd.Options{}).ValidateConfig(context.Background(), admin, ok())
-		if !strings.Contains(db.ErrorMessage(err), "--allow-command-runs") {
-			t.Fatalf("message = %q", db.ErrorMessage(err))
+		if !strings.Contains(spec.ErrorMessage(err), "--allow-command-runs") {
+			t.Fatalf("message = %q", spec.ErrorMessage(err))
 		}
 	})
 }

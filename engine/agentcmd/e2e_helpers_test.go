@@ -29,7 +29,7 @@ type e2e struct {
 	eng   *engine.Engine
 	x     *agentcmd.Executor
 	root  string
-	admin *db.User
+	admin *spec.User
 
 	stopOnce *sync.Once
 }
@@ -154,7 +154,7 @@ func commandRun(script, wd string, checks ...spec.CheckSpec) spec.Config {
 	}
 }
 
-func (h *e2e) create(cfg spec.Config) *db.Run {
+func (h *e2e) create(cfg spec.Config) *spec.Run {
 	h.t.Helper()
 	r, err := h.eng.CreateRun(h.ctx, h.admin, cfg)
 	if err != nil {
@@ -163,7 +163,7 @@ func (h *e2e) create(cfg spec.Config) *db.Run {
 	return r
 }
 
-func (h *e2e) run(id string) *db.Run {
+func (h *e2e) run(id string) *spec.Run {
 	h.t.Helper()
 	r, err := h.db.FindRun(h.ctx, h.admin.ID, id)
 	if err != nil {
@@ -173,7 +173,7 @@ func (h *e2e) run(id string) *db.Run {
 }
 
 // waitFor waits, on the run's event stream, until cond holds for the run.
-func (h *e2e) waitFor(runID, what string, cond func(*db.Run) bool) *db.Run {
+func (h *e2e) waitFor(runID, what string, cond func(*spec.Run) bool) *spec.Run {
 	h.t.Helper()
 	sub := h.bus.SubscribeRun(runID, 1024)
 	defer func() { sub.Close() }()
@@ -197,19 +197,19 @@ func (h *e2e) waitFor(runID, what string, cond func(*db.Run) bool) *db.Run {
 
 // settled waits until the run is neither queued nor running: an iteration
 // ended it, stopped it or made it wait.
-func (h *e2e) settled(runID string) *db.Run {
+func (h *e2e) settled(runID string) *spec.Run {
 	h.t.Helper()
-	return h.waitFor(runID, "the run to settle", func(r *db.Run) bool {
-		return r.Status != db.StatusRunning && r.Status != db.StatusQueued
+	return h.waitFor(runID, "the run to settle", func(r *spec.Run) bool {
+		return r.Status != spec.StatusRunning && r.Status != spec.StatusQueued
 	})
 }
 
 // waitEvent waits until the run has an event for which match holds and
 // returns it.
-func (h *e2e) waitEvent(runID, what string, match func(*db.Event) bool) *db.Event {
+func (h *e2e) waitEvent(runID, what string, match func(*spec.Event) bool) *spec.Event {
 	h.t.Helper()
-	var found *db.Event
-	h.waitFor(runID, what, func(*db.Run) bool {
+	var found *spec.Event
+	h.waitFor(runID, what, func(*spec.Run) bool {
 		for _, e := range h.rawEvents(runID) {
 			if match(e) {
 				found = e
@@ -221,7 +221,7 @@ func (h *e2e) waitEvent(runID, what string, match func(*db.Event) bool) *db.Even
 	return found
 }
 
-func (h *e2e) rawEvents(runID string) []*db.Event {
+func (h *e2e) rawEvents(runID string) []*spec.Event {
 	h.t.Helper()
 	evs, err := h.db.ListRunEvents(h.ctx, h.admin.ID, runID, 0, 100000)
 	if err != nil {
@@ -231,7 +231,7 @@ func (h *e2e) rawEvents(runID string) []*db.Event {
 }
 
 // events returns all the run's events and checks that seq is gap-free.
-func (h *e2e) events(runID string) []*db.Event {
+func (h *e2e) events(runID string) []*spec.Event {
 	h.t.Helper()
 	evs := h.rawEvents(runID)
 	for i, e := range evs {
@@ -254,7 +254,7 @@ func (h *e2e) eventDump(runID string) string {
 	return b.String()
 }
 
-func (h *e2e) iterations(runID string) []*db.Iteration {
+func (h *e2e) iterations(runID string) []*spec.Iteration {
 	h.t.Helper()
 	its, err := h.db.ListIterations(h.ctx, h.admin.ID, runID)
 	if err != nil {
@@ -265,13 +265,13 @@ func (h *e2e) iterations(runID string) []*db.Iteration {
 
 // notifications returns the admin's notifications about the run, oldest
 // first.
-func (h *e2e) notifications(runID string) []*db.Notification {
+func (h *e2e) notifications(runID string) []*spec.Notification {
 	h.t.Helper()
 	all, err := h.db.ListNotifications(h.ctx, h.admin.ID, 0, 200)
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	var out []*db.Notification
+	var out []*spec.Notification
 	for i := len(all) - 1; i >= 0; i-- {
 		if all[i].RunID == runID {
 			out = append(out, all[i])
@@ -280,8 +280,8 @@ func (h *e2e) notifications(runID string) []*db.Notification {
 	return out
 }
 
-func ofType(evs []*db.Event, typ string) []*db.Event {
-	var out []*db.Event
+func ofType(evs []*spec.Event, typ string) []*spec.Event {
+	var out []*spec.Event
 	for _, e := range evs {
 		if e.Type == typ {
 			out = append(out, e)
@@ -299,12 +299,12 @@ func decode[T any](t *testing.T, raw json.RawMessage) T {
 	return v
 }
 
-func gateOf(t *testing.T, it *db.Iteration) engine.GateRecord {
+func gateOf(t *testing.T, it *spec.Iteration) engine.GateRecord {
 	t.Helper()
 	return decode[engine.GateRecord](t, it.Gate)
 }
 
-func checksOf(t *testing.T, it *db.Iteration) []spec.CheckResult {
+func checksOf(t *testing.T, it *spec.Iteration) []spec.CheckResult {
 	t.Helper()
 	return decode[[]spec.CheckResult](t, it.Checks)
 }
@@ -345,7 +345,7 @@ type exitEvent struct {
 }
 
 // agentOutput returns the streamed agent output of one iteration.
-func agentOutput(t *testing.T, evs []*db.Event, iteration int) string {
+func agentOutput(t *testing.T, evs []*spec.Event, iteration int) string {
 	t.Helper()
 	var b strings.Builder
 	for _, e := range ofType(evs, agentcmd.EventOutput) {
@@ -359,7 +359,7 @@ func agentOutput(t *testing.T, evs []*db.Event, iteration int) string {
 // requireBasics asserts what every finished command run has: gap-free
 // events, one gate_decision and one iteration_completed per iteration, run
 // metrics that add up, and no iteration left running.
-func (h *e2e) requireBasics(runID string) []*db.Event {
+func (h *e2e) requireBasics(runID string) []*spec.Event {
 	h.t.Helper()
 	evs := h.events(runID)
 	its := h.iterations(runID)
@@ -367,9 +367,9 @@ func (h *e2e) requireBasics(runID string) []*db.Event {
 	if got := len(ofType(evs, "iteration_completed")); got != len(its) {
 		h.t.Errorf("%d iteration_completed events for %d iterations", got, len(its))
 	}
-	var sum db.Metrics
+	var sum spec.Metrics
 	for _, it := range its {
-		if it.Status == db.IterRunning {
+		if it.Status == spec.IterRunning {
 			h.t.Errorf("iteration %d is still running", it.Iteration)
 		}
 		sum.Add(it.Metrics)

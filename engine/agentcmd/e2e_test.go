@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"homework/db"
 	"homework/engine"
 	"homework/engine/agentcmd"
 	"homework/engine/spec"
@@ -83,7 +82,7 @@ func TestCommandRunsThroughTheEngine(t *testing.T) {
 		run := h.create(cfg)
 
 		run = h.settled(run.ID)
-		if run.Status != db.StatusCompleted || run.StopReason == nil || run.StopReason.Type != engine.StopCompleted {
+		if run.Status != spec.StatusCompleted || run.StopReason == nil || run.StopReason.Type != engine.StopCompleted {
 			t.Fatalf("run is %s (%+v), want completed\n%s", run.Status, run.StopReason, h.eventDump(run.ID))
 		}
 		if run.Metrics.Iterations != 3 || run.Metrics.FalseCompletionsBlocked != 2 {
@@ -102,7 +101,7 @@ func TestCommandRunsThroughTheEngine(t *testing.T) {
 		fixed := [][]string{{"TestAdd"}, {"TestAdd", "TestSub"}}
 		for i, it := range its[:2] {
 			g, cr := gateOf(t, it), checksOf(t, it)
-			if it.Status != db.IterSucceeded || g.Decision.Decision != spec.DecisionContinue || !g.FalseCompletion {
+			if it.Status != spec.IterSucceeded || g.Decision.Decision != spec.DecisionContinue || !g.FalseCompletion {
 				t.Errorf("iteration %d: status %s, gate %+v; want a blocked false completion", it.Iteration, it.Status, g.Decision)
 			}
 			if !strings.Contains(strings.Join(g.Reasons, "\n"), `completion claim refused: check "go test" failed`) {
@@ -188,7 +187,7 @@ echo "<promise>COMPLETE</promise>"`)
 		check := spec.CheckSpec{Type: spec.CheckCommand, Name: "status says fixed", Argv: []string{"grep", "-qx", "fixed", "status.txt"}}
 		run := h.create(commandRun(script, wd, check))
 		run = h.settled(run.ID)
-		if run.Status != db.StatusCompleted || run.Metrics.Iterations != 2 || run.Metrics.FalseCompletionsBlocked != 1 {
+		if run.Status != spec.StatusCompleted || run.Metrics.Iterations != 2 || run.Metrics.FalseCompletionsBlocked != 1 {
 			t.Fatalf("run is %s after %d iterations with %d false completions; want completed, 2, 1\n%s",
 				run.Status, run.Metrics.Iterations, run.Metrics.FalseCompletionsBlocked, h.eventDump(run.ID))
 		}
@@ -244,7 +243,7 @@ fi`)
 		run := h.create(commandRun(script, wd, check))
 
 		run = h.settled(run.ID)
-		if run.Status != db.StatusWaiting || run.Waiting == nil || run.Waiting.Reason != engine.StopBlocked ||
+		if run.Status != spec.StatusWaiting || run.Waiting == nil || run.Waiting.Reason != engine.StopBlocked ||
 			!slices.Equal(run.Waiting.Questions, []string{question}) {
 			t.Fatalf("run is %s waiting %+v; want waiting_on_user, blocked, with the question\n%s", run.Status, run.Waiting, h.eventDump(run.ID))
 		}
@@ -264,7 +263,7 @@ fi`)
 			t.Fatal(err)
 		}
 		run = h.settled(run.ID)
-		if run.Status != db.StatusCompleted || run.Metrics.Iterations != 2 || run.Metrics.FalseCompletionsBlocked != 0 {
+		if run.Status != spec.StatusCompleted || run.Metrics.Iterations != 2 || run.Metrics.FalseCompletionsBlocked != 0 {
 			t.Fatalf("run is %s after %d iterations; want completed after 2\n%s", run.Status, run.Metrics.Iterations, h.eventDump(run.ID))
 		}
 		p2 := readFile(t, filepath.Join(state, "prompt-2.txt"))
@@ -287,7 +286,7 @@ fi`)
 		cfg.Budgets.MaxIterations = 6
 		run := h.create(cfg)
 		run = h.settled(run.ID)
-		if run.Status != db.StatusStopped || run.StopReason == nil ||
+		if run.Status != spec.StatusStopped || run.StopReason == nil ||
 			(run.StopReason.Type != engine.StopNoProgress && run.StopReason.Type != engine.StopMaxIterations) {
 			t.Fatalf("run is %s (%+v); want stopped by the stall breaker or the budget\n%s", run.Status, run.StopReason, h.eventDump(run.ID))
 		}
@@ -318,7 +317,7 @@ echo "Still thinking about the problem."`)
 		check := spec.CheckSpec{Type: spec.CheckCommand, Name: "tests", Argv: []string{"sh", "-c", "echo 'FAIL: TestThing'; exit 1"}}
 		run := h.create(commandRun(script, wd, check))
 		run = h.settled(run.ID)
-		if run.Status != db.StatusStopped || run.StopReason == nil || run.StopReason.Type != engine.StopNoProgress {
+		if run.Status != spec.StatusStopped || run.StopReason == nil || run.StopReason.Type != engine.StopNoProgress {
 			t.Fatalf("run is %s (%+v); want stopped for no_progress\n%s", run.Status, run.StopReason, h.eventDump(run.ID))
 		}
 		if run.Metrics.Iterations != 3 {
@@ -382,7 +381,7 @@ wait`)
 				pids = append(pids, pid)
 			}
 		}
-		if run.Status != db.StatusStopped || run.StopReason == nil || run.StopReason.Type != engine.StopRepeatedError || run.Metrics.Iterations != 2 {
+		if run.Status != spec.StatusStopped || run.StopReason == nil || run.StopReason.Type != engine.StopRepeatedError || run.Metrics.Iterations != 2 {
 			t.Fatalf("run is %s (%+v) after %d iterations; want stopped for repeated_error after 2\n%s",
 				run.Status, run.StopReason, run.Metrics.Iterations, h.eventDump(run.ID))
 		}
@@ -392,7 +391,7 @@ wait`)
 			}
 		}
 		for _, it := range h.iterations(run.ID) {
-			if it.Status != db.IterFailed || it.ErrorFingerprint != "timeout" || !strings.Contains(it.Error, "timed out") {
+			if it.Status != spec.IterFailed || it.ErrorFingerprint != "timeout" || !strings.Contains(it.Error, "timed out") {
 				t.Errorf("iteration %d: status %s, fingerprint %q, error %q", it.Iteration, it.Status, it.ErrorFingerprint, it.Error)
 			}
 			if g := gateOf(t, it); g.Signals.ErrorFP != "timeout" {
@@ -430,7 +429,7 @@ wait`)
 		cfg := commandRun(script, wd)
 		cfg.Agent.TimeoutMS = 60_000
 		run := h.create(cfg)
-		h.waitEvent(run.ID, "the agent's output", func(e *db.Event) bool {
+		h.waitEvent(run.ID, "the agent's output", func(e *spec.Event) bool {
 			return e.Type == agentcmd.EventOutput && strings.Contains(string(e.Data), "Started the long job.")
 		})
 		child := readPid(t, filepath.Join(state, "child.pid"))
@@ -446,7 +445,7 @@ wait`)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if canceled.Status != db.StatusCanceled || canceled.StopReason == nil || canceled.StopReason.Type != engine.StopCanceled {
+		if canceled.Status != spec.StatusCanceled || canceled.StopReason == nil || canceled.StopReason.Type != engine.StopCanceled {
 			t.Fatalf("Cancel returned a run %s (%+v)", canceled.Status, canceled.StopReason)
 		}
 		if took > 2*time.Second {
@@ -456,11 +455,11 @@ wait`)
 			t.Fatalf("the agent's process group outlived the cancel (child gone: %t, agent gone: %t)", processGone(child), processGone(leader))
 		}
 
-		h.waitEvent(run.ID, "the canceled iteration to be recorded", func(e *db.Event) bool { return e.Type == "iteration_completed" })
+		h.waitEvent(run.ID, "the canceled iteration to be recorded", func(e *spec.Event) bool { return e.Type == "iteration_completed" })
 		h.stop() // nothing may run after this: any stray job would have run by now or never
 		run = h.run(run.ID)
 		its := h.iterations(run.ID)
-		if run.Status != db.StatusCanceled || run.Iteration != 1 || len(its) != 1 || its[0].Status != db.IterCanceled {
+		if run.Status != spec.StatusCanceled || run.Iteration != 1 || len(its) != 1 || its[0].Status != spec.IterCanceled {
 			t.Fatalf("run %s at iteration %d with %d iterations (first %s)", run.Status, run.Iteration, len(its), its[0].Status)
 		}
 		if n := readFile(t, filepath.Join(state, "count")); strings.TrimSpace(n) != "1" {
@@ -489,7 +488,7 @@ echo "<promise>COMPLETE</promise>"`)
 		cfg.Agent.OutputCapBytes = agentcmd.MinOutputCap
 		run := h.create(cfg)
 		run = h.settled(run.ID)
-		if run.Status != db.StatusCompleted || run.Metrics.Iterations != 1 {
+		if run.Status != spec.StatusCompleted || run.Metrics.Iterations != 1 {
 			t.Fatalf("run is %s after %d iterations; want completed after 1 (the tail with the promise is kept)\n%s",
 				run.Status, run.Metrics.Iterations, h.eventDump(run.ID))
 		}
@@ -520,7 +519,7 @@ echo "<promise>COMPLETE</promise>"`)
 			t.Errorf("the run's events hold %d bytes for an agent capped at %d", size, agentcmd.MinOutputCap)
 		}
 		it := h.iterations(run.ID)[0]
-		if it.Status != db.IterSucceeded || !strings.Contains(it.Summary, "bytes of output over the cap were dropped") {
+		if it.Status != spec.IterSucceeded || !strings.Contains(it.Summary, "bytes of output over the cap were dropped") {
 			t.Errorf("iteration %s, summary %q", it.Status, it.Summary)
 		}
 	})
@@ -539,7 +538,7 @@ fi
 echo "<promise>COMPLETE</promise>"`)
 		run := h.create(commandRun(script, wd, spec.CheckSpec{Type: spec.CheckPRDAllPass, Name: "prd"}))
 		run = h.settled(run.ID)
-		if run.Status != db.StatusCompleted || run.Metrics.Iterations != 2 || run.Metrics.FalseCompletionsBlocked != 1 {
+		if run.Status != spec.StatusCompleted || run.Metrics.Iterations != 2 || run.Metrics.FalseCompletionsBlocked != 1 {
 			t.Fatalf("run is %s after %d iterations; want completed after 2\n%s", run.Status, run.Metrics.Iterations, h.eventDump(run.ID))
 		}
 		evs := h.requireBasics(run.ID)
@@ -556,7 +555,7 @@ echo "<promise>COMPLETE</promise>"`)
 			t.Errorf("check_result of the fixed prd.json: %+v", c2)
 		}
 		it1 := h.iterations(run.ID)[0]
-		if it1.Status != db.IterSucceeded || it1.Error != "" {
+		if it1.Status != spec.IterSucceeded || it1.Error != "" {
 			t.Errorf("iteration 1 is %s with error %q; a bad prd.json is a failed check, not a failed iteration", it1.Status, it1.Error)
 		}
 		if g := gateOf(t, it1); !strings.Contains(strings.Join(g.Reasons, "\n"), "invalid JSON") {
@@ -577,7 +576,7 @@ if [ "$n" -ge `+strconv.Itoa(steps)+` ]; then echo "<promise>COMPLETE</promise>"
 		cfg.Budgets.MaxIterations = steps + 5
 		run := h.create(cfg)
 		run = h.settled(run.ID)
-		if run.Status != db.StatusCompleted || run.Metrics.Iterations != steps {
+		if run.Status != spec.StatusCompleted || run.Metrics.Iterations != steps {
 			t.Fatalf("run is %s after %d iterations; want completed after %d\n%s", run.Status, run.Metrics.Iterations, steps, h.eventDump(run.ID))
 		}
 		h.stop() // the last entry is written after the run completes
@@ -642,7 +641,7 @@ echo "Done, over to the checks."`)
 		check := spec.CheckSpec{Type: spec.CheckCommand, Name: "slow check", TimeoutMS: 60_000,
 			Argv: []string{"bash", "-c", "sleep 300 & echo $! > " + shellQuote(pidFile) + "; wait"}}
 		run := h.create(commandRun(script, wd, check))
-		h.waitEvent(run.ID, "the agent's exit", func(e *db.Event) bool { return e.Type == agentcmd.EventExit })
+		h.waitEvent(run.ID, "the agent's exit", func(e *spec.Event) bool { return e.Type == agentcmd.EventExit })
 		if !fileWithin(pidFile, 20*time.Second) {
 			t.Fatal("the check did not start")
 		}
@@ -654,8 +653,8 @@ echo "Done, over to the checks."`)
 		if !goneWithin(pid, 3*time.Second) {
 			t.Fatal("the check's process outlived the cancel of its run")
 		}
-		h.waitEvent(run.ID, "the canceled iteration to be recorded", func(e *db.Event) bool { return e.Type == "iteration_completed" })
-		if its := h.iterations(run.ID); len(its) != 1 || its[0].Status != db.IterCanceled {
+		h.waitEvent(run.ID, "the canceled iteration to be recorded", func(e *spec.Event) bool { return e.Type == "iteration_completed" })
+		if its := h.iterations(run.ID); len(its) != 1 || its[0].Status != spec.IterCanceled {
 			t.Errorf("iterations: %d, first %s", len(its), its[0].Status)
 		}
 	})
@@ -671,7 +670,7 @@ echo "Done, over to the checks."`)
 echo "Did step $n."
 if [ "$n" -ge 3 ]; then echo "<promise>COMPLETE</promise>"; fi`)
 		run := h.create(commandRun(script, wd))
-		if run = h.settled(run.ID); run.Status != db.StatusCompleted {
+		if run = h.settled(run.ID); run.Status != spec.StatusCompleted {
 			t.Fatalf("run is %s", run.Status)
 		}
 		for n := 2; n <= 3; n++ {
@@ -685,16 +684,16 @@ if [ "$n" -ge 3 ]; then echo "<promise>COMPLETE</promise>"; fi`)
 
 func TestCommandRunRefusals(t *testing.T) {
 	check := spec.CheckSpec{Type: spec.CheckCommand, Name: "tests", Argv: []string{"true"}}
-	refused := func(t *testing.T, h *e2e, user *db.User, cfg spec.Config, code, field, message string) {
+	refused := func(t *testing.T, h *e2e, user *spec.User, cfg spec.Config, code, field, message string) {
 		t.Helper()
 		run, err := h.eng.CreateRun(h.ctx, user, cfg)
 		if err == nil {
 			t.Fatalf("run %s was created", run.ID)
 		}
-		if db.ErrorCode(err) != code || db.ErrorField(err) != field || !strings.Contains(db.ErrorMessage(err), message) {
-			t.Fatalf("got code %q field %q message %q; want %q %q containing %q", db.ErrorCode(err), db.ErrorField(err), db.ErrorMessage(err), code, field, message)
+		if spec.ErrorCode(err) != code || spec.ErrorField(err) != field || !strings.Contains(spec.ErrorMessage(err), message) {
+			t.Fatalf("got code %q field %q message %q; want %q %q containing %q", spec.ErrorCode(err), spec.ErrorField(err), spec.ErrorMessage(err), code, field, message)
 		}
-		page, err := h.db.ListRuns(h.ctx, user.ID, db.RunFilter{})
+		page, err := h.db.ListRuns(h.ctx, user.ID, spec.RunFilter{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -707,15 +706,15 @@ func TestCommandRunRefusals(t *testing.T) {
 
 	t.Run("a server without the command executor refuses command runs", func(t *testing.T) {
 		h := newE2E(t, e2eConfig{noCommandExecutor: true})
-		refused(t, h, h.admin, commandRun(script, h.workdir("w")), db.EUNAVAILABLE, "executor", "The command executor is not available on this server.")
+		refused(t, h, h.admin, commandRun(script, h.workdir("w")), spec.EUNAVAILABLE, "executor", "The command executor is not available on this server.")
 	})
 	t.Run("a command executor without a root refuses command runs", func(t *testing.T) {
 		h := newE2E(t, e2eConfig{noRoot: true})
-		refused(t, h, h.admin, commandRun(script, h.workdir("w")), db.EFORBIDDEN, "", "Command runs are not enabled on this server")
+		refused(t, h, h.admin, commandRun(script, h.workdir("w")), spec.EFORBIDDEN, "", "Command runs are not enabled on this server")
 	})
 	t.Run("a server that does not allow command runs refuses command checks", func(t *testing.T) {
 		h := newE2E(t, e2eConfig{commandRunsForbidden: true})
-		refused(t, h, h.admin, commandRun(script, h.workdir("w"), check), db.EINVALID, "completion.checks[0].type", "--allow-command-runs")
+		refused(t, h, h.admin, commandRun(script, h.workdir("w"), check), spec.EINVALID, "completion.checks[0].type", "--allow-command-runs")
 	})
 	t.Run("a user who is not an admin is refused", func(t *testing.T) {
 		h := shared.in(t)
@@ -723,13 +722,13 @@ func TestCommandRunRefusals(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		refused(t, h, u, commandRun(script, h.workdir("w")), db.EFORBIDDEN, "", "Only admins may create command runs.")
+		refused(t, h, u, commandRun(script, h.workdir("w")), spec.EFORBIDDEN, "", "Only admins may create command runs.")
 	})
 	t.Run("a work directory that climbs out of the root through .. is refused", func(t *testing.T) {
 		h := shared.in(t)
 		wd := h.workdir("w")
-		refused(t, h, h.admin, commandRun(script, filepath.Join(wd, "..", "..")), db.EFORBIDDEN, "agent.workdir", "The work directory must be under "+h.root)
-		refused(t, h, h.admin, commandRun(script, "../"+filepath.Base(t.TempDir())), db.EFORBIDDEN, "agent.workdir", "The work directory must be under "+h.root)
+		refused(t, h, h.admin, commandRun(script, filepath.Join(wd, "..", "..")), spec.EFORBIDDEN, "agent.workdir", "The work directory must be under "+h.root)
+		refused(t, h, h.admin, commandRun(script, "../"+filepath.Base(t.TempDir())), spec.EFORBIDDEN, "agent.workdir", "The work directory must be under "+h.root)
 	})
 	t.Run("a work directory that leaves the root through a symlink is refused", func(t *testing.T) {
 		h := shared.in(t)
@@ -737,7 +736,7 @@ func TestCommandRunRefusals(t *testing.T) {
 		if err := os.Symlink(t.TempDir(), link); err != nil {
 			t.Fatal(err)
 		}
-		refused(t, h, h.admin, commandRun(script, link), db.EFORBIDDEN, "agent.workdir", "The work directory must be under "+h.root)
-		refused(t, h, h.admin, commandRun(script, "escape"), db.EFORBIDDEN, "agent.workdir", "The work directory must be under "+h.root)
+		refused(t, h, h.admin, commandRun(script, link), spec.EFORBIDDEN, "agent.workdir", "The work directory must be under "+h.root)
+		refused(t, h, h.admin, commandRun(script, "escape"), spec.EFORBIDDEN, "agent.workdir", "The work directory must be under "+h.root)
 	})
 }

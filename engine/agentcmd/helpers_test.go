@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"homework/db"
 	"homework/engine/agentcmd"
 	"homework/engine/spec"
 )
@@ -178,6 +177,6 @@ func agentcmdOptions() agentcmd.Options { return agentcmd.Options{} }
 // importing it would tie these tests to its state).
 var _ interface {
 	Iterate(ctx context.Context, in *spec.Input) (*spec.Result, error)
-	ValidateConfig(ctx context.Context, user *db.User, cfg *spec.Config) error
+	ValidateConfig(ctx context.Context, user *spec.User, cfg *spec.Config) error
 	AfterGate(ctx context.Context, in *spec.Input, res *spec.Result, checks []spec.CheckResult, d spec.Decision) error
 } = (*agentcmd.Executor)(nil)

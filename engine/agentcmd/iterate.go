@@ -14,7 +14,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"homework/db"
 	"homework/engine/checks"
 	"homework/engine/spec"
 )
@@ -24,11 +23,11 @@ const (
 	// EventOutput carries a batch of the agent's live output:
 	// {"iteration", "seq", "text"}, plus "truncated": true on the last batch
 	// when the output outgrew the cap and was no longer streamed.
-	EventOutput = "agent_output"
+	EventOutput = spec.EventAgentOutput
 	// EventExit reports how the agent process ended: {"iteration",
 	// "status", "exit_code", "timed_out", "duration_ms", "output_bytes",
 	// "dropped_bytes"}.
-	EventExit = "agent_exit"
+	EventExit = spec.EventAgentExit
 )
 
 const emitTimeout = 5 * time.Second
@@ -65,7 +64,7 @@ func (e *Executor) Iterate(ctx context.Context, in *spec.Input) (*spec.Result, e
 	// Resolve again: a symlink may have been moved since the run was created.
 	wd, err := e.resolveWorkdir(a.Workdir)
 	if err != nil {
-		return fatal("The work directory cannot be used: %s", db.ErrorMessage(err))
+		return fatal("The work directory cannot be used: %s", spec.ErrorMessage(err))
 	}
 	if err := os.MkdirAll(filepath.Join(wd, ".homework"), 0o755); err != nil {
 		return nil, fmt.Errorf("agentcmd: create .homework: %w", err)

@@ -12,6 +12,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+
+	"homework/engine/spec"
 	"io"
 	"os"
 	"path"
@@ -19,9 +21,6 @@ import (
 	"regexp"
 	"strings"
 	"time"
-
-	"homework/db"
-	"homework/engine/spec"
 )
 
 // Limits and defaults.
@@ -69,74 +68,74 @@ type Env struct {
 
 // Validate checks a run's completion checks when the run is created.
 // commandAllowed says whether command checks may be used (command runs by
-// admins). The error is an EINVALID *db.Error whose field names the offending
+// admins). The error is an EINVALID *spec.Error whose field names the offending
 // check, such as "completion.checks[2].pattern".
 func Validate(specs []spec.CheckSpec, commandAllowed bool) error {
 	if len(specs) > MaxChecks {
-		return db.FieldError("completion.checks", "At most %d checks are allowed, got %d.", MaxChecks, len(specs))
+		return spec.FieldError("completion.checks", "At most %d checks are allowed, got %d.", MaxChecks, len(specs))
 	}
 	for i, c := range specs {
 		field := func(name string) string { return fmt.Sprintf("completion.checks[%d].%s", i, name) }
 		if len(c.Name) > maxNameLen {
-			return db.FieldError(field("name"), "The check name is longer than %d characters.", maxNameLen)
+			return spec.FieldError(field("name"), "The check name is longer than %d characters.", maxNameLen)
 		}
 		switch c.Type {
 		case spec.CheckCommand:
 			if !commandAllowed {
-				return db.FieldError(field("type"), "Command checks are only allowed in command runs, which need an admin and a server started with --allow-command-runs.")
+				return spec.FieldError(field("type"), "Command checks are only allowed in command runs, which need an admin and a server started with --allow-command-runs.")
 			}
 			if len(c.Argv) == 0 || c.Argv[0] == "" {
-				return db.FieldError(field("argv"), "A command check needs argv, such as [\"go\", \"test\", \"./...\"].")
+				return spec.FieldError(field("argv"), "A command check needs argv, such as [\"go\", \"test\", \"./...\"].")
 			}
 			if len(c.Argv) > maxArgs {
-				return db.FieldError(field("argv"), "A command check may have at most %d arguments.", maxArgs)
+				return spec.FieldError(field("argv"), "A command check may have at most %d arguments.", maxArgs)
 			}
 			for _, a := range c.Argv {
 				if strings.ContainsRune(a, 0) {
-					return db.FieldError(field("argv"), "Arguments may not contain NUL bytes.")
+					return spec.FieldError(field("argv"), "Arguments may not contain NUL bytes.")
 				}
 			}
 			if c.TimeoutMS < 0 || time.Duration(c.TimeoutMS)*time.Millisecond > MaxTimeout {
-				return db.FieldError(field("timeout_ms"), "timeout_ms must be between 0 (the default, %d) and %d.",
+				return spec.FieldError(field("timeout_ms"), "timeout_ms must be between 0 (the default, %d) and %d.",
 					DefaultTimeout.Milliseconds(), MaxTimeout.Milliseconds())
 			}
 		case spec.CheckContentPattern:
 			if c.Pattern == "" {
-				return db.FieldError(field("pattern"), "A content_pattern check needs a pattern (a regular expression).")
+				return spec.FieldError(field("pattern"), "A content_pattern check needs a pattern (a regular expression).")
 			}
 			if len(c.Pattern) > maxPatternLen {
-				return db.FieldError(field("pattern"), "The pattern is longer than %d characters.", maxPatternLen)
+				return spec.FieldError(field("pattern"), "The pattern is longer than %d characters.", maxPatternLen)
 			}
 			if _, err := regexp.Compile(c.Pattern); err != nil {
-				return db.FieldError(field("pattern"), "The pattern is not a valid regular expression (RE2 syntax): %v.", err)
+				return spec.FieldError(field("pattern"), "The pattern is not a valid regular expression (RE2 syntax): %v.", err)
 			}
 			if c.Target != "" && c.Target != "output" {
 				p, ok := strings.CutPrefix(c.Target, "document:")
 				if !ok {
-					return db.FieldError(field("target"), "The target must be \"output\" or \"document:<path>\".")
+					return spec.FieldError(field("target"), "The target must be \"output\" or \"document:<path>\".")
 				}
 				if msg := checkPath(p); msg != "" {
-					return db.FieldError(field("target"), "%s", msg)
+					return spec.FieldError(field("target"), "%s", msg)
 				}
 			}
 		case spec.CheckDocumentExists:
 			if c.Path == "" {
-				return db.FieldError(field("path"), "A document_exists check needs a path.")
+				return spec.FieldError(field("path"), "A document_exists check needs a path.")
 			}
 			if msg := checkPath(c.Path); msg != "" {
-				return db.FieldError(field("path"), "%s", msg)
+				return spec.FieldError(field("path"), "%s", msg)
 			}
 		case spec.CheckPRDAllPass:
 			if c.Path != "" {
 				if msg := checkPath(c.Path); msg != "" {
-					return db.FieldError(field("path"), "%s", msg)
+					return spec.FieldError(field("path"), "%s", msg)
 				}
 			}
 		case spec.CheckTasksAllDone:
 		case "":
-			return db.FieldError(field("type"), "The check type is missing; use one of %s.", typeList)
+			return spec.FieldError(field("type"), "The check type is missing; use one of %s.", typeList)
 		default:
-			return db.FieldError(field("type"), "Unknown check type %q; use one of %s.", c.Type, typeList)
+			return spec.FieldError(field("type"), "Unknown check type %q; use one of %s.", c.Type, typeList)
 		}
 	}
 	return nil

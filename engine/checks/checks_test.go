@@ -3,14 +3,13 @@ package checks_test
 import (
 	"context"
 	"errors"
+
+	"homework/engine/checks"
+	"homework/engine/spec"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"homework/db"
-	"homework/engine/checks"
-	"homework/engine/spec"
 )
 
 func TestValidate(t *testing.T) {
@@ -64,12 +63,12 @@ func TestValidate(t *testing.T) {
 				}
 				return
 			}
-			var e *db.Error
+			var e *spec.Error
 			if !errors.As(err, &e) {
-				t.Fatalf("Validate = %v, want a *db.Error", err)
+				t.Fatalf("Validate = %v, want a *spec.Error", err)
 			}
-			if e.Code != db.EINVALID || e.Field != tt.field {
-				t.Fatalf("Validate = code %q field %q (%s), want %q %q", e.Code, e.Field, e.Message, db.EINVALID, tt.field)
+			if e.Code != spec.EINVALID || e.Field != tt.field {
+				t.Fatalf("Validate = code %q field %q (%s), want %q %q", e.Code, e.Field, e.Message, spec.EINVALID, tt.field)
 			}
 			if e.Message == "" {
 				t.Fatal("the error has no message")

@@ -100,7 +100,7 @@ type Options struct {
 	// no spec.Host. When nil, the call is inserted into llm_calls directly
 	// (see StoreNarrationRecorder); the engine may pass its own to also
 	// update the run's totals.
-	RecordNarration func(ctx context.Context, run *db.Run, c spec.LLMCall) error
+	RecordNarration func(ctx context.Context, run *spec.Run, c spec.LLMCall) error
 }
 
 // Executor is the LLM executor. It implements the engine's Executor,
@@ -249,15 +249,15 @@ func (e *Executor) Model(cfg *spec.Config, role string) string {
 // ValidateConfig refuses an LLM run when no endpoint is configured
 // (EUNAVAILABLE, field "executor") or no model can be resolved (EINVALID,
 // field "model").
-func (e *Executor) ValidateConfig(ctx context.Context, user *db.User, cfg *spec.Config) error {
+func (e *Executor) ValidateConfig(ctx context.Context, user *spec.User, cfg *spec.Config) error {
 	if !e.configured {
-		return &db.Error{Code: db.EUNAVAILABLE, Field: "executor", Message: "No model endpoint is configured on this server. " +
+		return &spec.Error{Code: spec.EUNAVAILABLE, Field: "executor", Message: "No model endpoint is configured on this server. " +
 			"Start it with HOMEWORK_LLM_BASE_URL (an OpenAI-compatible endpoint such as https://api.openai.com/v1 or http://localhost:11434/v1), " +
 			"HOMEWORK_LLM_API_KEY and HOMEWORK_LLM_MODEL set (OPENAI_BASE_URL and OPENAI_API_KEY also work)."}
 	}
 	for _, role := range []string{RolePlanner, RoleExecutor, RoleSummarizer} {
 		if e.Model(cfg, role) == "" {
-			return &db.Error{Code: db.EINVALID, Field: "model", Message: "No model given and the server has no default model: " +
+			return &spec.Error{Code: spec.EINVALID, Field: "model", Message: "No model given and the server has no default model: " +
 				"set \"model\" on the run or start the server with HOMEWORK_LLM_MODEL."}
 		}
 	}
@@ -267,7 +267,7 @@ func (e *Executor) ValidateConfig(ctx context.Context, user *db.User, cfg *spec.
 // StartRun creates the run's root workspace document (path "") and its
 // scratchpad.md inside tx, appends their document_created events and sets
 // run.WorkspaceDocID. It is idempotent.
-func (e *Executor) StartRun(ctx context.Context, tx *db.Tx, run *db.Run, cfg *spec.Config) error {
+func (e *Executor) StartRun(ctx context.Context, tx *db.Tx, run *spec.Run, cfg *spec.Config) error {
 	objective := run.Objective
 	if cfg != nil && cfg.Objective != "" {
 		objective = cfg.Objective
@@ -275,7 +275,7 @@ func (e *Executor) StartRun(ctx context.Context, tx *db.Tx, run *db.Run, cfg *sp
 	return startRun(ctx, tx, run, objective)
 }
 
-func startRun(ctx context.Context, tx *db.Tx, run *db.Run, objective string) error {
+func startRun(ctx context.Context, tx *db.Tx, run *spec.Run, objective string) error {
 	root, err := ensureRoot(ctx, tx, run.ID, objective, nil)
 	if err != nil {
 		return err
@@ -283,34 +283,34 @@ func startRun(ctx context.Context, tx *db.Tx, run *db.Run, objective string) err
 	run.WorkspaceDocID = root.ID
 	if _, err := tx.FindDocumentByPath(ctx, run.ID, scratchpadPath); err == nil {
 		return nil
-	} else if db.ErrorCode(err) != db.ENOTFOUND {
+	} else if spec.ErrorCode(err) != spec.ENOTFOUND {
 		return err
 	}
-	sp := &db.Document{RunID: run.ID, ParentID: root.ID, Path: scratchpadPath, Kind: db.DocScratchpad,
+	sp := &spec.Document{RunID: run.ID, ParentID: root.ID, Path: scratchpadPath, Kind: spec.DocScratchpad,
 		Title: "Scratchpad", Description: "Working notes, appended each iteration.",
 		Content: "# Scratchpad\n"}
 	if _, err := tx.PutDocument(ctx, sp); err != nil {
 		return fmt.Errorf("create scratchpad: %w", err)
 	}
-	_, err = tx.AppendEvent(ctx, run.ID, "document_created", docEvent(sp))
+	_, err = tx.AppendEvent(ctx, run.ID, spec.EventDocumentCreated, docEvent(sp))
 	return err
 }
 
 // ensureRoot returns the run's root document, creating it (with its event)
 // when missing. Created documents are appended to *created when non-nil.
-func ensureRoot(ctx context.Context, tx *db.Tx, runID, objective string, created *[]*db.Document) (*db.Document, error) {
+func ensureRoot(ctx context.Context, tx *db.Tx, runID, objective string, created *[]*spec.Document) (*spec.Document, error) {
 	root, err := tx.FindDocumentByPath(ctx, runID, "")
 	if err == nil {
 		return root, nil
-	} else if db.ErrorCode(err) != db.ENOTFOUND {
+	} else if spec.ErrorCode(err) != spec.ENOTFOUND {
 		return nil, err
 	}
-	root = &db.Document{RunID: runID, Path: "", Kind: db.DocWorkspace, Title: rootTitle(objective),
+	root = &spec.Document{RunID: runID, Path: "", Kind: spec.DocWorkspace, Title: rootTitle(objective),
 		Description: truncate(objective, 500), Content: "# Objective\n\n" + objective + "\n"}
 	if _, err := tx.PutDocument(ctx, root); err != nil {
 		return nil, fmt.Errorf("create workspace root: %w", err)
 	}
-	if _, err := tx.AppendEvent(ctx, runID, "document_created", docEvent(root)); err != nil {
+	if _, err := tx.AppendEvent(ctx, runID, spec.EventDocumentCreated, docEvent(root)); err != nil {
 		return nil, err
 	}
 	if created != nil {
@@ -328,7 +328,7 @@ func rootTitle(objective string) string {
 }
 
 // docEvent is the data of document_created and document_updated events.
-func docEvent(d *db.Document) map[string]any {
+func docEvent(d *spec.Document) map[string]any {
 	return map[string]any{"document_id": d.ID, "path": d.Path, "kind": d.Kind, "title": d.Title,
 		"parent_id": d.ParentID, "iteration": d.Iteration, "size": len(d.Content)}
 }
@@ -336,10 +336,10 @@ func docEvent(d *db.Document) map[string]any {
 // StoreNarrationRecorder returns a RecordNarration func that inserts the
 // call into llm_calls for the run's current iteration. It does not update
 // the run's metrics; the engine passes its own recorder when it needs that.
-func StoreNarrationRecorder(d *db.DB) func(ctx context.Context, run *db.Run, c spec.LLMCall) error {
-	return func(ctx context.Context, run *db.Run, c spec.LLMCall) error {
+func StoreNarrationRecorder(d *db.DB) func(ctx context.Context, run *spec.Run, c spec.LLMCall) error {
+	return func(ctx context.Context, run *spec.Run, c spec.LLMCall) error {
 		return d.WriteTx(ctx, func(tx *db.Tx) error {
-			return tx.InsertLLMCall(ctx, &db.LLMCall{RunID: run.ID, Iteration: run.Iteration, Role: c.Role, Model: c.Model,
+			return tx.InsertLLMCall(ctx, &spec.LLMCall{RunID: run.ID, Iteration: run.Iteration, Role: c.Role, Model: c.Model,
 				PromptTokens: c.PromptTokens, CompletionTokens: c.CompletionTokens, CostUSD: c.CostUSD, Priced: c.Priced,
 				LatencyMS: c.LatencyMS, Error: c.Error})
 		})
@@ -349,10 +349,10 @@ func StoreNarrationRecorder(d *db.DB) func(ctx context.Context, run *db.Run, c s
 // Narrate has the summarizer model write a 5–10 sentence narrative of a
 // finished run from the report's structured parts. Its usage is recorded
 // with role "summarizer" through Options.RecordNarration.
-func (e *Executor) Narrate(ctx context.Context, run *db.Run, cfg *spec.Config, report *spec.Report) (string, error) {
+func (e *Executor) Narrate(ctx context.Context, run *spec.Run, cfg *spec.Config, report *spec.Report) (string, error) {
 	model := e.Model(cfg, RoleSummarizer)
 	if model == "" {
-		return "", &db.Error{Code: db.EUNAVAILABLE, Field: "model", Message: "No summarizer model is configured."}
+		return "", &spec.Error{Code: spec.EUNAVAILABLE, Field: "model", Message: "No summarizer model is configured."}
 	}
 	r := *report
 	r.Summary, r.NarrativeError = "", ""

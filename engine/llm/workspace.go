@@ -50,7 +50,7 @@ func cleanPath(runID, p string) (string, error) {
 // ensureParents creates the folders above p that are missing (kind folder,
 // each in the tree) and returns the id of p's parent. New documents are
 // appended to *created and get their document_created events.
-func ensureParents(ctx context.Context, tx *db.Tx, runID, objective, p string, iteration int, created *[]*db.Document) (string, error) {
+func ensureParents(ctx context.Context, tx *db.Tx, runID, objective, p string, iteration int, created *[]*spec.Document) (string, error) {
 	root, err := ensureRoot(ctx, tx, runID, objective, created)
 	if err != nil {
 		return "", err
@@ -63,14 +63,14 @@ func ensureParents(ctx context.Context, tx *db.Tx, runID, objective, p string, i
 		if err == nil {
 			parent = d.ID
 			continue
-		} else if db.ErrorCode(err) != db.ENOTFOUND {
+		} else if spec.ErrorCode(err) != spec.ENOTFOUND {
 			return "", err
 		}
-		d = &db.Document{RunID: runID, ParentID: parent, Path: dir, Kind: db.DocFolder, Title: segs[i-1], Iteration: iteration}
+		d = &spec.Document{RunID: runID, ParentID: parent, Path: dir, Kind: spec.DocFolder, Title: segs[i-1], Iteration: iteration}
 		if _, err := tx.PutDocument(ctx, d); err != nil {
 			return "", fmt.Errorf("create folder %s: %w", dir, err)
 		}
-		if _, err := tx.AppendEvent(ctx, runID, "document_created", docEvent(d)); err != nil {
+		if _, err := tx.AppendEvent(ctx, runID, spec.EventDocumentCreated, docEvent(d)); err != nil {
 			return "", err
 		}
 		*created = append(*created, d)
@@ -81,8 +81,8 @@ func ensureParents(ctx context.Context, tx *db.Tx, runID, objective, p string, i
 
 // putDoc creates or updates the document at doc.Path, with its folders, in
 // one transaction with its events, and records it in the artifacts.
-func (it *iteration) putDoc(ctx context.Context, doc *db.Document) (created bool, err error) {
-	var folders []*db.Document
+func (it *iteration) putDoc(ctx context.Context, doc *spec.Document) (created bool, err error) {
+	var folders []*spec.Document
 	err = it.e.db.WriteTx(ctx, func(tx *db.Tx) error {
 		folders = folders[:0]
 		var err error
@@ -90,15 +90,15 @@ func (it *iteration) putDoc(ctx context.Context, doc *db.Document) (created bool
 		if doc.ParentID, err = ensureParents(ctx, tx, it.in.RunID, it.cfg.Objective, doc.Path, it.in.Iteration, &folders); err != nil {
 			return err
 		}
-		if existing, err := tx.FindDocumentByPath(ctx, it.in.RunID, doc.Path); err == nil && existing.Kind == db.DocFolder && doc.Kind != db.DocFolder && doc.Kind != db.DocBranch {
+		if existing, err := tx.FindDocumentByPath(ctx, it.in.RunID, doc.Path); err == nil && existing.Kind == spec.DocFolder && doc.Kind != spec.DocFolder && doc.Kind != spec.DocBranch {
 			return toolErrorf("%s is a folder; write a document inside it, such as %s/notes.md", doc.Path, doc.Path)
 		}
 		if created, err = tx.PutDocument(ctx, doc); err != nil {
 			return err
 		}
-		typ := "document_updated"
+		typ := spec.EventDocumentUpdated
 		if created {
-			typ = "document_created"
+			typ = spec.EventDocumentCreated
 		}
 		_, err = tx.AppendEvent(ctx, it.in.RunID, typ, docEvent(doc))
 		return err
@@ -129,15 +129,15 @@ func (it *iteration) appendScratchpad(ctx context.Context, heading, text string)
 	if len(section) > limit/2 {
 		section = truncate(section, limit/2) + "\n"
 	}
-	var docs []*db.Document
+	var docs []*spec.Document
 	var archived string
-	var spDoc *db.Document
+	var spDoc *spec.Document
 	var spCreated bool
 	err := it.e.db.WriteTx(ctx, func(tx *db.Tx) error {
 		docs, archived = docs[:0], ""
 		sp, err := tx.FindDocumentByPath(ctx, it.in.RunID, scratchpadPath)
-		if db.ErrorCode(err) == db.ENOTFOUND {
-			sp = &db.Document{Path: scratchpadPath, Kind: db.DocScratchpad, Title: "Scratchpad", Content: "# Scratchpad\n"}
+		if spec.ErrorCode(err) == spec.ENOTFOUND {
+			sp = &spec.Document{Path: scratchpadPath, Kind: spec.DocScratchpad, Title: "Scratchpad", Content: "# Scratchpad\n"}
 		} else if err != nil {
 			return err
 		}
@@ -154,7 +154,7 @@ func (it *iteration) appendScratchpad(ctx context.Context, heading, text string)
 				}
 			}
 			archived = fmt.Sprintf("%s/%03d.md", scratchpadFolder, n)
-			arch := &db.Document{RunID: it.in.RunID, Path: archived, Kind: db.DocScratchpad, Iteration: it.in.Iteration,
+			arch := &spec.Document{RunID: it.in.RunID, Path: archived, Kind: spec.DocScratchpad, Iteration: it.in.Iteration,
 				Title: fmt.Sprintf("Scratchpad archive %03d", n), Description: "Earlier scratchpad notes.", Content: sp.Content}
 			if arch.ParentID, err = ensureParents(ctx, tx, it.in.RunID, it.cfg.Objective, archived, it.in.Iteration, &docs); err != nil {
 				return err
@@ -162,7 +162,7 @@ func (it *iteration) appendScratchpad(ctx context.Context, heading, text string)
 			if _, err := tx.PutDocument(ctx, arch); err != nil {
 				return err
 			}
-			if _, err := tx.AppendEvent(ctx, it.in.RunID, "document_created", docEvent(arch)); err != nil {
+			if _, err := tx.AppendEvent(ctx, it.in.RunID, spec.EventDocumentCreated, docEvent(arch)); err != nil {
 				return err
 			}
 			docs = append(docs, arch)
@@ -172,14 +172,14 @@ func (it *iteration) appendScratchpad(ctx context.Context, heading, text string)
 		if err != nil {
 			return err
 		}
-		sp.RunID, sp.ParentID, sp.Content, sp.Iteration, sp.Kind = it.in.RunID, parent, content, it.in.Iteration, db.DocScratchpad
+		sp.RunID, sp.ParentID, sp.Content, sp.Iteration, sp.Kind = it.in.RunID, parent, content, it.in.Iteration, spec.DocScratchpad
 		created, err := tx.PutDocument(ctx, sp)
 		if err != nil {
 			return err
 		}
-		typ := "document_updated"
+		typ := spec.EventDocumentUpdated
 		if created {
-			typ = "document_created"
+			typ = spec.EventDocumentCreated
 		}
 		if _, err := tx.AppendEvent(ctx, it.in.RunID, typ, docEvent(sp)); err != nil {
 			return err
@@ -222,14 +222,14 @@ func rolloverSummary(old, archived string) string {
 // noteDoc records a document in the iteration's artifacts. A document
 // created this iteration stays under Created when later updated. Folders
 // are part of the tree but not listed as artifacts.
-func (it *iteration) noteDoc(d *db.Document, created bool) {
-	if d.Kind == db.DocFolder {
+func (it *iteration) noteDoc(d *spec.Document, created bool) {
+	if d.Kind == spec.DocFolder {
 		return
 	}
 	it.noteRef(spec.Ref{Type: "document", ID: d.ID, Title: d.Title, Path: d.Path}, created)
 }
 
-func (it *iteration) noteTask(t *db.Task, created bool) {
+func (it *iteration) noteTask(t *spec.Task, created bool) {
 	it.noteRef(spec.Ref{Type: "task", ID: t.ID, Title: t.Title}, created)
 }
 

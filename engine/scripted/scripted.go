@@ -66,16 +66,16 @@ type Executor struct {
 }
 
 // ValidateConfig checks that the script parses and has steps.
-func (x *Executor) ValidateConfig(ctx context.Context, user *db.User, cfg *spec.Config) error {
+func (x *Executor) ValidateConfig(ctx context.Context, user *spec.User, cfg *spec.Config) error {
 	var s Script
 	if len(cfg.Script) == 0 {
-		return db.FieldError("script", "The script executor needs a script.")
+		return spec.FieldError("script", "The script executor needs a script.")
 	}
 	if err := json.Unmarshal(cfg.Script, &s); err != nil {
-		return db.FieldError("script", "Invalid script: %v", err)
+		return spec.FieldError("script", "Invalid script: %v", err)
 	}
 	if len(s.Steps) == 0 {
-		return db.FieldError("script", "The script has no steps.")
+		return spec.FieldError("script", "The script has no steps.")
 	}
 	return nil
 }
@@ -109,7 +109,7 @@ func (x *Executor) Iterate(ctx context.Context, in *spec.Input) (*spec.Result, e
 		}
 	}
 	for i := 0; i < st.Emit; i++ {
-		if err := in.Host.Emit(ctx, "tool_call", map[string]any{"iteration": in.Iteration, "n": i, "tool": "scripted"}); err != nil {
+		if err := in.Host.Emit(ctx, spec.EventToolCall, map[string]any{"iteration": in.Iteration, "n": i, "tool": "scripted"}); err != nil {
 			return nil, err
 		}
 	}
@@ -149,15 +149,15 @@ func (x *Executor) write(ctx context.Context, in *spec.Input, st Step, res *spec
 	}
 	return x.DB.WriteTx(ctx, func(tx *db.Tx) error {
 		for _, d := range st.Docs {
-			doc := &db.Document{RunID: in.RunID, Path: d.Path, Title: d.Path, Content: d.Content, Iteration: in.Iteration}
+			doc := &spec.Document{RunID: in.RunID, Path: d.Path, Title: d.Path, Content: d.Content, Iteration: in.Iteration}
 			created, err := tx.PutDocument(ctx, doc)
 			if err != nil {
 				return err
 			}
-			typ := "document_updated"
+			typ := spec.EventDocumentUpdated
 			ref := spec.Ref{Type: "document", ID: doc.ID, Title: doc.Title, Path: doc.Path}
 			if created {
-				typ = "document_created"
+				typ = spec.EventDocumentCreated
 				res.Artifacts.Created = append(res.Artifacts.Created, ref)
 			} else {
 				res.Artifacts.Updated = append(res.Artifacts.Updated, ref)
@@ -171,14 +171,14 @@ func (x *Executor) write(ctx context.Context, in *spec.Input, st Step, res *spec
 			return err
 		}
 		for _, t := range st.Tasks {
-			var task *db.Task
+			var task *spec.Task
 			for _, e := range existing {
 				if e.Title == t.Title {
 					task = e
 				}
 			}
 			if task == nil {
-				task = &db.Task{RunID: in.RunID, Title: t.Title, Status: t.Status}
+				task = &spec.Task{RunID: in.RunID, Title: t.Title, Status: t.Status}
 				if err := tx.InsertTask(ctx, task); err != nil {
 					return err
 				}
@@ -190,7 +190,7 @@ func (x *Executor) write(ctx context.Context, in *spec.Input, st Step, res *spec
 				}
 				res.Artifacts.Updated = append(res.Artifacts.Updated, spec.Ref{Type: "task", ID: task.ID, Title: task.Title})
 			}
-			if _, err := tx.AppendEvent(ctx, in.RunID, "task_updated", map[string]any{"id": task.ID, "title": task.Title, "status": task.Status}); err != nil {
+			if _, err := tx.AppendEvent(ctx, in.RunID, spec.EventTaskUpdated, map[string]any{"id": task.ID, "title": task.Title, "status": task.Status}); err != nil {
 				return err
 			}
 		}

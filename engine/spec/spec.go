@@ -126,11 +126,17 @@ type Agent struct {
 	CommitEach     bool     `json:"commit_each_iteration,omitempty"`
 }
 
-// InboxItem is an answer or message from the person, new for this iteration.
+// InboxItem is an answer or message the person sent to a run; the store
+// keeps it until an iteration consumes it, and an executor gets the ones new
+// for its iteration.
 type InboxItem struct {
-	Kind      string    `json:"kind"` // answer | message
-	Body      string    `json:"body"`
-	CreatedAt time.Time `json:"created_at"`
+	ID                int64     `json:"-"`
+	RunID             string    `json:"-"`
+	Kind              string    `json:"kind"` // InboxAnswer | InboxMessage
+	Body              string    `json:"body"`
+	CreatedAt         time.Time `json:"created_at"`
+	ConsumedAt        time.Time `json:"-"`
+	ConsumedIteration int       `json:"-"`
 }
 
 // Feedback is what the gate said after the previous iteration, fed into the
@@ -175,9 +181,14 @@ type Host interface {
 	Now() time.Time
 }
 
-// LLMCall is one model call's usage.
+// LLMCall is one model call's usage and cost. An executor reports it through
+// Host.RecordLLMCall; the store records it with its run, iteration and time.
 type LLMCall struct {
-	Role             string // planner | executor | repair | summarizer
+	ID               int64     `json:"-"`
+	RunID            string    `json:"-"`
+	Iteration        int       `json:"-"`
+	CreatedAt        time.Time `json:"-"`
+	Role             string    // planner | executor | repair | summarizer
 	Model            string
 	PromptTokens     int64
 	CompletionTokens int64

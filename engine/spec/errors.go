@@ -1,4 +1,4 @@
-package db
+package spec
 
 import (
 	"errors"
@@ -20,20 +20,32 @@ const (
 )
 
 // Error is an application error with a machine-readable code, a message that
-// is safe to show to users, and optionally the input field it concerns.
+// is safe to show to users, optionally the input field it concerns, and
+// optionally the underlying cause, which is for logs only.
 type Error struct {
 	Code    string
 	Message string
 	Field   string
+	// Err is the wrapped cause; it appears in Error() (logs) and through
+	// errors.Is/As, never in Message.
+	Err error
 }
 
 // Error implements the error interface.
 func (e *Error) Error() string {
+	s := "homework error: code=" + e.Code
 	if e.Field != "" {
-		return fmt.Sprintf("homework error: code=%s field=%s message=%s", e.Code, e.Field, e.Message)
+		s += " field=" + e.Field
 	}
-	return fmt.Sprintf("homework error: code=%s message=%s", e.Code, e.Message)
+	s += " message=" + e.Message
+	if e.Err != nil {
+		s += ": " + e.Err.Error()
+	}
+	return s
 }
+
+// Unwrap returns the cause, if any.
+func (e *Error) Unwrap() error { return e.Err }
 
 // Errorf returns an *Error with the given code and a formatted message.
 func Errorf(code, format string, args ...any) *Error {
@@ -43,6 +55,12 @@ func Errorf(code, format string, args ...any) *Error {
 // FieldError returns an EINVALID *Error about one input field.
 func FieldError(field, format string, args ...any) *Error {
 	return &Error{Code: EINVALID, Field: field, Message: fmt.Sprintf(format, args...)}
+}
+
+// WrapError returns an *Error with the given code and user-safe message that
+// keeps cause for logs.
+func WrapError(cause error, code, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...), Err: cause}
 }
 
 // ErrorCode returns the code of the *Error in err's chain, EINTERNAL for any

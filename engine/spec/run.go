@@ -1,0 +1,194 @@
+package spec
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Run statuses.
+const (
+	StatusQueued    = "queued"
+	StatusRunning   = "running"
+	StatusWaiting   = "waiting_on_user"
+	StatusStopped   = "stopped"
+	StatusCompleted = "completed"
+	StatusCanceled  = "canceled"
+	StatusFailed    = "failed"
+)
+
+// Statuses lists every run status in lifecycle order.
+var Statuses = []string{StatusQueued, StatusRunning, StatusWaiting, StatusStopped, StatusCompleted, StatusFailed, StatusCanceled}
+
+// IsTerminalStatus reports whether a run in status s can never run again.
+func IsTerminalStatus(s string) bool {
+	return s == StatusCompleted || s == StatusCanceled || s == StatusFailed
+}
+
+// Stop reasons: the Type of a run's StopReason (and of a report's
+// StoppingReason).
+const (
+	StopCompleted         = "completed"
+	StopMaxIterations     = "max_iterations"
+	StopBudgetTime        = "budget_time"
+	StopBudgetTokens      = "budget_tokens"
+	StopBudgetCost        = "budget_cost"
+	StopBudgetToolCalls   = "budget_tool_calls"
+	StopNoProgress        = "no_progress"
+	StopRepeatedError     = "repeated_error"
+	StopQualityRegression = "quality_regression"
+	StopStuck             = "stuck"
+	StopBlocked           = "blocked"
+	StopCanceled          = "canceled"
+	StopError             = "error"
+	StopInterrupted       = "interrupted"
+)
+
+// Wait reasons: the Reason of a waiting_on_user run's Waiting.
+const (
+	WaitNeedsInput  = "needs_input"  // the agent asked blocking questions
+	WaitBlocked     = "blocked"      // a command agent printed <promise>BLOCKED</promise>
+	WaitTurnEnded   = "turn_ended"   // interactive mode: every iteration hands the turn back
+	WaitApprovePlan = "approve_plan" // approve_plan write mode: the plan waits for approval
+)
+
+// StopReason says why a run stopped, with evidence for breaker trips.
+type StopReason struct {
+	Type     string          `json:"type"`
+	Detail   string          `json:"detail"`
+	Evidence json.RawMessage `json:"evidence,omitempty"`
+}
+
+// Waiting describes what a waiting_on_user run waits for.
+type Waiting struct {
+	Reason    string   `json:"reason"` // needs_input | blocked | turn_ended | approve_plan
+	Questions []string `json:"questions,omitempty"`
+	Detail    string   `json:"detail,omitempty"`
+}
+
+// ModelUsage is one model's share of a run's usage.
+type ModelUsage struct {
+	Calls            int     `json:"calls"`
+	PromptTokens     int64   `json:"prompt_tokens"`
+	CompletionTokens int64   `json:"completion_tokens"`
+	CostUSD          float64 `json:"cost_usd"`
+	Unpriced         bool    `json:"unpriced,omitempty"`
+}
+
+// Metrics are a run's (or one iteration's) counters. A run's metrics always
+// equal the sum over its iterations.
+type Metrics struct {
+	Iterations              int                   `json:"iterations"`
+	RunningMS               int64                 `json:"running_ms"`
+	PromptTokens            int64                 `json:"prompt_tokens"`
+	CompletionTokens        int64                 `json:"completion_tokens"`
+	TokensTotal             int64                 `json:"tokens_total"`
+	CostTotalUSD            float64               `json:"cost_total_usd"`
+	UnpricedCalls           int                   `json:"unpriced_calls"`
+	LLMCalls                int                   `json:"llm_calls"`
+	ToolCallsTotal          int                   `json:"tool_calls_total"`
+	FalseCompletionsBlocked int                   `json:"false_completions_blocked"`
+	ByModel                 map[string]ModelUsage `json:"by_model"`
+}
+
+// Add adds o's counters to m.
+func (m *Metrics) Add(o Metrics) {
+	m.Iterations += o.Iterations
+	m.RunningMS += o.RunningMS
+	m.PromptTokens += o.PromptTokens
+	m.CompletionTokens += o.CompletionTokens
+	m.TokensTotal += o.TokensTotal
+	m.CostTotalUSD += o.CostTotalUSD
+	m.UnpricedCalls += o.UnpricedCalls
+	m.LLMCalls += o.LLMCalls
+	m.ToolCallsTotal += o.ToolCallsTotal
+	m.FalseCompletionsBlocked += o.FalseCompletionsBlocked
+	for k, v := range o.ByModel {
+		if m.ByModel == nil {
+			m.ByModel = map[string]ModelUsage{}
+		}
+		u := m.ByModel[k]
+		u.Calls += v.Calls
+		u.PromptTokens += v.PromptTokens
+		u.CompletionTokens += v.CompletionTokens
+		u.CostUSD += v.CostUSD
+		u.Unpriced = u.Unpriced || v.Unpriced
+		m.ByModel[k] = u
+	}
+}
+
+// AddCall adds one LLM call's usage to m.
+func (m *Metrics) AddCall(model string, prompt, completion int64, cost float64, priced bool) {
+	u := ModelUsage{Calls: 1, PromptTokens: prompt, CompletionTokens: completion, CostUSD: cost, Unpriced: !priced}
+	o := Metrics{PromptTokens: prompt, CompletionTokens: completion, TokensTotal: prompt + completion,
+		CostTotalUSD: cost, LLMCalls: 1, ByModel: map[string]ModelUsage{model: u}}
+	if !priced {
+		o.UnpricedCalls = 1
+	}
+	m.Add(o)
+}
+
+// Run is one objective worked on in the background.
+type Run struct {
+	ID             string
+	UserID         int64
+	ParentRunID    string
+	Objective      string
+	Mode           string
+	Executor       string
+	Config         json.RawMessage
+	Status         string
+	Iteration      int // the current (or last) iteration number, 0 before the first
+	Attempt        int // the attempt of the current iteration's job
+	StopReason     *StopReason
+	Waiting        *Waiting
+	Metrics        Metrics
+	Report         json.RawMessage
+	WorkspaceDocID string
+	LeaseOwner     string
+	LeaseUntil     time.Time
+	RunningSince   time.Time // when the current running stretch began
+	CreatedAt      time.Time
+	StartedAt      time.Time
+	UpdatedAt      time.Time
+	CompletedAt    time.Time
+}
+
+// Iteration statuses.
+const (
+	IterRunning     = "running"
+	IterSucceeded   = "succeeded"
+	IterFailed      = "failed"
+	IterInterrupted = "interrupted"
+	IterCanceled    = "canceled"
+)
+
+// Iteration is one bounded unit of a run's work.
+type Iteration struct {
+	RunID            string
+	Iteration        int
+	Attempt          int
+	Status           string
+	StartedAt        time.Time
+	EndedAt          time.Time
+	Summary          string
+	Gate             json.RawMessage
+	Checks           json.RawMessage
+	Fingerprint      string
+	Error            string
+	ErrorFingerprint string
+	Metrics          Metrics
+	Artifacts        json.RawMessage
+}
+
+// RunFilter selects runs for ListRuns.
+type RunFilter struct {
+	Status string // optional
+	Limit  int    // 1..200, default 50
+	Cursor string // opaque, from the previous page's NextCursor
+}
+
+// RunPage is one page of runs, newest first.
+type RunPage struct {
+	Runs       []*Run
+	NextCursor string
+}
