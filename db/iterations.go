@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+
+	"homework/engine/spec"
 )
 
 const iterCols = `run_id, iteration, attempt, status, started_at, ended_at, summary, gate, checks,
@@ -20,17 +22,65 @@ func scanIteration(s rowScanner) (*Iteration, error) {
 		return nil, err
 	}
 	it.StartedAt, it.EndedAt = fromMS(started), fromMS(ended)
-	if gate.Valid {
-		it.Gate = json.RawMessage(gate.String)
-	}
-	if checks.Valid {
-		it.Checks = json.RawMessage(checks.String)
-	}
 	if err := json.Unmarshal([]byte(metrics), &it.Metrics); err != nil {
 		return nil, fmt.Errorf("iteration metrics: %w", err)
 	}
-	it.Artifacts = json.RawMessage(artifacts)
+	if err := decodeIterationJSON(&it, gate, checks, artifacts); err != nil {
+		return nil, fmt.Errorf("iteration %s/%d: %w", it.RunID, it.Iteration, err)
+	}
 	return &it, nil
+}
+
+// decodeIterationJSON decodes the gate, checks and artifacts columns into
+// their typed fields, once, at the store boundary; the raw JSON is kept too.
+func decodeIterationJSON(it *Iteration, gate, checks sql.NullString, artifacts string) error {
+	if gate.Valid && gate.String != "" && gate.String != "null" {
+		it.Gate = json.RawMessage(gate.String)
+		it.GateRecord = &spec.GateRecord{}
+		if err := json.Unmarshal(it.Gate, it.GateRecord); err != nil {
+			return fmt.Errorf("gate: %w", err)
+		}
+	}
+	if checks.Valid && checks.String != "" {
+		it.Checks = json.RawMessage(checks.String)
+		if err := json.Unmarshal(it.Checks, &it.CheckResults); err != nil {
+			return fmt.Errorf("checks: %w", err)
+		}
+	}
+	it.Artifacts = json.RawMessage(artifacts)
+	if artifacts != "" {
+		if err := json.Unmarshal(it.Artifacts, &it.ArtifactRefs); err != nil {
+			return fmt.Errorf("artifacts: %w", err)
+		}
+	}
+	return nil
+}
+
+// encodeIterationJSON returns the gate, checks and artifacts columns. Raw
+// JSON set by the writer wins (the row it read may carry stale typed fields);
+// otherwise the typed fields are encoded.
+func encodeIterationJSON(it *Iteration) (gate, checks any, artifacts string, err error) {
+	enc := func(raw json.RawMessage, typed any, set bool) (any, error) {
+		if len(raw) > 0 {
+			return string(raw), nil
+		}
+		if !set {
+			return nil, nil
+		}
+		b, err := json.Marshal(typed)
+		return string(b), err
+	}
+	if gate, err = enc(it.Gate, it.GateRecord, it.GateRecord != nil); err != nil {
+		return nil, nil, "", err
+	}
+	if checks, err = enc(it.Checks, it.CheckResults, it.CheckResults != nil); err != nil {
+		return nil, nil, "", err
+	}
+	a, err := enc(it.Artifacts, it.ArtifactRefs, true)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	return gate, checks, a.(string), nil
 }
 
 // UpsertIteration inserts or replaces the row of (run, iteration).
@@ -39,11 +89,9 @@ func (tx *Tx) UpsertIteration(ctx context.Context, it *Iteration) error {
 	if err != nil {
 		return err
 	}
-	gate, _ := jsonOrNil(it.Gate)
-	checks, _ := jsonOrNil(it.Checks)
-	artifacts := string(it.Artifacts)
-	if artifacts == "" {
-		artifacts = "{}"
+	gate, checks, artifacts, err := encodeIterationJSON(it)
+	if err != nil {
+		return fmt.Errorf("upsert iteration: %w", err)
 	}
 	_, err = tx.ExecContext(ctx, `INSERT INTO iterations (`+iterCols+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)
 		ON CONFLICT (run_id, iteration) DO UPDATE SET attempt=excluded.attempt, status=excluded.status,

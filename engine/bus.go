@@ -4,7 +4,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"homework/db"
+	"homework/engine/spec"
 )
 
 // Bus fans committed events out to in-process subscribers. Publishing never
@@ -22,7 +22,7 @@ type Bus struct {
 
 // Subscription receives the events of one run or of all one user's runs.
 type Subscription struct {
-	C       chan *db.Event
+	C       chan *spec.Event
 	bus     *Bus
 	runID   string
 	userID  int64
@@ -45,7 +45,7 @@ func NewBus() *Bus {
 
 // SubscribeRun subscribes to one run's events with a buffer of size buf.
 func (b *Bus) SubscribeRun(runID string, buf int) *Subscription {
-	s := &Subscription{C: make(chan *db.Event, buf), bus: b, runID: runID}
+	s := &Subscription{C: make(chan *spec.Event, buf), bus: b, runID: runID}
 	b.mu.Lock()
 	if b.byRun[runID] == nil {
 		b.byRun[runID] = map[*Subscription]struct{}{}
@@ -58,7 +58,7 @@ func (b *Bus) SubscribeRun(runID string, buf int) *Subscription {
 
 // SubscribeUser subscribes to every event of the user's runs.
 func (b *Bus) SubscribeUser(userID int64, buf int) *Subscription {
-	s := &Subscription{C: make(chan *db.Event, buf), bus: b, userID: userID}
+	s := &Subscription{C: make(chan *spec.Event, buf), bus: b, userID: userID}
 	b.mu.Lock()
 	if b.byUser[userID] == nil {
 		b.byUser[userID] = map[*Subscription]struct{}{}
@@ -95,7 +95,7 @@ func (b *Bus) remove(s *Subscription) {
 }
 
 // Publish delivers events, in order, to their subscribers. It never blocks.
-func (b *Bus) Publish(events []*db.Event) {
+func (b *Bus) Publish(events []*spec.Event) {
 	var slow []*Subscription
 	b.mu.RLock()
 	for _, e := range events {
@@ -116,7 +116,7 @@ func (b *Bus) Publish(events []*db.Event) {
 	}
 }
 
-func deliver(s *Subscription, e *db.Event) bool {
+func deliver(s *Subscription, e *spec.Event) bool {
 	if s.dropped.Load() {
 		return true
 	}

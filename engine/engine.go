@@ -93,12 +93,17 @@ func (o *Options) setDefaults() {
 
 // Engine runs runs.
 type Engine struct {
-	opts   Options
-	db     *db.DB
-	bus    *Bus
-	log    *slog.Logger
-	now    func() time.Time
-	id     string // lease owner id of this process
+	opts  Options
+	db    *db.DB
+	bus   *Bus
+	log   *slog.Logger
+	now   func() time.Time
+	id    string // lease owner id of this process
+	store Store
+	inTx  inTxFunc // runs a function in one write transaction of the store
+	queue jobQueue // enqueues iterate jobs inside such a transaction
+	// river is the job queue's client. worker.go and recovery.go still use
+	// it and db directly with SQLite's types.
 	river  *river.Client[*sql.Tx]
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -128,6 +133,7 @@ func New(opts Options) (*Engine, error) {
 	e := &Engine{
 		opts:     opts,
 		db:       opts.DB,
+		store:    opts.DB,
 		bus:      opts.Bus,
 		log:      opts.Logger,
 		now:      opts.Now,
@@ -152,6 +158,7 @@ func New(opts Options) (*Engine, error) {
 		return nil, fmt.Errorf("river client: %w", err)
 	}
 	e.river = client
+	e.inTx, e.queue = sqliteBackend(opts.DB, client)
 	return e, nil
 }
 

@@ -14,17 +14,17 @@ type Executor interface {
 }
 
 // ConfigValidator is implemented by executors that validate their part of a
-// run's configuration when the run is created. Errors should be *db.Error
+// run's configuration when the run is created. Errors should be *spec.Error
 // with a field.
 type ConfigValidator interface {
-	ValidateConfig(ctx context.Context, user *db.User, cfg *spec.Config) error
+	ValidateConfig(ctx context.Context, user *spec.User, cfg *spec.Config) error
 }
 
 // RunStarter is implemented by executors that prepare a run the first time
 // it starts (the research workspace), inside the transaction that moves it to
 // running. It may set run.WorkspaceDocID.
 type RunStarter interface {
-	StartRun(ctx context.Context, tx *db.Tx, run *db.Run, cfg *spec.Config) error
+	StartRun(ctx context.Context, tx *db.Tx, run *spec.Run, cfg *spec.Config) error
 }
 
 // GateObserver is implemented by executors that keep their own memory of
@@ -38,7 +38,7 @@ type GateObserver interface {
 // Narrator is implemented by executors that write a finished run's report
 // narrative (the LLM summarizer). A failure leaves the report without one.
 type Narrator interface {
-	Narrate(ctx context.Context, run *db.Run, cfg *spec.Config, report *spec.Report) (string, error)
+	Narrate(ctx context.Context, run *spec.Run, cfg *spec.Config, report *spec.Report) (string, error)
 }
 
 // CheckEnvironment is implemented by executors that say which environment

@@ -8,7 +8,6 @@ import (
 	"sort"
 	"strings"
 
-	"homework/db"
 	"homework/engine/spec"
 )
 
@@ -38,26 +37,11 @@ const (
 	DefaultStallRepeats  = 3
 )
 
-// Signals are one iteration's fingerprints, kept in its gate record so the
-// breakers of later iterations can compare.
-type Signals struct {
-	Progress      string  `json:"progress"`
-	OutputHash    string  `json:"output_hash,omitempty"`
-	DiffHash      string  `json:"diff_hash,omitempty"`
-	FailingChecks string  `json:"failing_checks,omitempty"` // hash of the sorted failing check names; "" when none fail
-	ErrorFP       string  `json:"error_fingerprint,omitempty"`
-	Score         float64 `json:"check_score"`
-	HasChecks     bool    `json:"has_checks,omitempty"`
-	Summary       string  `json:"summary,omitempty"`
-	Failure       string  `json:"failure,omitempty"` // the iteration error or the first failing check's message
-}
-
-// GateRecord is what an iteration row stores as its gate JSON.
-type GateRecord struct {
-	spec.Decision
-	Signals       Signals  `json:"signals"`
-	RemainingWork []string `json:"remaining_work,omitempty"`
-}
+// Signals and GateRecord are the gate's vocabulary, kept in spec.
+type (
+	Signals    = spec.Signals
+	GateRecord = spec.GateRecord
+)
 
 // gateInput is everything the gate decides on.
 type gateInput struct {
@@ -65,7 +49,7 @@ type gateInput struct {
 	Iteration int
 	Result    *spec.Result
 	Checks    []spec.CheckResult
-	Metrics   db.Metrics // run totals including this iteration
+	Metrics   spec.Metrics // run totals including this iteration
 	Signals   Signals
 	History   []Signals // earlier iterations, newest first
 }
@@ -118,7 +102,7 @@ type budgetReason struct {
 }
 
 // budgetExceeded returns the first exhausted budget, if any.
-func budgetExceeded(b spec.Budgets, m db.Metrics) *budgetReason {
+func budgetExceeded(b spec.Budgets, m spec.Metrics) *budgetReason {
 	switch {
 	case b.MaxIterations > 0 && m.Iterations >= b.MaxIterations:
 		return &budgetReason{StopMaxIterations, "max_iterations", fmt.Sprintf("Reached the iteration budget (%d of %d).", m.Iterations, b.MaxIterations)}

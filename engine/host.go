@@ -4,7 +4,6 @@ import (
 	"context"
 	"time"
 
-	"homework/db"
 	"homework/engine/spec"
 )
 
@@ -19,7 +18,7 @@ func (h *host) Now() time.Time { return h.e.now() }
 
 // Emit appends a non-state event through the group committer.
 func (h *host) Emit(ctx context.Context, typ string, data any) error {
-	_, err := h.e.db.AppendEvent(ctx, h.runID, typ, data)
+	_, err := h.e.store.AppendEvent(ctx, h.runID, typ, data)
 	return err
 }
 
@@ -28,8 +27,8 @@ func (h *host) Emit(ctx context.Context, typ string, data any) error {
 func (h *host) RecordLLMCall(ctx context.Context, c spec.LLMCall) error {
 	e := h.e
 	ctx = context.WithoutCancel(ctx) // spend is recorded even when the iteration is cancelled
-	err := e.db.WriteTx(ctx, func(tx *db.Tx) error {
-		row := &db.LLMCall{RunID: h.runID, Iteration: h.iteration, Role: c.Role, Model: c.Model,
+	err := e.inTx(ctx, func(tx StoreTx) error {
+		row := &spec.LLMCall{RunID: h.runID, Iteration: h.iteration, Role: c.Role, Model: c.Model,
 			PromptTokens: c.PromptTokens, CompletionTokens: c.CompletionTokens, CostUSD: c.CostUSD, Priced: c.Priced,
 			LatencyMS: c.LatencyMS, Error: c.Error}
 		if err := tx.InsertLLMCall(ctx, row); err != nil {
@@ -71,7 +70,7 @@ func (h *host) RecordLLMCall(ctx context.Context, c spec.LLMCall) error {
 // RecordLLMCall records a model call made for the run outside an iteration's
 // host (the summarizer writing the report), against the run's current
 // iteration, updating its live totals.
-func (e *Engine) RecordLLMCall(ctx context.Context, run *db.Run, c spec.LLMCall) error {
+func (e *Engine) RecordLLMCall(ctx context.Context, run *spec.Run, c spec.LLMCall) error {
 	h := &host{e: e, runID: run.ID, iteration: max(run.Iteration, 1)}
 	return h.RecordLLMCall(ctx, c)
 }

@@ -6,7 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"homework/db"
+	"homework/engine/spec"
 )
 
 // Metrics are the engine's Prometheus collectors.
@@ -42,10 +42,10 @@ func (e *Engine) Register(reg prometheus.Registerer) error {
 			func() float64 {
 				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 				defer cancel()
-				n, _ := e.db.QueueDepth(ctx)
+				n, _ := e.store.QueueDepth(ctx)
 				return float64(n)
 			}),
-		&runsCollector{db: e.db, desc: prometheus.NewDesc("homework_runs", "Runs by status.", []string{"status"}, nil)},
+		&runsCollector{db: e.store, desc: prometheus.NewDesc("homework_runs", "Runs by status.", []string{"status"}, nil)},
 	} {
 		if err := reg.Register(c); err != nil {
 			return err
@@ -55,7 +55,7 @@ func (e *Engine) Register(reg prometheus.Registerer) error {
 }
 
 type runsCollector struct {
-	db   *db.DB
+	db   Store
 	desc *prometheus.Desc
 }
 
@@ -69,7 +69,7 @@ func (c *runsCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.NewInvalidMetric(c.desc, err)
 		return
 	}
-	for _, s := range db.Statuses {
+	for _, s := range spec.Statuses {
 		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(counts[s]), s)
 	}
 }

@@ -13,7 +13,7 @@ import (
 )
 
 // RunConfig decodes a run's stored configuration.
-func RunConfig(r *db.Run) (*spec.Config, error) {
+func RunConfig(r *spec.Run) (*spec.Config, error) {
 	var cfg spec.Config
 	if err := json.Unmarshal(r.Config, &cfg); err != nil {
 		return nil, fmt.Errorf("run %s config: %w", r.ID, err)
@@ -24,14 +24,14 @@ func RunConfig(r *db.Run) (*spec.Config, error) {
 // CreateRun validates cfg, stores the run queued with a run_created event and,
 // when the user has a free slot, starts it in the same transaction. Invalid
 // input is EINVALID with the field; a missing parent run is ENOTFOUND.
-func (e *Engine) CreateRun(ctx context.Context, user *db.User, cfg spec.Config) (*db.Run, error) {
+func (e *Engine) CreateRun(ctx context.Context, user *spec.User, cfg spec.Config) (*spec.Run, error) {
 	if err := e.validateConfig(ctx, user, &cfg); err != nil {
 		return nil, err
 	}
 	if cfg.ParentRunID != "" {
-		if _, err := e.db.FindRun(ctx, user.ID, cfg.ParentRunID); err != nil {
-			if db.ErrorCode(err) == db.ENOTFOUND {
-				return nil, db.FieldError("parent_run_id", "Parent run not found.")
+		if _, err := e.store.FindRun(ctx, user.ID, cfg.ParentRunID); err != nil {
+			if spec.ErrorCode(err) == spec.ENOTFOUND {
+				return nil, spec.FieldError("parent_run_id", "Parent run not found.")
 			}
 			return nil, err
 		}
@@ -40,7 +40,7 @@ func (e *Engine) CreateRun(ctx context.Context, user *db.User, cfg spec.Config) 
 	if err != nil {
 		return nil, err
 	}
-	run := &db.Run{
+	run := &spec.Run{
 		ID:          uuid.Must(uuid.NewV7()).String(),
 		UserID:      user.ID,
 		ParentRunID: cfg.ParentRunID,
@@ -48,10 +48,10 @@ func (e *Engine) CreateRun(ctx context.Context, user *db.User, cfg spec.Config) 
 		Mode:        cfg.Mode,
 		Executor:    cfg.Executor,
 		Config:      raw,
-		Status:      db.StatusQueued,
-		Metrics:     db.Metrics{ByModel: map[string]db.ModelUsage{}},
+		Status:      spec.StatusQueued,
+		Metrics:     spec.Metrics{ByModel: map[string]spec.ModelUsage{}},
 	}
-	err = e.db.WriteTx(ctx, func(tx *db.Tx) error {
+	err = e.inTx(ctx, func(tx StoreTx) error {
 		if err := tx.InsertRun(ctx, run); err != nil {
 			return err
 		}
@@ -65,12 +65,12 @@ func (e *Engine) CreateRun(ctx context.Context, user *db.User, cfg spec.Config) 
 	if err != nil {
 		return nil, err
 	}
-	return e.db.FindRun(ctx, user.ID, run.ID)
+	return e.store.FindRun(ctx, user.ID, run.ID)
 }
 
 // promote starts the user's oldest queued runs while they have free slots.
 // It runs inside the transaction that freed a slot or queued a run.
-func (e *Engine) promote(ctx context.Context, tx *db.Tx, userID int64) error {
+func (e *Engine) promote(ctx context.Context, tx StoreTx, userID int64) error {
 	running, err := tx.CountRunning(ctx, userID)
 	if err != nil {
 		return err
@@ -92,7 +92,7 @@ func (e *Engine) promote(ctx context.Context, tx *db.Tx, userID int64) error {
 }
 
 // startRun moves a queued run to running and enqueues its next iteration.
-func (e *Engine) startRun(ctx context.Context, tx *db.Tx, run *db.Run) error {
+func (e *Engine) startRun(ctx context.Context, tx StoreTx, run *spec.Run) error {
 	cfg, err := RunConfig(run)
 	if err != nil {
 		return err
@@ -102,13 +102,19 @@ func (e *Engine) startRun(ctx context.Context, tx *db.Tx, run *db.Run) error {
 		run.StartedAt = tx.Now()
 		if x, ok := e.executor(run.Executor); ok {
 			if s, ok := x.(RunStarter); ok {
-				if err := s.StartRun(ctx, tx, run, cfg); err != nil {
+				// Executors still take the SQLite transaction; a
+				// workspace-store seam for them comes with a second store.
+				dtx, ok := tx.(*db.Tx)
+				if !ok {
+					return fmt.Errorf("start run: executor %s needs a *db.Tx, got %T", run.Executor, tx)
+				}
+				if err := s.StartRun(ctx, dtx, run, cfg); err != nil {
 					return fmt.Errorf("start run: %w", err)
 				}
 			}
 		}
 	}
-	run.Status = db.StatusRunning
+	run.Status = spec.StatusRunning
 	run.Waiting = nil
 	run.StopReason = nil
 	run.Report = nil // a running run has no final report; the next end writes a new one
@@ -123,7 +129,7 @@ func (e *Engine) startRun(ctx context.Context, tx *db.Tx, run *db.Run) error {
 
 // enqueueNext sets the run to its next iteration (attempt 1), inserts that
 // iteration's job in tx and writes the run.
-func (e *Engine) enqueueNext(ctx context.Context, tx *db.Tx, run *db.Run) error {
+func (e *Engine) enqueueNext(ctx context.Context, tx StoreTx, run *spec.Run) error {
 	run.Iteration++
 	run.Attempt = 1
 	run.LeaseOwner = ""
@@ -134,12 +140,12 @@ func (e *Engine) enqueueNext(ctx context.Context, tx *db.Tx, run *db.Run) error 
 	return e.insertJob(ctx, tx, run.ID, run.Iteration, run.Attempt)
 }
 
-func (e *Engine) insertJob(ctx context.Context, tx *db.Tx, runID string, iteration, attempt int) error {
-	res, err := e.river.InsertTx(ctx, tx.Tx, IterateArgs{RunID: runID, Iteration: iteration, Attempt: attempt}, nil)
+func (e *Engine) insertJob(ctx context.Context, tx StoreTx, runID string, iteration, attempt int) error {
+	duplicate, err := e.queue.InsertTx(ctx, tx, IterateArgs{RunID: runID, Iteration: iteration, Attempt: attempt})
 	if err != nil {
 		return fmt.Errorf("enqueue iteration: %w", err)
 	}
-	if res.UniqueSkippedAsDuplicate {
+	if duplicate {
 		// (iteration, attempt) only ever grows, so a duplicate means the
 		// run's counters went backwards: refuse rather than wait forever.
 		return fmt.Errorf("enqueue iteration %d attempt %d of run %s: a job with these args already exists", iteration, attempt, runID)
@@ -149,15 +155,15 @@ func (e *Engine) insertJob(ctx context.Context, tx *db.Tx, runID string, iterati
 
 // transition loads the user's run in a write transaction and calls fn with
 // it. The run is ENOTFOUND when it is another user's.
-func (e *Engine) transition(ctx context.Context, userID int64, runID string, fn func(tx *db.Tx, run *db.Run) error) (*db.Run, error) {
-	var out *db.Run
-	err := e.db.WriteTx(ctx, func(tx *db.Tx) error {
+func (e *Engine) transition(ctx context.Context, userID int64, runID string, fn func(tx StoreTx, run *spec.Run) error) (*spec.Run, error) {
+	var out *spec.Run
+	err := e.inTx(ctx, func(tx StoreTx) error {
 		run, err := tx.FindRun(ctx, runID)
 		if err != nil {
 			return err
 		}
 		if run.UserID != userID {
-			return db.Errorf(db.ENOTFOUND, "Run not found.")
+			return spec.Errorf(spec.ENOTFOUND, "Run not found.")
 		}
 		if err := fn(tx, run); err != nil {
 			return err
@@ -171,13 +177,13 @@ func (e *Engine) transition(ctx context.Context, userID int64, runID string, fn 
 // Cancel cancels a queued, running, waiting or stopped run: its running
 // iteration's context is cancelled at once and no further job runs. A
 // finished run is ECONFLICT.
-func (e *Engine) Cancel(ctx context.Context, userID int64, runID string) (*db.Run, error) {
-	run, err := e.transition(ctx, userID, runID, func(tx *db.Tx, run *db.Run) error {
-		if db.IsTerminalStatus(run.Status) {
-			return db.Errorf(db.ECONFLICT, "The run is already %s.", run.Status)
+func (e *Engine) Cancel(ctx context.Context, userID int64, runID string) (*spec.Run, error) {
+	run, err := e.transition(ctx, userID, runID, func(tx StoreTx, run *spec.Run) error {
+		if spec.IsTerminalStatus(run.Status) {
+			return spec.Errorf(spec.ECONFLICT, "The run is already %s.", run.Status)
 		}
-		wasRunning := run.Status == db.StatusRunning
-		if err := e.finishRun(ctx, tx, run, db.StatusCanceled, &db.StopReason{Type: "canceled", Detail: "Canceled by the user."}, nil); err != nil {
+		wasRunning := run.Status == spec.StatusRunning
+		if err := e.finishRun(ctx, tx, run, spec.StatusCanceled, &spec.StopReason{Type: "canceled", Detail: "Canceled by the user."}, nil); err != nil {
 			return err
 		}
 		if wasRunning {
@@ -199,10 +205,10 @@ func (e *Engine) Cancel(ctx context.Context, userID int64, runID string) (*db.Ru
 // Continue resumes a stopped run, optionally raising its budgets. Counters
 // and spend carry over. A run that is not stopped is ECONFLICT; a budget
 // that is still exhausted is EINVALID on that budget.
-func (e *Engine) Continue(ctx context.Context, userID int64, runID string, raise *spec.Budgets) (*db.Run, error) {
-	return e.transition(ctx, userID, runID, func(tx *db.Tx, run *db.Run) error {
-		if run.Status != db.StatusStopped {
-			return db.Errorf(db.ECONFLICT, "Only a stopped run can be continued; this run is %s.", run.Status)
+func (e *Engine) Continue(ctx context.Context, userID int64, runID string, raise *spec.Budgets) (*spec.Run, error) {
+	return e.transition(ctx, userID, runID, func(tx StoreTx, run *spec.Run) error {
+		if run.Status != spec.StatusStopped {
+			return spec.Errorf(spec.ECONFLICT, "Only a stopped run can be continued; this run is %s.", run.Status)
 		}
 		cfg, err := RunConfig(run)
 		if err != nil {
@@ -214,7 +220,7 @@ func (e *Engine) Continue(ctx context.Context, userID int64, runID string, raise
 		}
 		cfg.Budgets = b
 		if reason := budgetExceeded(b, run.Metrics); reason != nil {
-			return db.FieldError("budgets."+reason.field, "%s Raise budgets.%s to continue.", reason.detail, reason.field)
+			return spec.FieldError("budgets."+reason.field, "%s Raise budgets.%s to continue.", reason.detail, reason.field)
 		}
 		raw, err := json.Marshal(cfg)
 		if err != nil {
@@ -230,7 +236,7 @@ func (e *Engine) Continue(ctx context.Context, userID int64, runID string, raise
 
 // requeue puts a resumed run back: running at once when the user has a free
 // slot, else queued (FIFO by creation).
-func (e *Engine) requeue(ctx context.Context, tx *db.Tx, run *db.Run) error {
+func (e *Engine) requeue(ctx context.Context, tx StoreTx, run *spec.Run) error {
 	running, err := tx.CountRunning(ctx, run.UserID)
 	if err != nil {
 		return err
@@ -238,7 +244,7 @@ func (e *Engine) requeue(ctx context.Context, tx *db.Tx, run *db.Run) error {
 	if running < e.opts.MaxConcurrentPerUser {
 		return e.startRun(ctx, tx, run)
 	}
-	run.Status = db.StatusQueued
+	run.Status = spec.StatusQueued
 	run.Waiting = nil
 	return tx.UpdateRun(ctx, run)
 }
@@ -246,7 +252,7 @@ func (e *Engine) requeue(ctx context.Context, tx *db.Tx, run *db.Run) error {
 // Respond answers a waiting run: the answers land in the inbox, the next
 // iteration sees them, and the run resumes. A run that is not waiting is
 // ECONFLICT.
-func (e *Engine) Respond(ctx context.Context, userID int64, runID string, answers []string) (*db.Run, error) {
+func (e *Engine) Respond(ctx context.Context, userID int64, runID string, answers []string) (*spec.Run, error) {
 	var body []string
 	for _, a := range answers {
 		if a = strings.TrimSpace(a); a != "" {
@@ -254,17 +260,17 @@ func (e *Engine) Respond(ctx context.Context, userID int64, runID string, answer
 		}
 	}
 	if len(body) == 0 {
-		return nil, db.FieldError("answers", "At least one non-empty answer is required.")
+		return nil, spec.FieldError("answers", "At least one non-empty answer is required.")
 	}
 	joined := strings.Join(body, "\n\n")
 	if len(joined) > 100_000 {
-		return nil, db.FieldError("answers", "Answers are too long (limit 100,000 bytes).")
+		return nil, spec.FieldError("answers", "Answers are too long (limit 100,000 bytes).")
 	}
-	return e.transition(ctx, userID, runID, func(tx *db.Tx, run *db.Run) error {
-		if run.Status != db.StatusWaiting {
-			return db.Errorf(db.ECONFLICT, "Only a run waiting for you can be answered; this run is %s.", run.Status)
+	return e.transition(ctx, userID, runID, func(tx StoreTx, run *spec.Run) error {
+		if run.Status != spec.StatusWaiting {
+			return spec.Errorf(spec.ECONFLICT, "Only a run waiting for you can be answered; this run is %s.", run.Status)
 		}
-		item := &db.InboxItem{RunID: run.ID, Kind: db.InboxAnswer, Body: joined}
+		item := &spec.InboxItem{RunID: run.ID, Kind: spec.InboxAnswer, Body: joined}
 		if err := tx.InsertInbox(ctx, item); err != nil {
 			return err
 		}
@@ -277,21 +283,21 @@ func (e *Engine) Respond(ctx context.Context, userID int64, runID string, answer
 
 // Message queues a message for the next iteration of a queued, running or
 // waiting run. A finished or stopped run is ECONFLICT.
-func (e *Engine) Message(ctx context.Context, userID int64, runID, body string) (*db.Run, error) {
+func (e *Engine) Message(ctx context.Context, userID int64, runID, body string) (*spec.Run, error) {
 	body = strings.TrimSpace(body)
 	if body == "" {
-		return nil, db.FieldError("body", "Message is empty.")
+		return nil, spec.FieldError("body", "Message is empty.")
 	}
 	if len(body) > 100_000 {
-		return nil, db.FieldError("body", "Message is too long (limit 100,000 bytes).")
+		return nil, spec.FieldError("body", "Message is too long (limit 100,000 bytes).")
 	}
-	return e.transition(ctx, userID, runID, func(tx *db.Tx, run *db.Run) error {
+	return e.transition(ctx, userID, runID, func(tx StoreTx, run *spec.Run) error {
 		switch run.Status {
-		case db.StatusQueued, db.StatusRunning, db.StatusWaiting:
+		case spec.StatusQueued, spec.StatusRunning, spec.StatusWaiting:
 		default:
-			return db.Errorf(db.ECONFLICT, "Messages can only be queued for an active run; this run is %s.", run.Status)
+			return spec.Errorf(spec.ECONFLICT, "Messages can only be queued for an active run; this run is %s.", run.Status)
 		}
-		item := &db.InboxItem{RunID: run.ID, Kind: db.InboxMessage, Body: body}
+		item := &spec.InboxItem{RunID: run.ID, Kind: spec.InboxMessage, Body: body}
 		if err := tx.InsertInbox(ctx, item); err != nil {
 			return err
 		}

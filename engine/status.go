@@ -8,28 +8,27 @@ import (
 	"strings"
 	"time"
 
-	"homework/db"
 	"homework/engine/spec"
 )
 
 var notifyTitles = map[string]string{
-	db.StatusWaiting:   "Homework is waiting for you",
-	db.StatusCompleted: "Homework complete",
-	db.StatusStopped:   "Homework stopped",
-	db.StatusCanceled:  "Homework canceled",
-	db.StatusFailed:    "Homework failed",
+	spec.StatusWaiting:   "Homework is waiting for you",
+	spec.StatusCompleted: "Homework complete",
+	spec.StatusStopped:   "Homework stopped",
+	spec.StatusCanceled:  "Homework canceled",
+	spec.StatusFailed:    "Homework failed",
 }
 
 // setStatus moves a run out of running (or queued) into status, appends the
 // status event and a notification in tx. The caller promotes queued runs.
-func (e *Engine) setStatus(ctx context.Context, tx *db.Tx, run *db.Run, status string, stop *db.StopReason, wait *db.Waiting) error {
+func (e *Engine) setStatus(ctx context.Context, tx StoreTx, run *spec.Run, status string, stop *spec.StopReason, wait *spec.Waiting) error {
 	run.Status = status
 	run.StopReason = stop
 	run.Waiting = wait
 	run.LeaseOwner = ""
 	run.LeaseUntil = time.Time{}
 	run.RunningSince = time.Time{}
-	if db.IsTerminalStatus(status) {
+	if spec.IsTerminalStatus(status) {
 		run.CompletedAt = tx.Now()
 	}
 	if err := tx.UpdateRun(ctx, run); err != nil {
@@ -44,7 +43,7 @@ func (e *Engine) setStatus(ctx context.Context, tx *db.Tx, run *db.Run, status s
 		data["questions"] = wait.Questions
 	}
 	typ := spec.StatusEvent(status)
-	if status == db.StatusStopped && stop != nil && (stop.Type == StopNoProgress || stop.Type == StopStuck) {
+	if status == spec.StatusStopped && stop != nil && (stop.Type == StopNoProgress || stop.Type == StopStuck) {
 		typ = spec.EventRunStalled
 	}
 	if _, err := tx.AppendEvent(ctx, run.ID, typ, data); err != nil {
@@ -53,7 +52,7 @@ func (e *Engine) setStatus(ctx context.Context, tx *db.Tx, run *db.Run, status s
 	return e.notify(ctx, tx, run, status, stop, wait)
 }
 
-func (e *Engine) notify(ctx context.Context, tx *db.Tx, run *db.Run, status string, stop *db.StopReason, wait *db.Waiting) error {
+func (e *Engine) notify(ctx context.Context, tx StoreTx, run *spec.Run, status string, stop *spec.StopReason, wait *spec.Waiting) error {
 	start := run.StartedAt
 	if start.IsZero() {
 		start = run.CreatedAt
@@ -73,7 +72,7 @@ func (e *Engine) notify(ctx context.Context, tx *db.Tx, run *db.Run, status stri
 		"run_id": run.ID, "status": status, "duration_ms": duration, "iterations": run.Metrics.Iterations,
 		"tokens": run.Metrics.TokensTotal, "cost_usd": run.Metrics.CostTotalUSD,
 	})
-	n := &db.Notification{UserID: run.UserID, RunID: run.ID, Kind: "run_" + status, Title: notifyTitles[status],
+	n := &spec.Notification{UserID: run.UserID, RunID: run.ID, Kind: "run_" + status, Title: notifyTitles[status],
 		Message: msg, ActionURL: "/runs/" + run.ID, Data: data}
 	if err := tx.InsertNotification(ctx, n); err != nil {
 		return err
@@ -86,7 +85,7 @@ func (e *Engine) notify(ctx context.Context, tx *db.Tx, run *db.Run, status stri
 
 // finishRun ends a run that no iteration is ending (Cancel): report, status,
 // notification.
-func (e *Engine) finishRun(ctx context.Context, tx *db.Tx, run *db.Run, status string, stop *db.StopReason, wait *db.Waiting) error {
+func (e *Engine) finishRun(ctx context.Context, tx StoreTx, run *spec.Run, status string, stop *spec.StopReason, wait *spec.Waiting) error {
 	if err := e.writeReport(ctx, tx, run, status, stop, "", ""); err != nil {
 		return err
 	}
@@ -95,7 +94,7 @@ func (e *Engine) finishRun(ctx context.Context, tx *db.Tx, run *db.Run, status s
 
 // writeReport builds the run's report from what actually happened (iteration
 // artifacts, documents, tasks, metrics) plus the narrative, and sets it on run.
-func (e *Engine) writeReport(ctx context.Context, tx *db.Tx, run *db.Run, status string, stop *db.StopReason, narrative, narrativeErr string) error {
+func (e *Engine) writeReport(ctx context.Context, tx StoreTx, run *spec.Run, status string, stop *spec.StopReason, narrative, narrativeErr string) error {
 	r, err := e.buildReport(ctx, tx, run, status, stop, nil)
 	if err != nil {
 		return err
@@ -113,7 +112,7 @@ func (e *Engine) writeReport(ctx context.Context, tx *db.Tx, run *db.Run, status
 // buildReport builds the report from the stored iterations; pending, when
 // set, is the artifacts of an iteration not yet stored (the one ending the
 // run while the summarizer is asked for the narrative).
-func (e *Engine) buildReport(ctx context.Context, tx *db.Tx, run *db.Run, status string, stop *db.StopReason, pending *spec.Artifacts) (*spec.Report, error) {
+func (e *Engine) buildReport(ctx context.Context, tx StoreTx, run *spec.Run, status string, stop *spec.StopReason, pending *spec.Artifacts) (*spec.Report, error) {
 	r := &spec.Report{
 		Title:     reportTitle(status, run.Objective),
 		Objective: run.Objective,
@@ -136,9 +135,7 @@ func (e *Engine) buildReport(ctx context.Context, tx *db.Tx, run *db.Run, status
 	updated := map[string]bool{}
 	var all []spec.Artifacts
 	for i := len(rows) - 1; i >= 0; i-- { // oldest first
-		var a spec.Artifacts
-		json.Unmarshal(rows[i].Artifacts, &a)
-		all = append(all, a)
+		all = append(all, rows[i].ArtifactRefs)
 	}
 	if pending != nil {
 		all = append(all, *pending)
@@ -187,7 +184,7 @@ func (e *Engine) buildReport(ctx context.Context, tx *db.Tx, run *db.Run, status
 }
 
 // refreshReportMetrics updates an existing report's metrics from the run.
-func (e *Engine) refreshReportMetrics(run *db.Run) error {
+func (e *Engine) refreshReportMetrics(run *spec.Run) error {
 	var r spec.Report
 	if err := json.Unmarshal(run.Report, &r); err != nil {
 		return err
@@ -204,11 +201,11 @@ func (e *Engine) refreshReportMetrics(run *db.Run) error {
 func reportTitle(status, objective string) string {
 	short := truncate(strings.TrimSpace(strings.SplitN(objective, "\n", 2)[0]), 80)
 	switch status {
-	case db.StatusCompleted:
+	case spec.StatusCompleted:
 		return "Homework complete: " + short
-	case db.StatusCanceled:
+	case spec.StatusCanceled:
 		return "Homework canceled: " + short
-	case db.StatusFailed:
+	case spec.StatusFailed:
 		return "Homework failed: " + short
 	}
 	return "Homework stopped: " + short
@@ -216,24 +213,24 @@ func reportTitle(status, objective string) string {
 
 // narrate asks the executor's Narrator, if any, for the report narrative,
 // bounded in time. A failure leaves the report without one.
-func (e *Engine) narrate(ctx context.Context, it *iteration, d spec.Decision, res *spec.Result, m db.Metrics) (string, string) {
+func (e *Engine) narrate(ctx context.Context, it *iteration, d spec.Decision, res *spec.Result, m spec.Metrics) (string, string) {
 	n, ok := e.executorFor(it.cfg).(Narrator)
 	if !ok {
 		return "", ""
 	}
 	var report *spec.Report
-	status := db.StatusStopped
+	status := spec.StatusStopped
 	if d.Decision == spec.DecisionComplete {
-		status = db.StatusCompleted
+		status = spec.StatusCompleted
 	} else if d.Decision == spec.DecisionFail {
-		status = db.StatusFailed
+		status = spec.StatusFailed
 	}
-	err := e.db.WriteTx(ctx, func(tx *db.Tx) error {
+	err := e.inTx(ctx, func(tx StoreTx) error {
 		run, err := tx.FindRun(ctx, it.run.ID)
 		if err != nil {
 			return err
 		}
-		report, err = e.buildReport(ctx, tx, run, status, &db.StopReason{Type: orDefault(d.StopReason, StopCompleted), Detail: joinReasons(d.Reasons)}, &res.Artifacts)
+		report, err = e.buildReport(ctx, tx, run, status, &spec.StopReason{Type: orDefault(d.StopReason, StopCompleted), Detail: joinReasons(d.Reasons)}, &res.Artifacts)
 		if err != nil {
 			return err
 		}

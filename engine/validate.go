@@ -7,32 +7,31 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"homework/db"
 	"homework/engine/checks"
 	"homework/engine/spec"
 )
 
 // validateConfig checks a run's configuration and fills in defaults. It
-// returns a field-level *db.Error for the first problem.
-func (e *Engine) validateConfig(ctx context.Context, user *db.User, cfg *spec.Config) error {
+// returns a field-level *spec.Error for the first problem.
+func (e *Engine) validateConfig(ctx context.Context, user *spec.User, cfg *spec.Config) error {
 	cfg.Objective = strings.TrimSpace(cfg.Objective)
 	switch {
 	case cfg.Objective == "":
-		return db.FieldError("objective", "Objective is required.")
+		return spec.FieldError("objective", "Objective is required.")
 	case len(cfg.Objective) > e.opts.MaxObjectiveBytes:
-		return db.FieldError("objective", "Objective is too long (%d bytes; the limit is %d).", len(cfg.Objective), e.opts.MaxObjectiveBytes)
+		return spec.FieldError("objective", "Objective is too long (%d bytes; the limit is %d).", len(cfg.Objective), e.opts.MaxObjectiveBytes)
 	case !utf8.ValidString(cfg.Objective):
-		return db.FieldError("objective", "Objective must be valid UTF-8 text.")
+		return spec.FieldError("objective", "Objective must be valid UTF-8 text.")
 	case strings.ContainsFunc(cfg.Objective, isControl):
-		return db.FieldError("objective", "Objective must not contain control characters.")
+		return spec.FieldError("objective", "Objective must not contain control characters.")
 	case strings.ContainsFunc(cfg.Model, isControl) || strings.ContainsFunc(cfg.Completion.Token, isControl):
-		return db.FieldError("model", "Model and completion token must not contain control characters.")
+		return spec.FieldError("model", "Model and completion token must not contain control characters.")
 	}
 	if cfg.Mode == "" {
 		cfg.Mode = spec.ModeAuto
 	}
 	if cfg.Mode != spec.ModeAuto && cfg.Mode != spec.ModeInteractive {
-		return db.FieldError("mode", "Mode must be %q or %q.", spec.ModeAuto, spec.ModeInteractive)
+		return spec.FieldError("mode", "Mode must be %q or %q.", spec.ModeAuto, spec.ModeInteractive)
 	}
 	if cfg.Executor == "" {
 		cfg.Executor = spec.ExecutorLLM
@@ -40,9 +39,9 @@ func (e *Engine) validateConfig(ctx context.Context, user *db.User, cfg *spec.Co
 	x, ok := e.executor(cfg.Executor)
 	if !ok {
 		if cfg.Executor == spec.ExecutorLLM || cfg.Executor == spec.ExecutorCommand {
-			return &db.Error{Code: db.EUNAVAILABLE, Field: "executor", Message: fmt.Sprintf("The %s executor is not available on this server.", cfg.Executor)}
+			return &spec.Error{Code: spec.EUNAVAILABLE, Field: "executor", Message: fmt.Sprintf("The %s executor is not available on this server.", cfg.Executor)}
 		}
-		return db.FieldError("executor", "Executor must be %q or %q.", spec.ExecutorLLM, spec.ExecutorCommand)
+		return spec.FieldError("executor", "Executor must be %q or %q.", spec.ExecutorLLM, spec.ExecutorCommand)
 	}
 	if cfg.Permissions.WriteMode == "" {
 		cfg.Permissions.WriteMode = spec.WriteAutopilot
@@ -50,10 +49,10 @@ func (e *Engine) validateConfig(ctx context.Context, user *db.User, cfg *spec.Co
 	switch cfg.Permissions.WriteMode {
 	case spec.WriteAutopilot, spec.WriteApprovePlan, spec.WriteReadOnly:
 	default:
-		return db.FieldError("permissions.write_mode", "Write mode must be autopilot, approve_plan or read_only.")
+		return spec.FieldError("permissions.write_mode", "Write mode must be autopilot, approve_plan or read_only.")
 	}
 	if len(cfg.Model) > 200 {
-		return db.FieldError("model", "Model name is too long.")
+		return spec.FieldError("model", "Model name is too long.")
 	}
 	if err := e.validateBudgets(&cfg.Budgets); err != nil {
 		return err
@@ -64,11 +63,11 @@ func (e *Engine) validateConfig(ctx context.Context, user *db.User, cfg *spec.Co
 		v    int
 	}{{"breakers.no_progress", b.NoProgress}, {"breakers.repeated_error", b.RepeatedError}, {"breakers.stall_repeats", b.StallRepeats}} {
 		if f.v < 0 || f.v > 100 {
-			return db.FieldError(f.name, "Must be between 1 and 100.")
+			return spec.FieldError(f.name, "Must be between 1 and 100.")
 		}
 	}
 	if len(cfg.Completion.Token) > 200 {
-		return db.FieldError("completion.token", "Completion token is too long.")
+		return spec.FieldError("completion.token", "Completion token is too long.")
 	}
 	// The executor speaks first: "command runs are not enabled" or "only
 	// admins" say more than a refused check would.
@@ -87,11 +86,11 @@ func (e *Engine) validateConfig(ctx context.Context, user *db.User, cfg *spec.Co
 	}
 	for i, c := range cfg.Completion.Checks {
 		if c.Type == spec.CheckCommand && !hasWorkdir {
-			return db.FieldError(fmt.Sprintf("completion.checks[%d]", i), "Command checks run in the agent's work directory: set agent.workdir.")
+			return spec.FieldError(fmt.Sprintf("completion.checks[%d]", i), "Command checks run in the agent's work directory: set agent.workdir.")
 		}
 	}
 	if cfg.Agent != nil && cfg.Executor == spec.ExecutorLLM {
-		return db.FieldError("agent", "agent is only used by command runs.")
+		return spec.FieldError("agent", "agent is only used by command runs.")
 	}
 	return nil
 }
@@ -100,19 +99,19 @@ func (e *Engine) validateBudgets(b *spec.Budgets) error {
 	o := e.opts
 	switch {
 	case b.MaxIterations < 0 || b.MaxIterations > o.MaxIterations:
-		return db.FieldError("budgets.max_iterations", "Must be between 1 and %d.", o.MaxIterations)
+		return spec.FieldError("budgets.max_iterations", "Must be between 1 and %d.", o.MaxIterations)
 	case b.MaxRunningMS < 0 || b.MaxRunningMS > o.MaxRunningTime.Milliseconds():
-		return db.FieldError("budgets.max_running_ms", "Must be between 1 and %d.", o.MaxRunningTime.Milliseconds())
+		return spec.FieldError("budgets.max_running_ms", "Must be between 1 and %d.", o.MaxRunningTime.Milliseconds())
 	case b.MaxTotalTokens < 0 || b.MaxTotalTokens > o.MaxTokens:
-		return db.FieldError("budgets.max_total_tokens", "Must be between 1 and %d.", o.MaxTokens)
+		return spec.FieldError("budgets.max_total_tokens", "Must be between 1 and %d.", o.MaxTokens)
 	case b.MaxCostUSD < 0 || b.MaxCostUSD > o.MaxCostUSD || math.IsNaN(b.MaxCostUSD) || math.IsInf(b.MaxCostUSD, 0):
-		return db.FieldError("budgets.max_cost_usd", "Must be between 0.01 and %g.", o.MaxCostUSD)
+		return spec.FieldError("budgets.max_cost_usd", "Must be between 0.01 and %g.", o.MaxCostUSD)
 	case b.MaxToolCalls < 0 || b.MaxToolCalls > o.MaxToolCalls:
-		return db.FieldError("budgets.max_tool_calls", "Must be between 1 and %d.", o.MaxToolCalls)
+		return spec.FieldError("budgets.max_tool_calls", "Must be between 1 and %d.", o.MaxToolCalls)
 	case b.IterationTimeoutMS < 0 || b.IterationTimeoutMS > o.MaxIterationTime.Milliseconds():
-		return db.FieldError("budgets.iteration_timeout_ms", "Must be between 1 and %d.", o.MaxIterationTime.Milliseconds())
+		return spec.FieldError("budgets.iteration_timeout_ms", "Must be between 1 and %d.", o.MaxIterationTime.Milliseconds())
 	case b.IterationToolCalls < 0 || b.IterationToolCalls > 10000:
-		return db.FieldError("budgets.iteration_tool_calls", "Must be between 1 and 10000.")
+		return spec.FieldError("budgets.iteration_tool_calls", "Must be between 1 and 10000.")
 	}
 	if b.MaxRunningMS == 0 {
 		b.MaxRunningMS = o.DefaultRunningTime.Milliseconds()

@@ -155,27 +155,17 @@ func docTree(docs []*db.Document) []*views.DocNode {
 	return roots
 }
 
-// iterationView decodes an iteration row's gate, checks and artifacts.
+// iterationView shows an iteration row with its gate, checks and artifacts.
 func iterationView(it *db.Iteration) views.IterationView {
 	iv := views.IterationView{
 		Iteration: it.Iteration, Attempt: it.Attempt, Status: it.Status, Summary: it.Summary, Error: it.Error,
 		StartedAt: it.StartedAt, EndedAt: it.EndedAt, Metrics: it.Metrics,
 	}
-	if len(it.Gate) > 0 {
-		var g engine.GateRecord
-		if json.Unmarshal(it.Gate, &g) == nil {
-			iv.Decision, iv.Reasons = g.Decision.Decision, g.Reasons
-		}
+	if g := it.GateRecord; g != nil {
+		iv.Decision, iv.Reasons = g.Decision.Decision, g.Reasons
 	}
-	if len(it.Checks) > 0 {
-		json.Unmarshal(it.Checks, &iv.Checks)
-	}
-	if len(it.Artifacts) > 0 {
-		var a spec.Artifacts
-		if json.Unmarshal(it.Artifacts, &a) == nil {
-			iv.Created, iv.Updated = a.Created, a.Updated
-		}
-	}
+	iv.Checks = it.CheckResults
+	iv.Created, iv.Updated = it.ArtifactRefs.Created, it.ArtifactRefs.Updated
 	return iv
 }
 

@@ -19,7 +19,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/valyala/fasthttp/fasthttpadaptor"
 
-	"homework/db"
 	"homework/engine"
 	"homework/static"
 	"homework/views"
@@ -27,7 +26,7 @@ import (
 
 // Options configure a Server.
 type Options struct {
-	DB      *db.DB
+	DB      Store // required; *db.DB
 	Engine  *engine.Engine
 	Logger  *slog.Logger
 	Version string
@@ -59,7 +58,7 @@ type Options struct {
 type Server struct {
 	opts   Options
 	app    *fiber.App
-	db     *db.DB
+	db     Store
 	engine *engine.Engine
 	log    *slog.Logger
 

@@ -5,12 +5,12 @@ package views
 import (
 	"encoding/json"
 	"fmt"
-
-	"homework/engine/spec"
 	"net/url"
 	"strconv"
 	"strings"
 	"time"
+
+	"homework/engine/spec"
 )
 
 func itoa(n int) string { return strconv.Itoa(n) }

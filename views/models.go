@@ -1,9 +1,10 @@
 package views
 
 import (
-	"homework/engine/spec"
 	"sort"
 	"time"
+
+	"homework/engine/spec"
 )
 
 // AuthData is the sign-in and first-account forms.

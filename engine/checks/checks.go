@@ -12,8 +12,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-
-	"homework/engine/spec"
 	"io"
 	"os"
 	"path"
@@ -21,6 +19,8 @@ import (
 	"regexp"
 	"strings"
 	"time"
+
+	"homework/engine/spec"
 )
 
 // Limits and defaults.

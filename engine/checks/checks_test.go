@@ -3,13 +3,13 @@ package checks_test
 import (
 	"context"
 	"errors"
-
-	"homework/engine/checks"
-	"homework/engine/spec"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"homework/engine/checks"
+	"homework/engine/spec"
 )
 
 func TestValidate(t *testing.T) {

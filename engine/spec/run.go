@@ -171,13 +171,46 @@ type Iteration struct {
 	StartedAt        time.Time
 	EndedAt          time.Time
 	Summary          string
-	Gate             json.RawMessage
-	Checks           json.RawMessage
 	Fingerprint      string
 	Error            string
 	ErrorFingerprint string
 	Metrics          Metrics
-	Artifacts        json.RawMessage
+
+	// GateRecord, CheckResults and ArtifactRefs are the iteration's gate
+	// record, check results and artifacts, decoded once by the store when it
+	// reads the row; on write the store encodes them when the raw JSON
+	// below is empty.
+	GateRecord   *GateRecord
+	CheckResults []CheckResult
+	ArtifactRefs Artifacts
+
+	// Gate, Checks and Artifacts are the same three as stored JSON; the store
+	// fills them on read, and on write they win when set. Readers use the
+	// typed fields; a writer that sets a typed field clears the raw one.
+	Gate      json.RawMessage
+	Checks    json.RawMessage
+	Artifacts json.RawMessage
+}
+
+// Signals are one iteration's fingerprints, kept in its gate record so the
+// breakers of later iterations can compare.
+type Signals struct {
+	Progress      string  `json:"progress"`
+	OutputHash    string  `json:"output_hash,omitempty"`
+	DiffHash      string  `json:"diff_hash,omitempty"`
+	FailingChecks string  `json:"failing_checks,omitempty"` // hash of the sorted failing check names; "" when none fail
+	ErrorFP       string  `json:"error_fingerprint,omitempty"`
+	Score         float64 `json:"check_score"`
+	HasChecks     bool    `json:"has_checks,omitempty"`
+	Summary       string  `json:"summary,omitempty"`
+	Failure       string  `json:"failure,omitempty"` // the iteration error or the first failing check's message
+}
+
+// GateRecord is what an iteration row stores as its gate JSON.
+type GateRecord struct {
+	Decision
+	Signals       Signals  `json:"signals"`
+	RemainingWork []string `json:"remaining_work,omitempty"`
 }
 
 // RunFilter selects runs for ListRuns.

@@ -1,0 +1,119 @@
+package engine
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+
+	"github.com/riverqueue/river"
+
+	"homework/db"
+	"homework/engine/spec"
+)
+
+// Store is what the engine reads and writes outside a transaction. *db.DB
+// implements it; a PostgreSQL store will too. Methods taking a user id return
+// only that user's objects (another user's run is ENOTFOUND).
+type Store interface {
+	// AppendEvent appends a non-state event (tool calls, output) outside
+	// any other transaction; concurrent appends may be group-committed.
+	AppendEvent(ctx context.Context, runID, typ string, data any) (*spec.Event, error)
+	FindRun(ctx context.Context, userID int64, id string) (*spec.Run, error)
+	CountAllRunsByStatus(ctx context.Context) (map[string]int, error)
+	// QueueDepth is how many iterate jobs wait to be worked.
+	QueueDepth(ctx context.Context) (int, error)
+}
+
+// StoreTx is one write transaction of the store: every state change of a
+// run happens in one, together with the events that record it and the job
+// that works its next iteration. *db.Tx implements it. Events appended in a
+// transaction are published on the bus after it commits, never before.
+type StoreTx interface {
+	// Now is the transaction's time, stamped once.
+	Now() time.Time
+
+	AppendEvent(ctx context.Context, runID, typ string, data any) (*spec.Event, error)
+
+	InsertRun(ctx context.Context, r *spec.Run) error
+	FindRun(ctx context.Context, id string) (*spec.Run, error)
+	UpdateRun(ctx context.Context, r *spec.Run) error
+	SetRunMetrics(ctx context.Context, r *spec.Run) error
+	// CountRunning and OldestQueued serve slot promotion: the runs holding a
+	// slot, and the user's oldest queued runs, read in the transaction that
+	// frees or takes a slot.
+	CountRunning(ctx context.Context, userID int64) (int, error)
+	OldestQueued(ctx context.Context, userID int64, n int) ([]*spec.Run, error)
+
+	RecentIterations(ctx context.Context, runID string, n int) ([]*spec.Iteration, error)
+	InsertInbox(ctx context.Context, it *spec.InboxItem) error
+	InsertLLMCall(ctx context.Context, c *spec.LLMCall) error
+	SumLLMCalls(ctx context.Context, runID string, iteration int) (spec.Metrics, error)
+	InsertNotification(ctx context.Context, n *spec.Notification) error
+	ListRunDocuments(ctx context.Context, runID string) ([]*spec.Document, error)
+	ListTasks(ctx context.Context, runID string) ([]*spec.Task, error)
+}
+
+// TxStore is a store whose write transactions have the concrete type T. The
+// engine never names T: txRunner turns a TxStore into a function that hands
+// the engine a StoreTx.
+type TxStore[T StoreTx] interface {
+	Store
+	// WriteTx runs fn in one write transaction and commits when fn returns
+	// nil; it rolls back otherwise.
+	WriteTx(ctx context.Context, fn func(tx T) error) error
+}
+
+// inTxFunc runs fn in one write transaction of the store.
+type inTxFunc func(ctx context.Context, fn func(tx StoreTx) error) error
+
+func txRunner[T StoreTx](s TxStore[T]) inTxFunc {
+	return func(ctx context.Context, fn func(tx StoreTx) error) error {
+		return s.WriteTx(ctx, func(tx T) error { return fn(tx) })
+	}
+}
+
+// jobQueue inserts iterate jobs inside the store's transaction, so a state
+// change and the job that follows from it commit together or not at all.
+type jobQueue interface {
+	// InsertTx enqueues the job in tx. duplicate is true when a job with the
+	// same args already exists and nothing was inserted.
+	InsertTx(ctx context.Context, tx StoreTx, args IterateArgs) (duplicate bool, err error)
+}
+
+// riverQueue is a jobQueue over a River client whose driver works with
+// transactions of type TTx: *sql.Tx with riversqlite, pgx.Tx with
+// riverpgxv5. driverTx maps the store's transaction to the driver's; it is
+// the only place that knows both.
+type riverQueue[TTx any] struct {
+	client   *river.Client[TTx]
+	driverTx func(StoreTx) TTx
+}
+
+func (q *riverQueue[TTx]) InsertTx(ctx context.Context, tx StoreTx, args IterateArgs) (bool, error) {
+	res, err := q.client.InsertTx(ctx, q.driverTx(tx), args, nil)
+	if err != nil {
+		return false, err
+	}
+	return res.UniqueSkippedAsDuplicate, nil
+}
+
+// sqliteBackend binds the engine to the SQLite store: its transactions and
+// River's riversqlite driver share one *sql.Tx. A PostgreSQL backend is the
+// same three lines with its store's transaction and pgx.Tx.
+func sqliteBackend(d *db.DB, client *river.Client[*sql.Tx]) (inTxFunc, jobQueue) {
+	queue := &riverQueue[*sql.Tx]{client: client, driverTx: func(tx StoreTx) *sql.Tx {
+		dtx, ok := tx.(*db.Tx)
+		if !ok {
+			panic(fmt.Sprintf("engine: a %T in the SQLite backend", tx))
+		}
+		return dtx.Tx
+	}}
+	return txRunner[*db.Tx](d), queue
+}
+
+// Compile-time checks that the SQLite store implements the contract.
+var (
+	_ TxStore[*db.Tx] = (*db.DB)(nil)
+	_ StoreTx         = (*db.Tx)(nil)
+)

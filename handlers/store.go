@@ -1,0 +1,54 @@
+package handlers
+
+import (
+	"context"
+	"time"
+
+	"homework/engine/spec"
+)
+
+// Store is what the handlers read from the database directly; every state
+// change goes through the engine. *db.DB implements it, and so will the
+// PostgreSQL store. Every method that takes a user id returns only that
+// user's objects: another user's run, document or notification is
+// ENOTFOUND, never a different error.
+type Store interface {
+	// Now is the store's clock, the one its rows are stamped with.
+	Now() time.Time
+	// Ping reports whether the store answers (readiness).
+	Ping(ctx context.Context) error
+
+	// Users, sessions and tokens. Secrets are stored hashed only.
+	CountUsers(ctx context.Context) (int, error)
+	CreateFirstUser(ctx context.Context, email, passwordHash string) (*spec.User, error)
+	FindUserByEmail(ctx context.Context, email string) (*spec.User, error)
+	FindUserByToken(ctx context.Context, secret string) (*spec.User, error)
+	CreateSession(ctx context.Context, userID int64, ttl time.Duration) (string, *spec.Session, error)
+	FindSession(ctx context.Context, secret string) (*spec.Session, *spec.User, error)
+	DeleteSession(ctx context.Context, secret string) error
+
+	// Runs and their iterations.
+	FindRun(ctx context.Context, userID int64, id string) (*spec.Run, error)
+	ListRuns(ctx context.Context, userID int64, f spec.RunFilter) (*spec.RunPage, error)
+	ListReports(ctx context.Context, userID int64, cursor string, limit int) (*spec.RunPage, error)
+	ListChildRuns(ctx context.Context, userID int64, parentID string) ([]*spec.Run, error)
+	CountRunsByStatus(ctx context.Context, userID int64) (map[string]int, error)
+	ListIterations(ctx context.Context, userID int64, runID string) ([]*spec.Iteration, error)
+
+	// Events: a run's log by seq, and the user's feed by global id.
+	ListRunEvents(ctx context.Context, userID int64, runID string, afterSeq int64, limit int) ([]*spec.Event, error)
+	LastSeq(ctx context.Context, runID string) (int64, error)
+	ListUserEvents(ctx context.Context, userID, afterID int64, limit int) ([]*spec.Event, error)
+	LastUserEventID(ctx context.Context, userID int64) (int64, error)
+
+	// A run's workspace: documents, search and tasks.
+	FindDocument(ctx context.Context, userID int64, id string) (*spec.Document, error)
+	ListRunDocuments(ctx context.Context, userID int64, runID string) ([]*spec.Document, error)
+	SearchDocuments(ctx context.Context, userID int64, runID, query string, limit int) ([]spec.SearchHit, error)
+	ListTasks(ctx context.Context, userID int64, runID string) ([]*spec.Task, error)
+
+	// Notifications.
+	ListNotifications(ctx context.Context, userID int64, beforeID int64, limit int) ([]*spec.Notification, error)
+	CountUnread(ctx context.Context, userID int64) (int, error)
+	MarkNotificationRead(ctx context.Context, userID, id int64) error
+}
