@@ -1,0 +1,616 @@
+// Package storetest is the store conformance suite: the behaviour every
+// store (SQLite today, PostgreSQL next) must have, tested only through the
+// store contract so the same suite runs unchanged against each. A store's
+// own tests call Run with a function that opens a fresh, empty store.
+//
+// The suite covers runs, events (gap-free seq per run under concurrency, no
+// gap after a rollback), iterations with their typed gate, checks and
+// artifacts, documents and full-text search, tasks, the inbox,
+// notifications, API tokens and sessions, and isolation by user: every
+// read that takes a user id returns ENOTFOUND for another user's object.
+package storetest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"homework/engine/spec"
+)
+
+// Tx is the part of a store's write transaction the suite uses.
+type Tx interface {
+	Now() time.Time
+	AppendEvent(ctx context.Context, runID, typ string, data any) (*spec.Event, error)
+	InsertRun(ctx context.Context, r *spec.Run) error
+	UpdateRun(ctx context.Context, r *spec.Run) error
+	FindRun(ctx context.Context, id string) (*spec.Run, error)
+	UpsertIteration(ctx context.Context, it *spec.Iteration) error
+	FindIteration(ctx context.Context, runID string, n int) (*spec.Iteration, error)
+	PutDocument(ctx context.Context, doc *spec.Document) (created bool, err error)
+	InsertTask(ctx context.Context, t *spec.Task) error
+	UpdateTask(ctx context.Context, t *spec.Task) error
+	InsertInbox(ctx context.Context, it *spec.InboxItem) error
+	PendingInbox(ctx context.Context, runID string) ([]*spec.InboxItem, error)
+	ConsumeInbox(ctx context.Context, runID string, maxID int64, iteration int) error
+	InsertNotification(ctx context.Context, n *spec.Notification) error
+}
+
+// Store is the store contract the suite tests; T is the store's transaction
+// type. *db.DB is a Store[*db.Tx].
+type Store[T Tx] interface {
+	WriteTx(ctx context.Context, fn func(tx T) error) error
+	AppendEvent(ctx context.Context, runID, typ string, data any) (*spec.Event, error)
+
+	CreateUser(ctx context.Context, email, passwordHash string, admin bool) (*spec.User, error)
+	FindUserByEmail(ctx context.Context, email string) (*spec.User, error)
+	CreateAPIToken(ctx context.Context, userID int64, name string) (string, *spec.APIToken, error)
+	FindUserByToken(ctx context.Context, secret string) (*spec.User, error)
+	RevokeAPIToken(ctx context.Context, userID, tokenID int64) error
+	CreateSession(ctx context.Context, userID int64, ttl time.Duration) (string, *spec.Session, error)
+	FindSession(ctx context.Context, secret string) (*spec.Session, *spec.User, error)
+	DeleteSession(ctx context.Context, secret string) error
+
+	FindRun(ctx context.Context, userID int64, id string) (*spec.Run, error)
+	ListRuns(ctx context.Context, userID int64, f spec.RunFilter) (*spec.RunPage, error)
+	CountRunsByStatus(ctx context.Context, userID int64) (map[string]int, error)
+	ListIterations(ctx context.Context, userID int64, runID string) ([]*spec.Iteration, error)
+	ListRunEvents(ctx context.Context, userID int64, runID string, afterSeq int64, limit int) ([]*spec.Event, error)
+	ListUserEvents(ctx context.Context, userID, afterID int64, limit int) ([]*spec.Event, error)
+	FindDocument(ctx context.Context, userID int64, id string) (*spec.Document, error)
+	ListRunDocuments(ctx context.Context, userID int64, runID string) ([]*spec.Document, error)
+	SearchDocuments(ctx context.Context, userID int64, runID, query string, limit int) ([]spec.SearchHit, error)
+	ListTasks(ctx context.Context, userID int64, runID string) ([]*spec.Task, error)
+	ListInbox(ctx context.Context, userID int64, runID string) ([]*spec.InboxItem, error)
+	ListNotifications(ctx context.Context, userID int64, beforeID int64, limit int) ([]*spec.Notification, error)
+	CountUnread(ctx context.Context, userID int64) (int, error)
+	MarkNotificationRead(ctx context.Context, userID, id int64) error
+}
+
+// Run runs the conformance suite. open returns a new, empty store that lives
+// until t ends.
+func Run[T Tx](t *testing.T, open func(t *testing.T) Store[T]) {
+	s := suite[T]{open: open}
+	t.Run("runs round-trip, page newest first and count by status", s.runs)
+	t.Run("concurrent event appends get gap-free seqs per run", s.concurrentEvents)
+	t.Run("a rolled-back append leaves no gap", s.rollbackEvents)
+	t.Run("the user feed holds only the user's events in id order", s.userFeed)
+	t.Run("iterations keep their typed gate, checks and artifacts", s.iterations)
+	t.Run("documents are put, updated and found by full-text search", s.documents)
+	t.Run("tasks keep their order and updates", s.tasks)
+	t.Run("inbox items are consumed once", s.inbox)
+	t.Run("notifications are listed newest first and marked read", s.notifications)
+	t.Run("API tokens work until revoked", s.tokens)
+	t.Run("sessions work until deleted", s.sessions)
+	t.Run("another user's objects are not found", s.isolation)
+}
+
+type suite[T Tx] struct {
+	open func(t *testing.T) Store[T]
+}
+
+type fixture[T Tx] struct {
+	t   *testing.T
+	ctx context.Context
+	s   Store[T]
+}
+
+func (s suite[T]) fixture(t *testing.T) *fixture[T] {
+	t.Helper()
+	return &fixture[T]{t: t, ctx: context.Background(), s: s.open(t)}
+}
+
+func (f *fixture[T]) user(email string) *spec.User {
+	f.t.Helper()
+	u, err := f.s.CreateUser(f.ctx, email, "hash", false)
+	if err != nil {
+		f.t.Fatalf("create user %s: %v", email, err)
+	}
+	return u
+}
+
+func (f *fixture[T]) run(userID int64, id string) *spec.Run {
+	f.t.Helper()
+	r := &spec.Run{ID: id, UserID: userID, Objective: "objective " + id, Mode: spec.ModeAuto, Executor: spec.ExecutorScript,
+		Config: json.RawMessage(`{}`), Status: spec.StatusQueued}
+	f.tx(func(tx T) error { return tx.InsertRun(f.ctx, r) })
+	return r
+}
+
+func (f *fixture[T]) tx(fn func(tx T) error) {
+	f.t.Helper()
+	if err := f.s.WriteTx(f.ctx, fn); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+func wantCode(t *testing.T, what string, err error, code string) {
+	t.Helper()
+	if got := spec.ErrorCode(err); got != code {
+		t.Errorf("%s: error %v (code %q), want code %q", what, err, got, code)
+	}
+}
+
+func (s suite[T]) runs(t *testing.T) {
+	f := s.fixture(t)
+	u := f.user("a@example.com")
+	for i := range 5 {
+		f.run(u.ID, fmt.Sprintf("run-%d", i))
+	}
+	r, err := f.s.FindRun(f.ctx, u.ID, "run-2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Status = spec.StatusStopped
+	r.StopReason = &spec.StopReason{Type: spec.StopNoProgress, Detail: "same fingerprint", Evidence: json.RawMessage(`{"n":3}`)}
+	r.Metrics.AddCall("model-a", 100, 20, 0.25, true)
+	f.tx(func(tx T) error { return tx.UpdateRun(f.ctx, r) })
+	got, err := f.s.FindRun(f.ctx, u.ID, "run-2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Status != spec.StatusStopped || got.StopReason == nil || got.StopReason.Type != spec.StopNoProgress ||
+		string(got.StopReason.Evidence) != `{"n":3}` || got.Metrics.ByModel["model-a"].CostUSD != 0.25 || got.Metrics.TokensTotal != 120 {
+		t.Errorf("run after update = %+v", got)
+	}
+	if got.CreatedAt.IsZero() || got.UpdatedAt.IsZero() {
+		t.Errorf("run times not stamped: %+v", got)
+	}
+	f.tx(func(tx T) error {
+		_, err := tx.FindRun(f.ctx, "no-such-run")
+		wantCode(t, "tx.FindRun of a missing run", err, spec.ENOTFOUND)
+		return nil
+	})
+
+	var seen []string
+	cursor := ""
+	for range 10 {
+		page, err := f.s.ListRuns(f.ctx, u.ID, spec.RunFilter{Limit: 2, Cursor: cursor})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range page.Runs {
+			seen = append(seen, r.ID)
+		}
+		if cursor = page.NextCursor; cursor == "" {
+			break
+		}
+	}
+	if fmt.Sprint(seen) != "[run-4 run-3 run-2 run-1 run-0]" {
+		t.Errorf("paged runs = %v, want newest first, each once", seen)
+	}
+	stopped, err := f.s.ListRuns(f.ctx, u.ID, spec.RunFilter{Status: spec.StatusStopped})
+	if err != nil || len(stopped.Runs) != 1 || stopped.Runs[0].ID != "run-2" {
+		t.Errorf("stopped runs = %v, %v", stopped, err)
+	}
+	_, err = f.s.ListRuns(f.ctx, u.ID, spec.RunFilter{Cursor: "not a cursor"})
+	wantCode(t, "ListRuns with a bad cursor", err, spec.EINVALID)
+	counts, err := f.s.CountRunsByStatus(f.ctx, u.ID)
+	if err != nil || counts[spec.StatusQueued] != 4 || counts[spec.StatusStopped] != 1 {
+		t.Errorf("counts = %v, %v", counts, err)
+	}
+}
+
+func (s suite[T]) concurrentEvents(t *testing.T) {
+	f := s.fixture(t)
+	u := f.user("a@example.com")
+	runs := []string{"r1", "r2", "r3"}
+	for _, id := range runs {
+		f.run(u.ID, id)
+	}
+	const writers, each = 16, 25
+	var wg sync.WaitGroup
+	for g := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				runID := runs[(g+i)%len(runs)]
+				var err error
+				if i%5 == 0 {
+					// Appends inside a state transaction interleave with
+					// the group-committed ones.
+					err = f.s.WriteTx(f.ctx, func(tx T) error {
+						_, err := tx.AppendEvent(f.ctx, runID, spec.EventTaskUpdated, map[string]int{"g": g, "i": i})
+						return err
+					})
+				} else {
+					_, err = f.s.AppendEvent(f.ctx, runID, spec.EventToolCall, map[string]int{"g": g, "i": i})
+				}
+				if err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	total := 0
+	for _, id := range runs {
+		evs, err := f.s.ListRunEvents(f.ctx, u.ID, id, 0, 10_000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, e := range evs {
+			if e.Seq != int64(i+1) || e.RunID != id || e.UserID != u.ID {
+				t.Fatalf("run %s: event %d has seq %d run %s user %d", id, i, e.Seq, e.RunID, e.UserID)
+			}
+			if i > 0 && e.ID <= evs[i-1].ID {
+				t.Fatalf("run %s: ids not increasing with seq at %d", id, i)
+			}
+		}
+		total += len(evs)
+		after, err := f.s.ListRunEvents(f.ctx, u.ID, id, int64(len(evs)-2), 10)
+		if err != nil || len(after) != 2 || after[0].Seq != int64(len(evs)-1) {
+			t.Errorf("run %s: events after seq %d = %d (%v)", id, len(evs)-2, len(after), err)
+		}
+	}
+	if total != writers*each {
+		t.Errorf("%d events stored, want %d", total, writers*each)
+	}
+	_, err := f.s.AppendEvent(f.ctx, "missing", spec.EventToolCall, nil)
+	wantCode(t, "append to a missing run", err, spec.ENOTFOUND)
+}
+
+func (s suite[T]) rollbackEvents(t *testing.T) {
+	f := s.fixture(t)
+	u := f.user("a@example.com")
+	f.run(u.ID, "r")
+	if _, err := f.s.AppendEvent(f.ctx, "r", spec.EventRunCreated, nil); err != nil {
+		t.Fatal(err)
+	}
+	boom := errors.New("boom")
+	err := f.s.WriteTx(f.ctx, func(tx T) error {
+		if _, err := tx.AppendEvent(f.ctx, "r", spec.EventRunStarted, nil); err != nil {
+			return err
+		}
+		return boom
+	})
+	if !errors.Is(err, boom) {
+		t.Fatalf("WriteTx returned %v, want the function's error", err)
+	}
+	e, err := f.s.AppendEvent(f.ctx, "r", spec.EventRunStarted, nil)
+	if err != nil || e.Seq != 2 {
+		t.Fatalf("after a rollback the next seq is %d (%v), want 2", e.Seq, err)
+	}
+}
+
+func (s suite[T]) userFeed(t *testing.T) {
+	f := s.fixture(t)
+	a, b := f.user("a@example.com"), f.user("b@example.com")
+	f.run(a.ID, "ra")
+	f.run(b.ID, "rb")
+	for i := range 3 {
+		for _, id := range []string{"ra", "rb"} {
+			if _, err := f.s.AppendEvent(f.ctx, id, spec.EventToolCall, map[string]int{"i": i}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	feed, err := f.s.ListUserEvents(f.ctx, a.ID, 0, 100)
+	if err != nil || len(feed) != 3 {
+		t.Fatalf("feed of a: %d events (%v)", len(feed), err)
+	}
+	for i, e := range feed {
+		if e.RunID != "ra" || (i > 0 && e.ID <= feed[i-1].ID) {
+			t.Errorf("feed event %d = %+v", i, e)
+		}
+	}
+	rest, err := f.s.ListUserEvents(f.ctx, a.ID, feed[0].ID, 100)
+	if err != nil || len(rest) != 2 || rest[0].ID != feed[1].ID {
+		t.Errorf("feed after the first id: %d (%v)", len(rest), err)
+	}
+}
+
+func (s suite[T]) iterations(t *testing.T) {
+	f := s.fixture(t)
+	u := f.user("a@example.com")
+	f.run(u.ID, "r")
+	gate := &spec.GateRecord{Decision: spec.Decision{Decision: spec.DecisionContinue, Reasons: []string{"checks failing"}},
+		Signals: spec.Signals{Progress: "fp1", Score: 50}, RemainingWork: []string{"write tests"}}
+	checks := []spec.CheckResult{{Name: "tests", Type: spec.CheckCommand, Passed: false, Message: "exit 1"}}
+	refs := spec.Artifacts{Created: []spec.Ref{{Type: "document", ID: "d1", Path: "notes.md"}}}
+	f.tx(func(tx T) error {
+		if err := tx.UpsertIteration(f.ctx, &spec.Iteration{RunID: "r", Iteration: 1, Attempt: 1, Status: spec.IterRunning,
+			StartedAt: tx.Now()}); err != nil {
+			return err
+		}
+		return tx.UpsertIteration(f.ctx, &spec.Iteration{RunID: "r", Iteration: 1, Attempt: 1, Status: spec.IterSucceeded,
+			StartedAt: tx.Now(), EndedAt: tx.Now(), Summary: "did things", GateRecord: gate, CheckResults: checks,
+			ArtifactRefs: refs, Metrics: spec.Metrics{Iterations: 1, ToolCallsTotal: 3}})
+	})
+	f.tx(func(tx T) error {
+		return tx.UpsertIteration(f.ctx, &spec.Iteration{RunID: "r", Iteration: 2, Attempt: 1, Status: spec.IterRunning, StartedAt: tx.Now()})
+	})
+	its, err := f.s.ListIterations(f.ctx, u.ID, "r")
+	if err != nil || len(its) != 2 {
+		t.Fatalf("iterations: %d (%v)", len(its), err)
+	}
+	it := its[0]
+	if it.Status != spec.IterSucceeded || it.Summary != "did things" || it.Metrics.ToolCallsTotal != 3 {
+		t.Errorf("iteration 1 = %+v", it)
+	}
+	if it.GateRecord == nil || it.GateRecord.Decision.Decision != spec.DecisionContinue || it.GateRecord.Signals.Progress != "fp1" ||
+		fmt.Sprint(it.GateRecord.RemainingWork) != "[write tests]" {
+		t.Errorf("gate = %+v", it.GateRecord)
+	}
+	if len(it.CheckResults) != 1 || it.CheckResults[0].Name != "tests" || it.CheckResults[0].Passed {
+		t.Errorf("checks = %+v", it.CheckResults)
+	}
+	if len(it.ArtifactRefs.Created) != 1 || it.ArtifactRefs.Created[0].Path != "notes.md" {
+		t.Errorf("artifacts = %+v", it.ArtifactRefs)
+	}
+	if its[1].GateRecord != nil || its[1].CheckResults != nil || its[1].Status != spec.IterRunning {
+		t.Errorf("a running iteration has gate %+v checks %+v", its[1].GateRecord, its[1].CheckResults)
+	}
+	f.tx(func(tx T) error {
+		_, err := tx.FindIteration(f.ctx, "r", 9)
+		wantCode(t, "FindIteration of a missing iteration", err, spec.ENOTFOUND)
+		return nil
+	})
+}
+
+func (s suite[T]) documents(t *testing.T) {
+	f := s.fixture(t)
+	u := f.user("a@example.com")
+	f.run(u.ID, "r1")
+	f.run(u.ID, "r2")
+	doc := &spec.Document{RunID: "r1", Path: "notes/drivers.md", Title: "SQLite drivers", Content: "modernc is a pure Go translation"}
+	var created bool
+	f.tx(func(tx T) (err error) {
+		created, err = tx.PutDocument(f.ctx, doc)
+		return err
+	})
+	if !created || doc.ID == "" || doc.UserID != u.ID || doc.Kind == "" {
+		t.Fatalf("first put: created %v, doc %+v", created, doc)
+	}
+	upd := &spec.Document{RunID: "r1", Path: "notes/drivers.md", Title: "SQLite drivers", Content: "modernc and mattn compared", Iteration: 2}
+	f.tx(func(tx T) (err error) {
+		created, err = tx.PutDocument(f.ctx, upd)
+		return err
+	})
+	if created || upd.ID != doc.ID {
+		t.Errorf("second put at the same path: created %v, id %s want %s", created, upd.ID, doc.ID)
+	}
+	f.tx(func(tx T) error {
+		_, err := tx.PutDocument(f.ctx, &spec.Document{RunID: "r2", Path: "other.md", Title: "Other", Content: "mattn uses cgo"})
+		return err
+	})
+	got, err := f.s.FindDocument(f.ctx, u.ID, doc.ID)
+	if err != nil || got.Content != "modernc and mattn compared" || got.Iteration != 2 {
+		t.Errorf("document after update = %+v (%v)", got, err)
+	}
+	docs, err := f.s.ListRunDocuments(f.ctx, u.ID, "r1")
+	if err != nil || len(docs) != 1 {
+		t.Errorf("r1 documents: %d (%v)", len(docs), err)
+	}
+	hits, err := f.s.SearchDocuments(f.ctx, u.ID, "", "mattn", 10)
+	if err != nil || len(hits) != 2 {
+		t.Errorf("search over all runs: %d hits (%v)", len(hits), err)
+	}
+	hits, err = f.s.SearchDocuments(f.ctx, u.ID, "r2", "mattn", 10)
+	if err != nil || len(hits) != 1 || hits[0].Document.RunID != "r2" {
+		t.Errorf("search in r2: %+v (%v)", hits, err)
+	}
+	hits, err = f.s.SearchDocuments(f.ctx, u.ID, "", `modernc" OR "x`, 10)
+	if err != nil || len(hits) != 0 {
+		t.Errorf("query syntax in user input must be literal: %d hits (%v)", len(hits), err)
+	}
+	_, err = f.s.SearchDocuments(f.ctx, u.ID, "", "  ", 10)
+	wantCode(t, "an empty search", err, spec.EINVALID)
+	f.tx(func(tx T) error {
+		_, err := tx.PutDocument(f.ctx, &spec.Document{RunID: "missing", Path: "x.md"})
+		wantCode(t, "a document in a missing run", err, spec.ENOTFOUND)
+		return nil
+	})
+}
+
+func (s suite[T]) tasks(t *testing.T) {
+	f := s.fixture(t)
+	u := f.user("a@example.com")
+	f.run(u.ID, "r")
+	var tasks []*spec.Task
+	f.tx(func(tx T) error {
+		for _, title := range []string{"first", "second", "third"} {
+			task := &spec.Task{RunID: "r", Title: title}
+			if err := tx.InsertTask(f.ctx, task); err != nil {
+				return err
+			}
+			tasks = append(tasks, task)
+		}
+		tasks[1].Status, tasks[1].Passes = spec.TaskDone, true
+		return tx.UpdateTask(f.ctx, tasks[1])
+	})
+	got, err := f.s.ListTasks(f.ctx, u.ID, "r")
+	if err != nil || len(got) != 3 {
+		t.Fatalf("tasks: %d (%v)", len(got), err)
+	}
+	for i, want := range []string{"first", "second", "third"} {
+		if got[i].Title != want {
+			t.Errorf("task %d = %q, want %q", i, got[i].Title, want)
+		}
+	}
+	if got[0].Status != spec.TaskTodo || got[1].Status != spec.TaskDone || !got[1].Passes {
+		t.Errorf("statuses = %s %s passes %v", got[0].Status, got[1].Status, got[1].Passes)
+	}
+	f.tx(func(tx T) error {
+		err := tx.UpdateTask(f.ctx, &spec.Task{ID: "missing", RunID: "r", Title: "x", Status: spec.TaskTodo})
+		wantCode(t, "updating a missing task", err, spec.ENOTFOUND)
+		return nil
+	})
+}
+
+func (s suite[T]) inbox(t *testing.T) {
+	f := s.fixture(t)
+	u := f.user("a@example.com")
+	f.run(u.ID, "r")
+	var last int64
+	f.tx(func(tx T) error {
+		for _, body := range []string{"yes", "and also this"} {
+			it := &spec.InboxItem{RunID: "r", Kind: spec.InboxMessage, Body: body}
+			if err := tx.InsertInbox(f.ctx, it); err != nil {
+				return err
+			}
+			last = it.ID
+		}
+		return nil
+	})
+	f.tx(func(tx T) error {
+		pending, err := tx.PendingInbox(f.ctx, "r")
+		if err != nil {
+			return err
+		}
+		if len(pending) != 2 || pending[0].Body != "yes" {
+			t.Errorf("pending = %+v", pending)
+		}
+		return tx.ConsumeInbox(f.ctx, "r", last, 4)
+	})
+	f.tx(func(tx T) error {
+		pending, err := tx.PendingInbox(f.ctx, "r")
+		if len(pending) != 0 {
+			t.Errorf("pending after consume = %+v", pending)
+		}
+		return err
+	})
+	all, err := f.s.ListInbox(f.ctx, u.ID, "r")
+	if err != nil || len(all) != 2 || all[1].ConsumedIteration != 4 || all[1].ConsumedAt.IsZero() {
+		t.Errorf("inbox = %+v (%v)", all, err)
+	}
+}
+
+func (s suite[T]) notifications(t *testing.T) {
+	f := s.fixture(t)
+	u := f.user("a@example.com")
+	f.run(u.ID, "r")
+	var ids []int64
+	f.tx(func(tx T) error {
+		for i := range 3 {
+			n := &spec.Notification{UserID: u.ID, RunID: "r", Kind: "run_stopped", Title: fmt.Sprint("n", i), ActionURL: "/runs/r"}
+			if err := tx.InsertNotification(f.ctx, n); err != nil {
+				return err
+			}
+			ids = append(ids, n.ID)
+		}
+		return nil
+	})
+	list, err := f.s.ListNotifications(f.ctx, u.ID, 0, 10)
+	if err != nil || len(list) != 3 || list[0].ID != ids[2] {
+		t.Fatalf("notifications newest first: %+v (%v)", list, err)
+	}
+	older, err := f.s.ListNotifications(f.ctx, u.ID, ids[2], 10)
+	if err != nil || len(older) != 2 {
+		t.Errorf("notifications before the newest: %d (%v)", len(older), err)
+	}
+	if n, _ := f.s.CountUnread(f.ctx, u.ID); n != 3 {
+		t.Errorf("unread = %d, want 3", n)
+	}
+	if err := f.s.MarkNotificationRead(f.ctx, u.ID, ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := f.s.CountUnread(f.ctx, u.ID); n != 2 {
+		t.Errorf("unread after marking one = %d, want 2", n)
+	}
+	if err := f.s.MarkNotificationRead(f.ctx, u.ID, 0); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := f.s.CountUnread(f.ctx, u.ID); n != 0 {
+		t.Errorf("unread after marking all = %d, want 0", n)
+	}
+	wantCode(t, "marking a missing notification", f.s.MarkNotificationRead(f.ctx, u.ID, 1<<40), spec.ENOTFOUND)
+}
+
+func (s suite[T]) tokens(t *testing.T) {
+	f := s.fixture(t)
+	u := f.user("a@example.com")
+	_, err := f.s.CreateUser(f.ctx, "a@example.com", "hash", false)
+	wantCode(t, "a second user with the same email", err, spec.ECONFLICT)
+	secret, tok, err := f.s.CreateAPIToken(f.ctx, u.ID, "laptop")
+	if err != nil || secret == "" || tok.ID == 0 {
+		t.Fatalf("create token: %v", err)
+	}
+	got, err := f.s.FindUserByToken(f.ctx, secret)
+	if err != nil || got.ID != u.ID {
+		t.Fatalf("find by token: %+v (%v)", got, err)
+	}
+	_, err = f.s.FindUserByToken(f.ctx, secret+"x")
+	wantCode(t, "a wrong token", err, spec.EUNAUTHORIZED)
+	if err := f.s.RevokeAPIToken(f.ctx, u.ID, tok.ID); err != nil {
+		t.Fatal(err)
+	}
+	_, err = f.s.FindUserByToken(f.ctx, secret)
+	wantCode(t, "a revoked token", err, spec.EUNAUTHORIZED)
+	wantCode(t, "revoking twice", f.s.RevokeAPIToken(f.ctx, u.ID, tok.ID), spec.ENOTFOUND)
+}
+
+func (s suite[T]) sessions(t *testing.T) {
+	f := s.fixture(t)
+	u := f.user("a@example.com")
+	secret, sess, err := f.s.CreateSession(f.ctx, u.ID, time.Hour)
+	if err != nil || secret == "" || sess.CSRFToken == "" {
+		t.Fatalf("create session: %+v (%v)", sess, err)
+	}
+	got, gotUser, err := f.s.FindSession(f.ctx, secret)
+	if err != nil || gotUser.ID != u.ID || got.CSRFToken != sess.CSRFToken {
+		t.Fatalf("find session: %+v %+v (%v)", got, gotUser, err)
+	}
+	expired, _, err := f.s.CreateSession(f.ctx, u.ID, -time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = f.s.FindSession(f.ctx, expired)
+	wantCode(t, "an expired session", err, spec.EUNAUTHORIZED)
+	if err := f.s.DeleteSession(f.ctx, secret); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = f.s.FindSession(f.ctx, secret)
+	wantCode(t, "a deleted session", err, spec.EUNAUTHORIZED)
+}
+
+func (s suite[T]) isolation(t *testing.T) {
+	f := s.fixture(t)
+	a, b := f.user("a@example.com"), f.user("b@example.com")
+	f.run(a.ID, "ra")
+	doc := &spec.Document{RunID: "ra", Path: "secret.md", Title: "Secret", Content: "plans of a"}
+	var note *spec.Notification
+	f.tx(func(tx T) error {
+		if _, err := tx.PutDocument(f.ctx, doc); err != nil {
+			return err
+		}
+		note = &spec.Notification{UserID: a.ID, RunID: "ra", Kind: "run_stopped", Title: "t"}
+		return tx.InsertNotification(f.ctx, note)
+	})
+	if _, err := f.s.AppendEvent(f.ctx, "ra", spec.EventToolCall, nil); err != nil {
+		t.Fatal(err)
+	}
+	_, err := f.s.FindRun(f.ctx, b.ID, "ra")
+	wantCode(t, "FindRun", err, spec.ENOTFOUND)
+	_, err = f.s.ListIterations(f.ctx, b.ID, "ra")
+	wantCode(t, "ListIterations", err, spec.ENOTFOUND)
+	_, err = f.s.ListRunEvents(f.ctx, b.ID, "ra", 0, 10)
+	wantCode(t, "ListRunEvents", err, spec.ENOTFOUND)
+	_, err = f.s.FindDocument(f.ctx, b.ID, doc.ID)
+	wantCode(t, "FindDocument", err, spec.ENOTFOUND)
+	_, err = f.s.ListRunDocuments(f.ctx, b.ID, "ra")
+	wantCode(t, "ListRunDocuments", err, spec.ENOTFOUND)
+	_, err = f.s.ListTasks(f.ctx, b.ID, "ra")
+	wantCode(t, "ListTasks", err, spec.ENOTFOUND)
+	_, err = f.s.ListInbox(f.ctx, b.ID, "ra")
+	wantCode(t, "ListInbox", err, spec.ENOTFOUND)
+	wantCode(t, "MarkNotificationRead", f.s.MarkNotificationRead(f.ctx, b.ID, note.ID), spec.ENOTFOUND)
+	if hits, err := f.s.SearchDocuments(f.ctx, b.ID, "", "plans", 10); err != nil || len(hits) != 0 {
+		t.Errorf("b's search finds a's documents: %d (%v)", len(hits), err)
+	}
+	if page, err := f.s.ListRuns(f.ctx, b.ID, spec.RunFilter{}); err != nil || len(page.Runs) != 0 {
+		t.Errorf("b's run list: %+v (%v)", page, err)
+	}
+	if evs, err := f.s.ListUserEvents(f.ctx, b.ID, 0, 10); err != nil || len(evs) != 0 {
+		t.Errorf("b's feed: %d (%v)", len(evs), err)
+	}
+	if list, err := f.s.ListNotifications(f.ctx, b.ID, 0, 10); err != nil || len(list) != 0 {
+		t.Errorf("b's notifications: %d (%v)", len(list), err)
+	}
+}
