@@ -48,7 +48,14 @@ type Options struct {
 	OnEvents func([]*Event)
 	// Lock takes an exclusive lock on Path+".lock" so that a second server on
 	// the same file refuses to start. Short-lived commands leave it false.
+	// It is the store's single-process guard: with it, this process is the
+	// database's only writer and may cache what the database would otherwise
+	// have to be asked (event seqs).
 	Lock bool
+	// SharedWriters says other processes write the same database, so nothing
+	// that only one writer may know is cached between transactions (event
+	// seqs are read in each transaction). It excludes Lock.
+	SharedWriters bool
 }
 
 // DB is the store: one writer connection and a reader pool on one SQLite file.
@@ -72,7 +79,7 @@ type DB struct {
 	leading   bool
 
 	// seqs caches each run's next event seq; guarded by writeMu.
-	seqs map[string]*seqState
+	seqs seqCache
 }
 
 // ErrLocked is returned by Open when another server holds the database lock.
@@ -90,7 +97,13 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 	if opts.ReadConns <= 0 {
 		opts.ReadConns = max(4, runtime.NumCPU())
 	}
-	d := &DB{path: opts.Path, now: opts.Now, onEvents: opts.OnEvents, seqs: map[string]*seqState{}}
+	if opts.Lock && opts.SharedWriters {
+		return nil, fmt.Errorf("db: Lock and SharedWriters exclude each other")
+	}
+	d := &DB{path: opts.Path, now: opts.Now, onEvents: opts.OnEvents, seqs: processSeqs{}}
+	if opts.SharedWriters {
+		d.seqs = noSeqs{}
+	}
 	if dir := filepath.Dir(opts.Path); dir != "" {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return nil, fmt.Errorf("create database directory: %w", err)
@@ -256,10 +269,10 @@ func (d *DB) applyMigration(ctx context.Context, version int, base, name string)
 // it commits.
 type Tx struct {
 	*sql.Tx
-	db      *DB
-	now     time.Time
-	events  []*Event
-	touched map[string]bool // runs whose cached seq this transaction advanced
+	db     *DB
+	now    time.Time
+	events []*Event
+	seqs   map[string]*seqState // runs whose seq this transaction read or advanced
 }
 
 // Now returns the time stamped once for this transaction.
@@ -278,10 +291,10 @@ func (d *DB) writeTxLocked(ctx context.Context, fn func(tx *Tx) error) error {
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
 	}
-	tx := &Tx{Tx: sqlTx, db: d, now: d.now(), touched: map[string]bool{}}
+	tx := &Tx{Tx: sqlTx, db: d, now: d.now(), seqs: map[string]*seqState{}}
 	forget := func() {
-		for runID := range tx.touched {
-			delete(d.seqs, runID)
+		for runID := range tx.seqs {
+			d.seqs.forget(runID)
 		}
 	}
 	if err := fn(tx); err != nil {

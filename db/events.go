@@ -42,34 +42,68 @@ func (tx *Tx) AppendEvent(ctx context.Context, runID, typ string, data any) (*Ev
 	return e, nil
 }
 
-// seqState is a run's next event seq and owner, cached by the writer. Only
-// one process writes (the database lock) and every append goes through
-// writeMu, so the cache is exact; a transaction that does not commit forgets
-// the runs it touched, which are then read again from the table.
+// seqState is a run's next event seq and owner.
 type seqState struct {
 	userID int64
 	next   int64
 }
 
-// nextSeq returns the run's seq state, loading it inside tx on first use.
-// A missing run is ENOTFOUND.
+// seqCache keeps runs' next event seq between write transactions, so an
+// append need not read MAX(seq). It is one of the store's single-process
+// assumptions, and the seam for the multi-process one:
+//
+//   - processSeqs (the default) is exact only while this process is the
+//     database's one writer: Options.Lock keeps other servers out and
+//     writeMu orders this process's transactions. A transaction that does
+//     not commit forgets the runs it touched, which then reload.
+//   - noSeqs (Options.SharedWriters) caches nothing: every transaction reads
+//     the run's MAX(seq) under the database's write lock (SQLite's BEGIN
+//     IMMEDIATE), so seqs stay gap-free with several writing processes. A
+//     PostgreSQL store does the same under a row lock on the run.
+type seqCache interface {
+	get(runID string) *seqState
+	put(runID string, st *seqState)
+	forget(runID string)
+}
+
+// processSeqs is the single-writer seq cache; guarded by writeMu.
+type processSeqs map[string]*seqState
+
+func (c processSeqs) get(runID string) *seqState { return c[runID] }
+func (c processSeqs) forget(runID string)        { delete(c, runID) }
+func (c processSeqs) put(runID string, st *seqState) {
+	if len(c) >= 100_000 {
+		clear(c) // bound the cache; entries reload on use
+	}
+	c[runID] = st
+}
+
+// noSeqs caches nothing, for databases other processes write too.
+type noSeqs struct{}
+
+func (noSeqs) get(string) *seqState  { return nil }
+func (noSeqs) put(string, *seqState) {}
+func (noSeqs) forget(string)         {}
+
+// nextSeq returns the run's seq state for this transaction, loading it on
+// first use. A missing run is ENOTFOUND.
 func (tx *Tx) nextSeq(ctx context.Context, runID string) (*seqState, error) {
-	d := tx.db
-	if st, ok := d.seqs[runID]; ok {
+	if st, ok := tx.seqs[runID]; ok {
 		return st, nil
 	}
-	st := &seqState{}
-	err := tx.QueryRowContext(ctx, `SELECT r.user_id, COALESCE((SELECT MAX(seq) FROM events WHERE run_id = r.id), 0) + 1
-		FROM runs r WHERE r.id = ?`, runID).Scan(&st.userID, &st.next)
-	if err == sql.ErrNoRows {
-		return nil, Errorf(ENOTFOUND, "Run not found.")
-	} else if err != nil {
-		return nil, fmt.Errorf("load event seq: %w", err)
+	st := tx.db.seqs.get(runID)
+	if st == nil {
+		st = &seqState{}
+		err := tx.QueryRowContext(ctx, `SELECT r.user_id, COALESCE((SELECT MAX(seq) FROM events WHERE run_id = r.id), 0) + 1
+			FROM runs r WHERE r.id = ?`, runID).Scan(&st.userID, &st.next)
+		if err == sql.ErrNoRows {
+			return nil, Errorf(ENOTFOUND, "Run not found.")
+		} else if err != nil {
+			return nil, fmt.Errorf("load event seq: %w", err)
+		}
+		tx.db.seqs.put(runID, st)
 	}
-	if len(d.seqs) >= 100_000 {
-		clear(d.seqs) // bound the cache; entries reload on use
-	}
-	d.seqs[runID] = st
+	tx.seqs[runID] = st
 	return st, nil
 }
 
@@ -95,7 +129,6 @@ func (tx *Tx) insertEvents(ctx context.Context, evs []*Event) error {
 			if err != nil {
 				return err
 			}
-			tx.touched[e.RunID] = true
 			e.UserID, e.Seq = st.userID, st.next
 			st.next++
 			byKey[key{e.RunID, e.Seq}] = e

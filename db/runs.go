@@ -248,6 +248,12 @@ func (d *DB) countByStatus(ctx context.Context, query string, args ...any) (map[
 	return out, rows.Err()
 }
 
+// LockUserSlots locks the user's run slots until the transaction ends, so
+// two promotions cannot both take the last free slot. SQLite needs nothing:
+// write transactions are serialised (BEGIN IMMEDIATE on one connection). A
+// store with concurrent writers locks the user's row here.
+func (tx *Tx) LockUserSlots(ctx context.Context, userID int64) error { return nil }
+
 // CountRunning returns how many of the user's runs are running, inside tx.
 func (tx *Tx) CountRunning(ctx context.Context, userID int64) (int, error) {
 	var n int

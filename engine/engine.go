@@ -49,6 +49,14 @@ type Options struct {
 	CommandRunsAllowed     bool          // whether command checks may run for admins
 	NarrateTimeout         time.Duration // default 60 s
 	DisableRecoveryAtStart bool          // tests only
+
+	// SharedStore says other engines work the same store: Start then leaves
+	// leases to the periodic recovery pass, which takes only expired ones.
+	// See singleprocess.go for every single-process assumption.
+	SharedStore bool
+	// Interrupts delivers a run's cancellation to the process working it;
+	// nil means this process works every run of the store.
+	Interrupts Interrupter
 }
 
 func (o *Options) setDefaults() {
@@ -174,7 +182,7 @@ func (e *Engine) Metrics() *Metrics { return e.metrics }
 // Start recovers runs interrupted by a previous process, then starts River
 // and the lease recovery loop. The loop exits when Stop is called.
 func (e *Engine) Start(ctx context.Context) error {
-	if !e.opts.DisableRecoveryAtStart {
+	if !e.opts.DisableRecoveryAtStart && !e.opts.SharedStore {
 		if _, err := e.recoverAtStart(ctx); err != nil {
 			return fmt.Errorf("recover runs: %w", err)
 		}

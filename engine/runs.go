@@ -71,6 +71,9 @@ func (e *Engine) CreateRun(ctx context.Context, user *spec.User, cfg spec.Config
 // promote starts the user's oldest queued runs while they have free slots.
 // It runs inside the transaction that freed a slot or queued a run.
 func (e *Engine) promote(ctx context.Context, tx StoreTx, userID int64) error {
+	if err := tx.LockUserSlots(ctx, userID); err != nil {
+		return err
+	}
 	running, err := tx.CountRunning(ctx, userID)
 	if err != nil {
 		return err
@@ -194,11 +197,7 @@ func (e *Engine) Cancel(ctx context.Context, userID int64, runID string) (*spec.
 	if err != nil {
 		return nil, err
 	}
-	e.mu.Lock()
-	if f := e.inflight[runID]; f != nil {
-		f.cancel(errRunCanceled)
-	}
-	e.mu.Unlock()
+	e.interrupt(ctx, runID, errRunCanceled)
 	return run, nil
 }
 

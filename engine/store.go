@@ -39,9 +39,10 @@ type StoreTx interface {
 	FindRun(ctx context.Context, id string) (*spec.Run, error)
 	UpdateRun(ctx context.Context, r *spec.Run) error
 	SetRunMetrics(ctx context.Context, r *spec.Run) error
-	// CountRunning and OldestQueued serve slot promotion: the runs holding a
-	// slot, and the user's oldest queued runs, read in the transaction that
-	// frees or takes a slot.
+	// LockUserSlots, CountRunning and OldestQueued serve slot promotion:
+	// lock the user's slots for the rest of the transaction, count the runs
+	// holding one, and read the user's oldest queued runs.
+	LockUserSlots(ctx context.Context, userID int64) error
 	CountRunning(ctx context.Context, userID int64) (int, error)
 	OldestQueued(ctx context.Context, userID int64, n int) ([]*spec.Run, error)
 

@@ -1,0 +1,54 @@
+package engine
+
+import "context"
+
+// The engine's single-process assumptions, each a strategy with a seam for
+// running several server processes on one store:
+//
+//   - Event seqs: the SQLite store caches each run's next seq while it is
+//     the database's only writer (db.Options.Lock); db.Options.SharedWriters
+//     reads it in every transaction instead. See db's seqCache.
+//   - The file lock: db.Options.Lock makes a second server on the same file
+//     refuse to start. Several processes leave it off and set SharedWriters.
+//   - Start-up recovery: with one process, every lease not this engine's is
+//     stale at start, so Start recovers all of them at once. With
+//     Options.SharedStore, Start leaves leases to the periodic pass, which
+//     recovers only expired ones (their owner stopped renewing).
+//   - Cancel delivery: Cancel interrupts a running iteration through the
+//     in-process map of in-flight iterations. Options.Interrupts replaces
+//     that with a delivery to whichever process works the run; that process
+//     calls InterruptLocal. Answers and messages need no such path: they go
+//     through the inbox table and the next job.
+//   - Slot promotion: promote counts a user's running runs and starts the
+//     oldest queued ones in one transaction. SQLite serialises writers, so
+//     two promotions cannot both see a free slot; StoreTx.LockUserSlots is
+//     where a store with concurrent writers takes a per-user lock first.
+
+// Interrupter delivers "stop working on this run now" to the process working
+// the run's current iteration. It must not block on that process.
+type Interrupter interface {
+	Interrupt(ctx context.Context, runID string, cause error) error
+}
+
+// interrupt stops the run's in-flight iteration, wherever it runs.
+func (e *Engine) interrupt(ctx context.Context, runID string, cause error) {
+	if e.opts.Interrupts == nil {
+		e.InterruptLocal(runID, cause)
+		return
+	}
+	if err := e.opts.Interrupts.Interrupt(ctx, runID, cause); err != nil {
+		// The run's state already changed; its worker sees that at its next
+		// lease renewal or when the iteration ends.
+		e.log.Warn("deliver interrupt", "run", runID, "err", err)
+	}
+}
+
+// InterruptLocal cancels the run's iteration if this process is working it,
+// with cause. An Interrupter's receiving side calls it.
+func (e *Engine) InterruptLocal(runID string, cause error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if f := e.inflight[runID]; f != nil {
+		f.cancel(cause)
+	}
+}
