@@ -111,7 +111,8 @@ type Engine struct {
 }
 
 type inflight struct {
-	cancel context.CancelCauseFunc
+	cancel             context.CancelCauseFunc
+	iteration, attempt int
 }
 
 // errRunCanceled is the cancel cause of an iteration whose run was canceled.

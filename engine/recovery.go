@@ -80,7 +80,7 @@ func (e *Engine) recoverRun(ctx context.Context, runID, owner string, atStart bo
 			// Our own worker missed its renewals: cancel it before retrying.
 			e.mu.Lock()
 			if f := e.inflight[runID]; f != nil {
-				f.cancel(errShutdown)
+				f.cancel(errLeaseLost)
 			}
 			e.mu.Unlock()
 		}

@@ -177,6 +177,11 @@ func (e *Engine) Cancel(ctx context.Context, userID int64, runID string) (*db.Ru
 			return db.Errorf(db.ECONFLICT, "The run is already %s.", run.Status)
 		}
 		wasRunning := run.Status == db.StatusRunning
+		if wasRunning {
+			if err := e.closeRunningIteration(ctx, tx, run); err != nil {
+				return err
+			}
+		}
 		if err := e.finishRun(ctx, tx, run, db.StatusCanceled, &db.StopReason{Type: "canceled", Detail: "Canceled by the user."}, nil); err != nil {
 			return err
 		}
@@ -194,6 +199,48 @@ func (e *Engine) Cancel(ctx context.Context, userID int64, runID string) (*db.Ru
 	}
 	e.mu.Unlock()
 	return run, nil
+}
+
+// closeRunningIteration records the run's running iteration as canceled,
+// with its usage so far, and sums the run's metrics, in the canceling
+// transaction: the attempt still in flight then finds itself stale and adds
+// nothing after the run's terminal event.
+func (e *Engine) closeRunningIteration(ctx context.Context, tx *db.Tx, run *db.Run) error {
+	row, err := tx.FindIteration(ctx, run.ID, run.Iteration)
+	if db.ErrorCode(err) == db.ENOTFOUND {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	if row.Status == db.IterRunning {
+		usage, err := tx.SumLLMCalls(ctx, run.ID, row.Iteration)
+		if err != nil {
+			return err
+		}
+		m := row.Metrics
+		m.PromptTokens, m.CompletionTokens, m.TokensTotal = usage.PromptTokens, usage.CompletionTokens, usage.TokensTotal
+		m.CostTotalUSD, m.UnpricedCalls, m.LLMCalls, m.ByModel = usage.CostTotalUSD, usage.UnpricedCalls, usage.LLMCalls, usage.ByModel
+		if m.ByModel == nil {
+			m.ByModel = map[string]db.ModelUsage{}
+		}
+		m.Iterations = 1
+		m.RunningMS += max(tx.Now().Sub(row.StartedAt).Milliseconds(), 0)
+		row.Status, row.EndedAt, row.Error, row.Metrics = db.IterCanceled, tx.Now(), "canceled by the user", m
+		if err := tx.UpsertIteration(ctx, row); err != nil {
+			return err
+		}
+		if _, err := tx.AppendEvent(ctx, run.ID, "iteration_completed", map[string]any{
+			"iteration": row.Iteration, "attempt": row.Attempt, "status": row.Status, "error": row.Error, "metrics": m,
+		}); err != nil {
+			return err
+		}
+	}
+	total, err := tx.SumIterationMetrics(ctx, run.ID)
+	if err != nil {
+		return err
+	}
+	run.Metrics = total
+	return nil
 }
 
 // Continue resumes a stopped run, optionally raising its budgets. Counters
