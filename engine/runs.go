@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/google/uuid"
+	"github.com/riverqueue/river"
 
 	"homework/db"
 	"homework/engine/spec"
@@ -122,8 +124,8 @@ func (e *Engine) startRun(ctx context.Context, tx *db.Tx, run *db.Run) error {
 }
 
 // enqueueNext sets the run to its next iteration (attempt 1), inserts that
-// iteration's job in tx and writes the run.
-func (e *Engine) enqueueNext(ctx context.Context, tx *db.Tx, run *db.Run) error {
+// iteration's job in tx, to run after delay, and writes the run.
+func (e *Engine) enqueueNext(ctx context.Context, tx *db.Tx, run *db.Run, delay ...time.Duration) error {
 	run.Iteration++
 	run.Attempt = 1
 	run.LeaseOwner = ""
@@ -131,11 +133,26 @@ func (e *Engine) enqueueNext(ctx context.Context, tx *db.Tx, run *db.Run) error 
 	if err := tx.UpdateRun(ctx, run); err != nil {
 		return err
 	}
-	return e.insertJob(ctx, tx, run.ID, run.Iteration, run.Attempt)
+	var d time.Duration
+	if len(delay) > 0 {
+		d = delay[0]
+	}
+	if d > 0 {
+		if _, err := tx.AppendEvent(ctx, run.ID, "iteration_backoff", map[string]any{
+			"iteration": run.Iteration, "delay_ms": d.Milliseconds(), "not_before": tx.Now().Add(d),
+		}); err != nil {
+			return err
+		}
+	}
+	return e.insertJob(ctx, tx, run.ID, run.Iteration, run.Attempt, d)
 }
 
-func (e *Engine) insertJob(ctx context.Context, tx *db.Tx, runID string, iteration, attempt int) error {
-	res, err := e.river.InsertTx(ctx, tx.Tx, IterateArgs{RunID: runID, Iteration: iteration, Attempt: attempt}, nil)
+func (e *Engine) insertJob(ctx context.Context, tx *db.Tx, runID string, iteration, attempt int, delay ...time.Duration) error {
+	var opts *river.InsertOpts
+	if len(delay) > 0 && delay[0] > 0 {
+		opts = &river.InsertOpts{ScheduledAt: time.Now().Add(delay[0])}
+	}
+	res, err := e.river.InsertTx(ctx, tx.Tx, IterateArgs{RunID: runID, Iteration: iteration, Attempt: attempt}, opts)
 	if err != nil {
 		return fmt.Errorf("enqueue iteration: %w", err)
 	}

@@ -216,6 +216,9 @@ func (e *Engine) decideOutcome(ctx context.Context, it *iteration, out *outcome,
 	case ending(out.decision) && res.Fatal != nil:
 		// The endpoint refused the run; asking it for a summary would fail too.
 		out.narrativeErr = "No summary was written: " + res.Fatal.Detail
+	case ending(out.decision) && endpointFailure(res.ErrorFingerprint) != "":
+		// The endpoint just failed; it is not asked again for a summary.
+		out.narrativeErr = "No summary was written: the model endpoint had just failed (" + truncate(res.Error, 300) + ")."
 	case ending(out.decision):
 		out.narrative, out.narrativeErr = e.narrate(ctx, it, out.decision, res, m)
 	}
@@ -503,7 +506,7 @@ func (e *Engine) finishIteration(ctx context.Context, it *iteration, out *outcom
 			return err
 		}
 		committed = true
-		return e.applyDecision(ctx, tx, run, out)
+		return e.applyDecision(ctx, tx, run, out, it.history)
 	})
 	return committed && err == nil, err
 }
@@ -581,13 +584,13 @@ func (e *Engine) recordIteration(ctx context.Context, tx *db.Tx, run *db.Run, it
 // applyDecision enqueues the next iteration or moves the run to its new
 // status (report, notification, status event last), then promotes queued
 // runs when a slot freed.
-func (e *Engine) applyDecision(ctx context.Context, tx *db.Tx, run *db.Run, out *outcome) error {
+func (e *Engine) applyDecision(ctx context.Context, tx *db.Tx, run *db.Run, out *outcome, history []Signals) error {
 	d := out.decision
 	run.RunningSince = time.Time{}
 	switch d.Decision {
 	case spec.DecisionContinue:
 		run.RunningSince = tx.Now()
-		return e.enqueueNext(ctx, tx, run)
+		return e.enqueueNext(ctx, tx, run, e.endpointBackoff(out, history))
 	case spec.DecisionWait:
 		w := &db.Waiting{Reason: d.WaitReason, Questions: d.Questions}
 		if err := e.setStatus(ctx, tx, run, db.StatusWaiting, nil, w); err != nil {
