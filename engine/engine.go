@@ -48,6 +48,8 @@ type Options struct {
 	FetchPollInterval      time.Duration // River poll; default 50 ms
 	CommandRunsAllowed     bool          // whether command checks may run for admins
 	NarrateTimeout         time.Duration // default 60 s
+	EndpointBackoffBase    time.Duration // first wait after an iteration failed on the model endpoint; default 2 s
+	EndpointBackoffMax     time.Duration // cap of that wait (Retry-After may ask up to 15 min); default 2 min
 	DisableRecoveryAtStart bool          // tests only
 
 	// SharedStore says other engines work the same store: Start then leaves
@@ -91,6 +93,8 @@ func (o *Options) setDefaults() {
 	defD(&o.ShutdownGrace, 10*time.Second)
 	defD(&o.FetchPollInterval, 50*time.Millisecond)
 	defD(&o.NarrateTimeout, 60*time.Second)
+	defD(&o.EndpointBackoffBase, 2*time.Second)
+	defD(&o.EndpointBackoffMax, 2*time.Minute)
 	if o.MaxCostUSD <= 0 {
 		o.MaxCostUSD = 1000
 	}
@@ -124,7 +128,8 @@ type Engine struct {
 }
 
 type inflight struct {
-	cancel context.CancelCauseFunc
+	cancel             context.CancelCauseFunc
+	iteration, attempt int
 }
 
 // errRunCanceled is the cancel cause of an iteration whose run was canceled.

@@ -36,7 +36,7 @@ func TestRunCompletesWithGapFreeEventsAndMetricsThatAddUp(t *testing.T) {
 	}
 	h.checkMetricsAddUp(u, r.ID)
 	evs := h.events(u, r.ID)
-	if evs[0].Type != "run_created" || evs[len(evs)-1].Type != "notification_created" {
+	if evs[0].Type != "run_created" || evs[len(evs)-1].Type != "run_completed" {
 		t.Fatalf("first/last events: %s %s", evs[0].Type, evs[len(evs)-1].Type)
 	}
 	for typ, n := range map[string]int{"iteration_started": 3, "iteration_completed": 3, "gate_decision": 3, "run_completed": 1, "llm_call": 2, "iteration_cost_update": 2} {

@@ -7,6 +7,9 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
 
 	"homework/engine/spec"
 )
@@ -28,7 +31,30 @@ const (
 	StopCanceled          = spec.StopCanceled
 	StopError             = spec.StopError
 	StopInterrupted       = spec.StopInterrupted
+	// StopModelUnavailable and StopRateLimited name a model endpoint that
+	// kept failing (5xx, network, timeouts; 429) until a breaker tripped.
+	StopModelUnavailable = spec.StopModelUnavailable
+	StopRateLimited      = spec.StopRateLimited
 )
+
+// endpointFailure returns the stop reason naming a retryable model endpoint
+// failure by its error fingerprint, or "" when fp is not one.
+func endpointFailure(fp string) string {
+	rest, ok := strings.CutPrefix(fp, "model:")
+	if !ok {
+		return ""
+	}
+	switch rest {
+	case "http_429":
+		return StopRateLimited
+	case "http_408", "http_425", "network", "timeout", "truncated_response", "malformed_response", "no_choices":
+		return StopModelUnavailable
+	}
+	if code, ok := strings.CutPrefix(rest, "http_"); ok && len(code) == 3 && code[0] == '5' {
+		return StopModelUnavailable
+	}
+	return ""
+}
 
 // Default breaker thresholds.
 const (
@@ -214,6 +240,12 @@ func decide(in gateInput) spec.Decision {
 			Reasons: append(reasons, b.detail)}
 	}
 	if stop, detail, evidence := breakers(in); stop != "" {
+		if named := endpointFailure(in.Signals.ErrorFP); named != "" && (stop == StopNoProgress || stop == StopRepeatedError) {
+			// The endpoint, not the work, is what kept failing: say so,
+			// with its last status and message (in the iteration error).
+			stop = named
+			detail = "the model endpoint kept failing (" + detail + "); last: " + truncate(res.Error, 300)
+		}
 		ev, _ := json.Marshal(evidence)
 		return spec.Decision{Decision: spec.DecisionStop, StopReason: stop, FalseCompletion: falseCompletion,
 			Reasons: append(reasons, detail), Evidence: ev}
@@ -371,4 +403,31 @@ func truncate(s string, n int) string {
 		cut--
 	}
 	return s[:cut] + "…"
+}
+
+// maxRetryAfter bounds how long a Retry-After may hold a run back.
+const maxRetryAfter = 15 * time.Minute
+
+// endpointBackoff is how long the next iteration waits after this one (and
+// the n-1 before it) failed on a retryable model endpoint error: jittered
+// exponential from EndpointBackoffBase, capped at EndpointBackoffMax, and
+// never shorter than the endpoint's Retry-After. 0 when this one did not.
+func (e *Engine) endpointBackoff(out *outcome, history []Signals) time.Duration {
+	if endpointFailure(out.res.ErrorFingerprint) == "" {
+		return 0
+	}
+	n := 1
+	for _, s := range history {
+		if endpointFailure(s.ErrorFP) == "" {
+			break
+		}
+		n++
+	}
+	b := backoff.NewExponentialBackOff(backoff.WithInitialInterval(e.opts.EndpointBackoffBase),
+		backoff.WithMultiplier(2), backoff.WithMaxInterval(e.opts.EndpointBackoffMax), backoff.WithMaxElapsedTime(0))
+	var d time.Duration
+	for range n {
+		d = b.NextBackOff()
+	}
+	return max(min(d, e.opts.EndpointBackoffMax), min(out.res.RetryAfter, maxRetryAfter))
 }

@@ -38,6 +38,11 @@ func (h *host) RecordLLMCall(ctx context.Context, c spec.LLMCall) error {
 		if err != nil {
 			return err
 		}
+		if spec.IsTerminalStatus(run.Status) {
+			// The spend is kept (llm_calls), but a finished run's metrics
+			// and events end with its terminal event.
+			return nil
+		}
 		run.Metrics.AddCall(c.Model, c.PromptTokens, c.CompletionTokens, c.CostUSD, c.Priced)
 		if err := tx.SetRunMetrics(ctx, run); err != nil {
 			return err

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"homework/engine/spec"
 	"context"
 	"time"
 
@@ -73,14 +74,14 @@ func (e *Engine) recoverRun(ctx context.Context, runID, owner string, atStart bo
 		if err != nil {
 			return err
 		}
-		if run.Status != db.StatusRunning || run.LeaseOwner != owner {
+		if run.Status != spec.StatusRunning || run.LeaseOwner != owner {
 			return nil // moved on meanwhile
 		}
 		if !atStart && owner == e.id {
 			// Our own worker missed its renewals: cancel it before retrying.
 			e.mu.Lock()
 			if f := e.inflight[runID]; f != nil {
-				f.cancel(errShutdown)
+				f.cancel(errLeaseLost)
 			}
 			e.mu.Unlock()
 		}
@@ -102,8 +103,8 @@ func (e *Engine) recoverRun(ctx context.Context, runID, owner string, atStart bo
 				return err
 			}
 		}
-		if row, err := tx.FindIteration(ctx, runID, run.Iteration); err == nil && row.Status == db.IterRunning {
-			row.Status = db.IterInterrupted
+		if row, err := tx.FindIteration(ctx, runID, run.Iteration); err == nil && row.Status == spec.IterRunning {
+			row.Status = spec.IterInterrupted
 			row.EndedAt = tx.Now()
 			row.Error = "interrupted: the server stopped while this iteration ran"
 			if run.LeaseUntil.After(row.StartedAt) {
@@ -115,7 +116,7 @@ func (e *Engine) recoverRun(ctx context.Context, runID, owner string, atStart bo
 				return err
 			}
 			if _, err := tx.AppendEvent(ctx, runID, "iteration_completed", map[string]any{
-				"iteration": row.Iteration, "attempt": row.Attempt, "status": db.IterInterrupted, "error": row.Error,
+				"iteration": row.Iteration, "attempt": row.Attempt, "status": spec.IterInterrupted, "error": row.Error,
 			}); err != nil {
 				return err
 			}
@@ -137,7 +138,7 @@ func (e *Engine) recoverRun(ctx context.Context, runID, owner string, atStart bo
 			return err
 		}
 		recovered = true
-		return e.insertJob(ctx, tx, runID, run.Iteration, run.Attempt)
+		return e.insertJob(ctx, tx, runID, run.Iteration, run.Attempt, 0)
 	})
 	if recovered {
 		e.log.Info("recovered run", "run", runID, "at_start", atStart)

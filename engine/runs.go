@@ -5,10 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/google/uuid"
 
-	"homework/db"
 	"homework/engine/spec"
 )
 
@@ -107,9 +107,9 @@ func (e *Engine) startRun(ctx context.Context, tx StoreTx, run *spec.Run) error 
 			if s, ok := x.(RunStarter); ok {
 				// Executors still take the SQLite transaction; a
 				// workspace-store seam for them comes with a second store.
-				dtx, ok := tx.(*db.Tx)
+				dtx, ok := tx.(StoreTx)
 				if !ok {
-					return fmt.Errorf("start run: executor %s needs a *db.Tx, got %T", run.Executor, tx)
+					return fmt.Errorf("start run: executor %s needs a StoreTx, got %T", run.Executor, tx)
 				}
 				if err := s.StartRun(ctx, dtx, run, cfg); err != nil {
 					return fmt.Errorf("start run: %w", err)
@@ -127,12 +127,12 @@ func (e *Engine) startRun(ctx context.Context, tx StoreTx, run *spec.Run) error 
 	}); err != nil {
 		return err
 	}
-	return e.enqueueNext(ctx, tx, run)
+	return e.enqueueNext(ctx, tx, run, 0)
 }
 
 // enqueueNext sets the run to its next iteration (attempt 1), inserts that
-// iteration's job in tx and writes the run.
-func (e *Engine) enqueueNext(ctx context.Context, tx StoreTx, run *spec.Run) error {
+// iteration's job in tx, to run after delay (0: at once), and writes the run.
+func (e *Engine) enqueueNext(ctx context.Context, tx StoreTx, run *spec.Run, delay time.Duration) error {
 	run.Iteration++
 	run.Attempt = 1
 	run.LeaseOwner = ""
@@ -140,11 +140,22 @@ func (e *Engine) enqueueNext(ctx context.Context, tx StoreTx, run *spec.Run) err
 	if err := tx.UpdateRun(ctx, run); err != nil {
 		return err
 	}
-	return e.insertJob(ctx, tx, run.ID, run.Iteration, run.Attempt)
+	if delay > 0 {
+		if _, err := tx.AppendEvent(ctx, run.ID, spec.EventIterationBackoff, map[string]any{
+			"iteration": run.Iteration, "delay_ms": delay.Milliseconds(), "not_before": tx.Now().Add(delay),
+		}); err != nil {
+			return err
+		}
+	}
+	return e.insertJob(ctx, tx, run.ID, run.Iteration, run.Attempt, delay)
 }
 
-func (e *Engine) insertJob(ctx context.Context, tx StoreTx, runID string, iteration, attempt int) error {
-	duplicate, err := e.queue.InsertTx(ctx, tx, IterateArgs{RunID: runID, Iteration: iteration, Attempt: attempt})
+func (e *Engine) insertJob(ctx context.Context, tx StoreTx, runID string, iteration, attempt int, delay time.Duration) error {
+	var at time.Time
+	if delay > 0 {
+		at = time.Now().Add(delay)
+	}
+	duplicate, err := e.queue.InsertTx(ctx, tx, IterateArgs{RunID: runID, Iteration: iteration, Attempt: attempt}, at)
 	if err != nil {
 		return fmt.Errorf("enqueue iteration: %w", err)
 	}
@@ -186,7 +197,12 @@ func (e *Engine) Cancel(ctx context.Context, userID int64, runID string) (*spec.
 			return spec.Errorf(spec.ECONFLICT, "The run is already %s.", run.Status)
 		}
 		wasRunning := run.Status == spec.StatusRunning
-		if err := e.finishRun(ctx, tx, run, spec.StatusCanceled, &spec.StopReason{Type: "canceled", Detail: "Canceled by the user."}, nil); err != nil {
+		if wasRunning {
+			if err := e.closeRunningIteration(ctx, tx, run); err != nil {
+				return err
+			}
+		}
+		if err := e.finishRun(ctx, tx, run, spec.StatusCanceled, &spec.StopReason{Type: spec.StopCanceled, Detail: "Canceled by the user."}, nil); err != nil {
 			return err
 		}
 		if wasRunning {
@@ -199,6 +215,48 @@ func (e *Engine) Cancel(ctx context.Context, userID int64, runID string) (*spec.
 	}
 	e.interrupt(ctx, runID, errRunCanceled)
 	return run, nil
+}
+
+// closeRunningIteration records the run's running iteration as canceled,
+// with its usage so far, and sums the run's metrics, in the canceling
+// transaction: the attempt still in flight then finds itself stale and adds
+// nothing after the run's terminal event.
+func (e *Engine) closeRunningIteration(ctx context.Context, tx StoreTx, run *spec.Run) error {
+	row, err := tx.FindIteration(ctx, run.ID, run.Iteration)
+	if spec.ErrorCode(err) == spec.ENOTFOUND {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	if row.Status == spec.IterRunning {
+		usage, err := tx.SumLLMCalls(ctx, run.ID, row.Iteration)
+		if err != nil {
+			return err
+		}
+		m := row.Metrics
+		m.PromptTokens, m.CompletionTokens, m.TokensTotal = usage.PromptTokens, usage.CompletionTokens, usage.TokensTotal
+		m.CostTotalUSD, m.UnpricedCalls, m.LLMCalls, m.ByModel = usage.CostTotalUSD, usage.UnpricedCalls, usage.LLMCalls, usage.ByModel
+		if m.ByModel == nil {
+			m.ByModel = map[string]spec.ModelUsage{}
+		}
+		m.Iterations = 1
+		m.RunningMS += max(tx.Now().Sub(row.StartedAt).Milliseconds(), 0)
+		row.Status, row.EndedAt, row.Error, row.Metrics = spec.IterCanceled, tx.Now(), "canceled by the user", m
+		if err := tx.UpsertIteration(ctx, row); err != nil {
+			return err
+		}
+		if _, err := tx.AppendEvent(ctx, run.ID, "iteration_completed", map[string]any{
+			"iteration": row.Iteration, "attempt": row.Attempt, "status": row.Status, "error": row.Error, "metrics": m,
+		}); err != nil {
+			return err
+		}
+	}
+	total, err := tx.SumIterationMetrics(ctx, run.ID)
+	if err != nil {
+		return err
+	}
+	run.Metrics = total
+	return nil
 }
 
 // Continue resumes a stopped run, optionally raising its budgets. Counters

@@ -46,10 +46,13 @@ func (e *Engine) setStatus(ctx context.Context, tx StoreTx, run *spec.Run, statu
 	if status == spec.StatusStopped && stop != nil && (stop.Type == StopNoProgress || stop.Type == StopStuck) {
 		typ = spec.EventRunStalled
 	}
-	if _, err := tx.AppendEvent(ctx, run.ID, typ, data); err != nil {
+	// The notification commits with the status; its event goes first so the
+	// status event is the run's last.
+	if err := e.notify(ctx, tx, run, status, stop, wait); err != nil {
 		return err
 	}
-	return e.notify(ctx, tx, run, status, stop, wait)
+	_, err := tx.AppendEvent(ctx, run.ID, typ, data)
+	return err
 }
 
 func (e *Engine) notify(ctx context.Context, tx StoreTx, run *spec.Run, status string, stop *spec.StopReason, wait *spec.Waiting) error {

@@ -46,7 +46,11 @@ type StoreTx interface {
 	CountRunning(ctx context.Context, userID int64) (int, error)
 	OldestQueued(ctx context.Context, userID int64, n int) ([]*spec.Run, error)
 
+	FindIteration(ctx context.Context, runID string, iteration int) (*spec.Iteration, error)
+	UpsertIteration(ctx context.Context, it *spec.Iteration) error
 	RecentIterations(ctx context.Context, runID string, n int) ([]*spec.Iteration, error)
+	// SumIterationMetrics adds up the recorded iterations' metrics of a run.
+	SumIterationMetrics(ctx context.Context, runID string) (spec.Metrics, error)
 	InsertInbox(ctx context.Context, it *spec.InboxItem) error
 	InsertLLMCall(ctx context.Context, c *spec.LLMCall) error
 	SumLLMCalls(ctx context.Context, runID string, iteration int) (spec.Metrics, error)
@@ -77,9 +81,10 @@ func txRunner[T StoreTx](s TxStore[T]) inTxFunc {
 // jobQueue inserts iterate jobs inside the store's transaction, so a state
 // change and the job that follows from it commit together or not at all.
 type jobQueue interface {
-	// InsertTx enqueues the job in tx. duplicate is true when a job with the
-	// same args already exists and nothing was inserted.
-	InsertTx(ctx context.Context, tx StoreTx, args IterateArgs) (duplicate bool, err error)
+	// InsertTx enqueues the job in tx, to be worked at scheduledAt (the zero
+	// time: at once). duplicate is true when a job with the same args
+	// already exists and nothing was inserted.
+	InsertTx(ctx context.Context, tx StoreTx, args IterateArgs, scheduledAt time.Time) (duplicate bool, err error)
 }
 
 // riverQueue is a jobQueue over a River client whose driver works with
@@ -91,8 +96,12 @@ type riverQueue[TTx any] struct {
 	driverTx func(StoreTx) TTx
 }
 
-func (q *riverQueue[TTx]) InsertTx(ctx context.Context, tx StoreTx, args IterateArgs) (bool, error) {
-	res, err := q.client.InsertTx(ctx, q.driverTx(tx), args, nil)
+func (q *riverQueue[TTx]) InsertTx(ctx context.Context, tx StoreTx, args IterateArgs, scheduledAt time.Time) (bool, error) {
+	var opts *river.InsertOpts
+	if !scheduledAt.IsZero() {
+		opts = &river.InsertOpts{ScheduledAt: scheduledAt}
+	}
+	res, err := q.client.InsertTx(ctx, q.driverTx(tx), args, opts)
 	if err != nil {
 		return false, err
 	}

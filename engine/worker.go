@@ -46,16 +46,34 @@ func (w *iterateWorker) Work(ctx context.Context, job *river.Job[IterateArgs]) e
 
 // iteration is the state of one iteration being worked.
 type iteration struct {
-	run      *db.Run
+	run      *spec.Run
 	cfg      *spec.Config
-	row      *db.Iteration
+	row      *spec.Iteration
 	input    *spec.Input
 	maxInbox int64
 	history  []Signals
 }
 
+// outcome is what one attempt of an iteration came to: what the executor
+// returned, the checks, the gate's decision, the metrics and the narrative.
+type outcome struct {
+	res          *spec.Result
+	checks       []spec.CheckResult
+	sig          Signals
+	decision     spec.Decision
+	metrics      spec.Metrics
+	status       string
+	narrative    string
+	narrativeErr string
+}
+
+// errLeaseLost is the cancel cause of an attempt that is no longer the
+// run's current one (recovered elsewhere, or the run moved on).
+var errLeaseLost = errors.New("lease lost: the attempt is no longer current")
+
 // iterate works one iteration: begin (lease, row, inbox), execute, check,
-// decide, and commit the outcome with the next job or the new status.
+// decide, and commit the outcome with the next job or the new status. The
+// lease is held from begin until the outcome commits.
 func (e *Engine) iterate(ctx context.Context, args IterateArgs) error {
 	it, err := e.beginIteration(ctx, args)
 	if err != nil || it == nil {
@@ -66,130 +84,201 @@ func (e *Engine) iterate(ctx context.Context, args IterateArgs) error {
 
 	iterCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	e.mu.Lock()
-	e.inflight[it.run.ID] = &inflight{cancel: cancel}
-	e.mu.Unlock()
-	defer func() {
-		e.mu.Lock()
-		delete(e.inflight, it.run.ID)
-		e.mu.Unlock()
-	}()
+	fl := &inflight{cancel: cancel, iteration: it.row.Iteration, attempt: it.row.Attempt}
+	e.track(it.run.ID, fl)
+	defer e.untrack(it.run.ID, fl)
 
-	// Renew the lease while the iteration works.
-	renewDone := make(chan struct{})
-	var renewWG sync.WaitGroup
-	renewWG.Add(1)
-	go func() {
-		defer renewWG.Done()
-		e.renewLease(iterCtx, it.run.ID, renewDone)
-	}()
+	timeout := e.iterationTimeout(it.cfg)
+	stopRenew := e.holdLease(iterCtx, cancel, it, start.Add(e.attemptBound(it.cfg, timeout)))
+	defer stopRenew()
 
-	timeout := time.Duration(it.cfg.Budgets.IterationTimeoutMS) * time.Millisecond
-	if timeout <= 0 {
-		timeout = e.opts.DefaultIterationTime
-	}
-	execCtx, cancelExec := context.WithTimeout(iterCtx, timeout)
-	res, execErr := e.execute(execCtx, it)
-	timedOut := errors.Is(execCtx.Err(), context.DeadlineExceeded) && iterCtx.Err() == nil
-	cancelExec()
-	close(renewDone)
-	renewWG.Wait()
-
-	cause := context.Cause(iterCtx)
-	if errors.Is(cause, errShutdown) || (ctx.Err() != nil && !errors.Is(cause, errRunCanceled)) {
-		// Shutting down: leave the run leased so the next start recovers it.
-		return fmt.Errorf("iteration interrupted by shutdown: %w", ctx.Err())
-	}
-	canceled := errors.Is(cause, errRunCanceled)
-	if res == nil {
-		res = &spec.Result{}
-	}
-	switch {
-	case canceled:
-		res.Error = "canceled by the user"
-	case timedOut:
-		res.Error = fmt.Sprintf("iteration timed out after %s", timeout)
-		res.ErrorFingerprint = "timeout"
-	case execErr != nil:
-		if res.Error == "" {
-			res.Error = execErr.Error()
-		}
-		if res.ErrorFingerprint == "" {
-			res.ErrorFingerprint = hashStrings("error", normalizeError(execErr.Error()))
-		}
-	}
-
-	var checkResults []spec.CheckResult
-	if !canceled && len(it.cfg.Completion.Checks) > 0 {
-		// Checks outlive a shutdown (their outcome is recorded) but not a
-		// cancel of the run: that kills a running command check at once.
-		checkCtx, stopChecks := context.WithCancelCause(context.WithoutCancel(ctx))
-		stopAfter := context.AfterFunc(iterCtx, func() {
-			if errors.Is(context.Cause(iterCtx), errRunCanceled) {
-				stopChecks(errRunCanceled)
-			}
-		})
-		checkResults = checks.Run(checkCtx, it.cfg.Completion.Checks, e.checkEnv(it, res))
-		stopAfter()
-		stopChecks(nil)
-		if errors.Is(context.Cause(iterCtx), errRunCanceled) {
-			canceled = true
-			res.Error = "canceled by the user"
-		}
-	}
-	sig := computeSignals(res, checkResults)
-	metricsBefore, err := e.iterationMetrics(ctx, it, res, start)
-	if err != nil {
+	out, err := e.work(ctx, iterCtx, it, start, timeout)
+	if err != nil || out == nil {
 		return err
 	}
-	var decision spec.Decision
-	if canceled {
-		decision = spec.Decision{Decision: spec.DecisionStop, StopReason: StopCanceled, Reasons: []string{"canceled by the user"}}
-	} else {
-		total := it.run.Metrics
-		total.Add(metricsBefore)
-		decision = decide(gateInput{Config: it.cfg, Iteration: it.row.Iteration, Result: res, Checks: checkResults,
-			Metrics: total, Signals: sig, History: it.history})
-	}
-	if decision.FalseCompletion {
-		metricsBefore.FalseCompletionsBlocked = 1
-	}
-
-	var narrative, narrativeErr string
-	switch {
-	case ending(decision) && res.Fatal != nil:
-		// The endpoint refused the run; asking it for a summary would fail too.
-		narrativeErr = "No summary was written: " + res.Fatal.Detail
-	case ending(decision) && !canceled:
-		narrative, narrativeErr = e.narrate(ctx, it, decision, res, metricsBefore)
-	}
-
 	// Final writes survive cancellation of the job context.
 	wctx, wcancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer wcancel()
-	status := db.IterSucceeded
-	if res.Error != "" {
-		status = db.IterFailed
-	}
-	if canceled {
-		status = db.IterCanceled
-	}
 	// The executor's own memory of the iteration (progress.txt, a git
 	// commit) is written before the outcome commits: committing enqueues the
 	// next iteration, which must see it and must not race the commit.
-	if !canceled {
+	if e.isCurrentAttempt(wctx, it) {
 		if obs, ok := e.executorFor(it.cfg).(GateObserver); ok {
-			if err := obs.AfterGate(wctx, it.input, res, checkResults, decision); err != nil {
+			if err := obs.AfterGate(wctx, it.input, out.res, out.checks, out.decision); err != nil {
 				e.log.Warn("after-gate hook failed", "run", it.run.ID, "iteration", it.row.Iteration, "err", err)
 			}
 		}
 	}
-	err = e.finishIteration(wctx, it, res, checkResults, sig, decision, metricsBefore, status, narrative, narrativeErr)
+	committed, err := e.finishIteration(wctx, it, out)
+	stopRenew()
 	if err != nil {
 		return err
 	}
-	e.metrics.iterationDuration.Observe(e.now().Sub(start).Seconds())
+	if committed {
+		e.metrics.iterationDuration.Observe(e.now().Sub(start).Seconds())
+	}
 	return nil
+}
+
+// work executes the iteration, runs its checks, asks the gate and, when the
+// run ends, the summarizer. It returns nil, nil when the attempt must leave
+// no trace (the run was recovered or moved on) and an error when the server
+// is shutting down (the run stays leased and is recovered at the next start).
+func (e *Engine) work(ctx, iterCtx context.Context, it *iteration, start time.Time, timeout time.Duration) (*outcome, error) {
+	execCtx, cancelExec := context.WithTimeout(iterCtx, timeout)
+	res, execErr := e.execute(execCtx, it)
+	timedOut := errors.Is(execCtx.Err(), context.DeadlineExceeded) && iterCtx.Err() == nil
+	cancelExec()
+
+	if stop, err := interrupted(ctx, iterCtx); stop {
+		return nil, err
+	}
+	out := &outcome{res: res}
+	if out.res == nil {
+		out.res = &spec.Result{}
+	}
+	out.res.Error, out.res.ErrorFingerprint = resultError(out, execErr, timedOut, timeout)
+	if len(it.cfg.Completion.Checks) > 0 {
+		out.checks = e.runChecks(iterCtx, it, out.res)
+		if stop, err := interrupted(ctx, iterCtx); stop {
+			return nil, err
+		}
+	}
+	if err := e.decideOutcome(ctx, it, out, start); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// interrupted reports whether the attempt must end without an outcome: the
+// run was canceled (Cancel recorded the iteration with the run's end) or
+// moved on (nil error), or the server is shutting down (an error: the run
+// stays leased and is recovered at the next start).
+func interrupted(ctx, iterCtx context.Context) (bool, error) {
+	cause := context.Cause(iterCtx)
+	switch {
+	case errors.Is(cause, errLeaseLost), errors.Is(cause, errRunCanceled):
+		return true, nil
+	case errors.Is(cause, errShutdown) || ctx.Err() != nil:
+		return true, fmt.Errorf("iteration interrupted by shutdown: %w", ctx.Err())
+	}
+	return false, nil
+}
+
+// resultError returns the iteration's error text and fingerprint.
+func resultError(out *outcome, execErr error, timedOut bool, timeout time.Duration) (string, string) {
+	res := out.res
+	switch {
+	case timedOut:
+		return fmt.Sprintf("iteration timed out after %s", timeout), "timeout"
+	case execErr != nil:
+		msg, fp := res.Error, res.ErrorFingerprint
+		if msg == "" {
+			msg = execErr.Error()
+		}
+		if fp == "" {
+			fp = hashStrings("error", normalizeError(execErr.Error()))
+		}
+		return msg, fp
+	}
+	return res.Error, res.ErrorFingerprint
+}
+
+// runChecks runs the completion checks under the attempt's context: a
+// cancel of the run, the loss of the lease or the end of the shutdown grace
+// kills a running command check at once (and the caller records nothing).
+func (e *Engine) runChecks(iterCtx context.Context, it *iteration, res *spec.Result) []spec.CheckResult {
+	return checks.Run(iterCtx, it.cfg.Completion.Checks, e.checkEnv(it, res))
+}
+
+// decideOutcome computes the signals, metrics and the gate's decision, and
+// the narrative when the decision ends the run.
+func (e *Engine) decideOutcome(ctx context.Context, it *iteration, out *outcome, start time.Time) error {
+	res := out.res
+	out.sig = computeSignals(res, out.checks)
+	m, err := e.iterationMetrics(ctx, it, res, start)
+	if err != nil {
+		return err
+	}
+	total := it.run.Metrics
+	total.Add(m)
+	out.decision = decide(gateInput{Config: it.cfg, Iteration: it.row.Iteration, Result: res, Checks: out.checks,
+		Metrics: total, Signals: out.sig, History: it.history})
+	if out.decision.FalseCompletion {
+		m.FalseCompletionsBlocked = 1
+	}
+	out.metrics = m
+	out.status = spec.IterSucceeded
+	if res.Error != "" {
+		out.status = spec.IterFailed
+	}
+	switch {
+	case ending(out.decision) && res.Fatal != nil:
+		// The endpoint refused the run; asking it for a summary would fail too.
+		out.narrativeErr = "No summary was written: " + res.Fatal.Detail
+	case ending(out.decision) && endpointFailure(res.ErrorFingerprint) != "":
+		// The endpoint just failed; it is not asked again for a summary.
+		out.narrativeErr = "No summary was written: the model endpoint had just failed (" + truncate(res.Error, 300) + ")."
+	case ending(out.decision):
+		out.narrative, out.narrativeErr = e.narrate(ctx, it, out.decision, res, m)
+	}
+	return nil
+}
+
+// iterationTimeout is the executor's bound for one iteration.
+func (e *Engine) iterationTimeout(cfg *spec.Config) time.Duration {
+	timeout := time.Duration(cfg.Budgets.IterationTimeoutMS) * time.Millisecond
+	if timeout <= 0 {
+		timeout = e.opts.DefaultIterationTime
+	}
+	return timeout
+}
+
+// attemptBound is the longest a well-behaved attempt can take: the
+// executor's timeout, every command check's timeout, the summarizer and the
+// final write, plus slack. Past it the attempt stops renewing its lease (the
+// watchdog), so an executor that ignores its context cannot hold a run.
+func (e *Engine) attemptBound(cfg *spec.Config, timeout time.Duration) time.Duration {
+	d := timeout + e.opts.NarrateTimeout + 30*time.Second + e.opts.LeaseTTL
+	for _, c := range cfg.Completion.Checks {
+		if c.Type != spec.CheckCommand {
+			continue
+		}
+		ct := checks.DefaultTimeout
+		if c.TimeoutMS > 0 {
+			ct = time.Duration(c.TimeoutMS) * time.Millisecond
+		}
+		d += ct + 5*time.Second
+	}
+	return d
+}
+
+// track registers an attempt in flight; untrack removes it unless a newer
+// attempt of the run replaced it.
+func (e *Engine) track(runID string, f *inflight) {
+	e.mu.Lock()
+	e.inflight[runID] = f
+	e.mu.Unlock()
+}
+
+func (e *Engine) untrack(runID string, f *inflight) {
+	e.mu.Lock()
+	if e.inflight[runID] == f {
+		delete(e.inflight, runID)
+	}
+	e.mu.Unlock()
+}
+
+// isCurrentAttempt reports whether it is still the run's current attempt
+// under this process's lease.
+func (e *Engine) isCurrentAttempt(ctx context.Context, it *iteration) bool {
+	run, err := e.db.FindRun(ctx, it.run.UserID, it.run.ID)
+	return err == nil && e.current(run, it.row)
+}
+
+// current reports whether row's attempt is run's current one, leased by us.
+func (e *Engine) current(run *spec.Run, row *spec.Iteration) bool {
+	return run.Status == spec.StatusRunning && run.Iteration == row.Iteration && run.Attempt == row.Attempt && run.LeaseOwner == e.id
 }
 
 func ending(d spec.Decision) bool {
@@ -228,12 +317,12 @@ func (e *Engine) beginIteration(ctx context.Context, args IterateArgs) (*iterati
 	var it *iteration
 	err := e.db.WriteTx(ctx, func(tx *db.Tx) error {
 		run, err := tx.FindRun(ctx, args.RunID)
-		if db.ErrorCode(err) == db.ENOTFOUND {
+		if spec.ErrorCode(err) == spec.ENOTFOUND {
 			return nil
 		} else if err != nil {
 			return err
 		}
-		if run.Status != db.StatusRunning || run.Iteration != args.Iteration || run.Attempt != args.Attempt {
+		if run.Status != spec.StatusRunning || run.Iteration != args.Iteration || run.Attempt != args.Attempt {
 			return nil // stale: a no-op
 		}
 		cfg, err := RunConfig(run)
@@ -243,7 +332,7 @@ func (e *Engine) beginIteration(ctx context.Context, args IterateArgs) (*iterati
 		if err := tx.SetLease(ctx, run, e.id, tx.Now().Add(e.opts.LeaseTTL)); err != nil {
 			return err
 		}
-		row := &db.Iteration{RunID: run.ID, Iteration: args.Iteration, Attempt: args.Attempt, Status: db.IterRunning, StartedAt: tx.Now()}
+		row := &spec.Iteration{RunID: run.ID, Iteration: args.Iteration, Attempt: args.Attempt, Status: spec.IterRunning, StartedAt: tx.Now()}
 		if args.Attempt > 1 {
 			// An interrupted earlier attempt: its running time still counts,
 			// in this row, which replaces it, and not twice in the run total
@@ -301,7 +390,7 @@ func (e *Engine) beginIteration(ctx context.Context, args IterateArgs) (*iterati
 }
 
 // feedbackOf returns what the gate said after iteration r.
-func feedbackOf(r *db.Iteration) *spec.Feedback {
+func feedbackOf(r *spec.Iteration) *spec.Feedback {
 	var g GateRecord
 	if len(r.Gate) > 0 {
 		json.Unmarshal(r.Gate, &g)
@@ -320,7 +409,7 @@ func feedbackOf(r *db.Iteration) *spec.Feedback {
 // historySinceResume returns the signals of the iterations before n, newest
 // first, back to (not including) the last one that ended a stretch with a
 // wait or a stop, so breakers start afresh after the person steps in.
-func historySinceResume(recent []*db.Iteration, n int) []Signals {
+func historySinceResume(recent []*spec.Iteration, n int) []Signals {
 	var out []Signals
 	for _, r := range recent {
 		if r.Iteration >= n {
@@ -340,13 +429,13 @@ func historySinceResume(recent []*db.Iteration, n int) []Signals {
 
 // iterationMetrics returns this iteration's metrics: its usage as recorded
 // in llm_calls, tool calls and running time.
-func (e *Engine) iterationMetrics(ctx context.Context, it *iteration, res *spec.Result, start time.Time) (db.Metrics, error) {
+func (e *Engine) iterationMetrics(ctx context.Context, it *iteration, res *spec.Result, start time.Time) (spec.Metrics, error) {
 	m, err := e.db.SumLLMCalls(ctx, it.run.ID, it.row.Iteration)
 	m.Iterations = 1
 	m.ToolCallsTotal = res.ToolCalls
 	m.RunningMS = it.row.Metrics.RunningMS + e.now().Sub(start).Milliseconds()
 	if m.ByModel == nil {
-		m.ByModel = map[string]db.ModelUsage{}
+		m.ByModel = map[string]spec.ModelUsage{}
 	}
 	return m, err
 }
@@ -363,7 +452,7 @@ func (e *Engine) checkEnv(it *iteration, res *spec.Result) checks.Env {
 	runID, userID := it.run.ID, it.run.UserID
 	env.Document = func(ctx context.Context, path string) (string, bool, error) {
 		d, err := e.db.FindRunDocumentByPath(ctx, userID, runID, path)
-		if db.ErrorCode(err) == db.ENOTFOUND {
+		if spec.ErrorCode(err) == spec.ENOTFOUND {
 			return "", false, nil
 		} else if err != nil {
 			return "", false, err
@@ -377,7 +466,7 @@ func (e *Engine) checkEnv(it *iteration, res *spec.Result) checks.Env {
 		}
 		done := 0
 		for _, t := range tasks {
-			if t.Status == db.TaskDone {
+			if t.Status == spec.TaskDone {
 				done++
 			}
 		}
@@ -400,118 +489,129 @@ func minimalEnviron() []string {
 
 // finishIteration commits an iteration's outcome in one transaction: the
 // iteration row, its events, the run's metrics, and either the next job or
-// the run's new status.
-func (e *Engine) finishIteration(ctx context.Context, it *iteration, res *spec.Result, checkResults []spec.CheckResult,
-	sig Signals, d spec.Decision, m db.Metrics, status, narrative, narrativeErr string) error {
-	rec := GateRecord{Decision: d, Signals: sig}
-	if res.Status != nil {
-		rec.RemainingWork = res.Status.RemainingWork
-	}
-	gate, _ := json.Marshal(rec)
-	checksJSON, _ := json.Marshal(checkResults)
-	if checkResults == nil {
-		checksJSON = []byte("[]")
-	}
-	artifacts, _ := json.Marshal(res.Artifacts)
-	row := it.row
-	row.Status, row.EndedAt, row.Summary = status, e.now(), res.Summary
-	row.Gate, row.Checks, row.Fingerprint = gate, checksJSON, sig.Progress
-	row.Error, row.ErrorFingerprint, row.Metrics, row.Artifacts = res.Error, res.ErrorFingerprint, m, artifacts
-
-	return e.db.WriteTx(ctx, func(tx *db.Tx) error {
+// the run's new status, whose event is then the run's last. An attempt that
+// is no longer the run's current one writes nothing and reports false.
+func (e *Engine) finishIteration(ctx context.Context, it *iteration, out *outcome) (bool, error) {
+	row := e.outcomeRow(it, out)
+	committed := false
+	err := e.db.WriteTx(ctx, func(tx *db.Tx) error {
 		run, err := tx.FindRun(ctx, it.run.ID)
 		if err != nil {
 			return err
 		}
-		row.EndedAt = tx.Now()
-		// Usage is re-read here so calls made after the iteration's own
-		// (the summarizer's) are in the iteration and so in the run total.
-		usage, err := tx.SumLLMCalls(ctx, run.ID, row.Iteration)
-		if err != nil {
+		if !e.current(run, row) {
+			return nil // stale: a pure no-op
+		}
+		if err := e.recordIteration(ctx, tx, run, it, row, out); err != nil {
 			return err
 		}
-		row.Metrics.PromptTokens, row.Metrics.CompletionTokens, row.Metrics.TokensTotal = usage.PromptTokens, usage.CompletionTokens, usage.TokensTotal
-		row.Metrics.CostTotalUSD, row.Metrics.UnpricedCalls, row.Metrics.LLMCalls, row.Metrics.ByModel = usage.CostTotalUSD, usage.UnpricedCalls, usage.LLMCalls, usage.ByModel
-		if row.Metrics.ByModel == nil {
-			row.Metrics.ByModel = map[string]db.ModelUsage{}
-		}
-		if err := tx.UpsertIteration(ctx, row); err != nil {
-			return err
-		}
-		total, err := tx.SumIterationMetrics(ctx, run.ID)
-		if err != nil {
-			return err
-		}
-		run.Metrics = total
-		if it.maxInbox > 0 {
-			if err := tx.ConsumeInbox(ctx, run.ID, it.maxInbox, row.Iteration); err != nil {
-				return err
-			}
-		}
-		for _, c := range checkResults {
-			if _, err := tx.AppendEvent(ctx, run.ID, "check_result", map[string]any{"iteration": row.Iteration, "check": c}); err != nil {
-				return err
-			}
-		}
-		current := run.Status == db.StatusRunning && run.Iteration == row.Iteration && run.Attempt == row.Attempt
-		if current {
-			if _, err := tx.AppendEvent(ctx, run.ID, "gate_decision", map[string]any{
-				"iteration": row.Iteration, "decision": d.Decision, "reasons": d.Reasons, "stop_reason": d.StopReason,
-				"wait_reason": d.WaitReason, "questions": d.Questions, "false_completion": d.FalseCompletion,
-				"evidence": d.Evidence, "check_score": sig.Score,
-			}); err != nil {
-				return err
-			}
-		}
-		if _, err := tx.AppendEvent(ctx, run.ID, "iteration_completed", map[string]any{
-			"iteration": row.Iteration, "attempt": row.Attempt, "status": status, "summary": truncate(res.Summary, 2000),
-			"error": truncate(res.Error, 2000), "metrics": m, "decision": d.Decision,
-			"run_metrics": map[string]any{"iterations": total.Iterations, "tokens_total": total.TokensTotal, "cost_total_usd": total.CostTotalUSD},
-		}); err != nil {
-			return err
-		}
-		if !current {
-			// Canceled (or otherwise moved on) while we worked: record only.
-			if len(run.Report) > 0 {
-				if err := e.refreshReportMetrics(run); err != nil {
-					return err
-				}
-			}
-			run.LeaseOwner = ""
-			return tx.UpdateRun(ctx, run)
-		}
-		run.RunningSince = time.Time{}
-		switch d.Decision {
-		case spec.DecisionContinue:
-			run.RunningSince = tx.Now()
-			return e.enqueueNext(ctx, tx, run)
-		case spec.DecisionWait:
-			w := &db.Waiting{Reason: d.WaitReason, Questions: d.Questions}
-			if err := e.setStatus(ctx, tx, run, db.StatusWaiting, nil, w); err != nil {
-				return err
-			}
-		case spec.DecisionComplete:
-			if err := e.writeReport(ctx, tx, run, db.StatusCompleted, &db.StopReason{Type: StopCompleted, Detail: joinReasons(d.Reasons)}, narrative, narrativeErr); err != nil {
-				return err
-			}
-			if err := e.setStatus(ctx, tx, run, db.StatusCompleted, &db.StopReason{Type: StopCompleted, Detail: joinReasons(d.Reasons)}, nil); err != nil {
-				return err
-			}
-		default: // stop, fail
-			st := db.StatusStopped
-			if d.Decision == spec.DecisionFail {
-				st = db.StatusFailed
-			}
-			sr := &db.StopReason{Type: d.StopReason, Detail: joinReasons(d.Reasons), Evidence: d.Evidence}
-			if err := e.writeReport(ctx, tx, run, st, sr, narrative, narrativeErr); err != nil {
-				return err
-			}
-			if err := e.setStatus(ctx, tx, run, st, sr, nil); err != nil {
-				return err
-			}
-		}
-		return e.promote(ctx, tx, run.UserID)
+		committed = true
+		return e.applyDecision(ctx, tx, run, out, it.history)
 	})
+	return committed && err == nil, err
+}
+
+// outcomeRow fills the iteration row from the outcome (usage is re-read in
+// the finishing transaction).
+func (e *Engine) outcomeRow(it *iteration, out *outcome) *spec.Iteration {
+	res, d := out.res, out.decision
+	rec := GateRecord{Decision: d, Signals: out.sig}
+	if res.Status != nil {
+		rec.RemainingWork = res.Status.RemainingWork
+	}
+	gate, _ := json.Marshal(rec)
+	checksJSON, _ := json.Marshal(out.checks)
+	if out.checks == nil {
+		checksJSON = []byte("[]")
+	}
+	artifacts, _ := json.Marshal(res.Artifacts)
+	row := *it.row
+	row.Status, row.Summary = out.status, res.Summary
+	row.Gate, row.Checks, row.Fingerprint = gate, checksJSON, out.sig.Progress
+	row.Error, row.ErrorFingerprint, row.Metrics, row.Artifacts = res.Error, res.ErrorFingerprint, out.metrics, artifacts
+	return &row
+}
+
+// recordIteration writes the iteration row, consumes its inbox, sums the
+// run's metrics and appends the iteration's events.
+func (e *Engine) recordIteration(ctx context.Context, tx *db.Tx, run *spec.Run, it *iteration, row *spec.Iteration, out *outcome) error {
+	row.EndedAt = tx.Now()
+	// Usage is re-read here so calls made after the iteration's own
+	// (the summarizer's) are in the iteration and so in the run total.
+	usage, err := tx.SumLLMCalls(ctx, run.ID, row.Iteration)
+	if err != nil {
+		return err
+	}
+	row.Metrics.PromptTokens, row.Metrics.CompletionTokens, row.Metrics.TokensTotal = usage.PromptTokens, usage.CompletionTokens, usage.TokensTotal
+	row.Metrics.CostTotalUSD, row.Metrics.UnpricedCalls, row.Metrics.LLMCalls, row.Metrics.ByModel = usage.CostTotalUSD, usage.UnpricedCalls, usage.LLMCalls, usage.ByModel
+	if row.Metrics.ByModel == nil {
+		row.Metrics.ByModel = map[string]spec.ModelUsage{}
+	}
+	if err := tx.UpsertIteration(ctx, row); err != nil {
+		return err
+	}
+	total, err := tx.SumIterationMetrics(ctx, run.ID)
+	if err != nil {
+		return err
+	}
+	run.Metrics = total
+	if it.maxInbox > 0 {
+		if err := tx.ConsumeInbox(ctx, run.ID, it.maxInbox, row.Iteration); err != nil {
+			return err
+		}
+	}
+	for _, c := range out.checks {
+		if _, err := tx.AppendEvent(ctx, run.ID, "check_result", map[string]any{"iteration": row.Iteration, "check": c}); err != nil {
+			return err
+		}
+	}
+	d, res := out.decision, out.res
+	if _, err := tx.AppendEvent(ctx, run.ID, "gate_decision", map[string]any{
+		"iteration": row.Iteration, "decision": d.Decision, "reasons": d.Reasons, "stop_reason": d.StopReason,
+		"wait_reason": d.WaitReason, "questions": d.Questions, "false_completion": d.FalseCompletion,
+		"evidence": d.Evidence, "check_score": out.sig.Score,
+	}); err != nil {
+		return err
+	}
+	_, err = tx.AppendEvent(ctx, run.ID, "iteration_completed", map[string]any{
+		"iteration": row.Iteration, "attempt": row.Attempt, "status": row.Status, "summary": truncate(res.Summary, 2000),
+		"error": truncate(res.Error, 2000), "metrics": row.Metrics, "decision": d.Decision,
+		"run_metrics": map[string]any{"iterations": total.Iterations, "tokens_total": total.TokensTotal, "cost_total_usd": total.CostTotalUSD},
+	})
+	return err
+}
+
+// applyDecision enqueues the next iteration or moves the run to its new
+// status (report, notification, status event last), then promotes queued
+// runs when a slot freed.
+func (e *Engine) applyDecision(ctx context.Context, tx *db.Tx, run *spec.Run, out *outcome, history []Signals) error {
+	d := out.decision
+	run.RunningSince = time.Time{}
+	switch d.Decision {
+	case spec.DecisionContinue:
+		run.RunningSince = tx.Now()
+		return e.enqueueNext(ctx, tx, run, e.endpointBackoff(out, history))
+	case spec.DecisionWait:
+		w := &spec.Waiting{Reason: d.WaitReason, Questions: d.Questions}
+		if err := e.setStatus(ctx, tx, run, spec.StatusWaiting, nil, w); err != nil {
+			return err
+		}
+	default: // complete, stop, fail
+		st, sr := spec.StatusStopped, &spec.StopReason{Type: d.StopReason, Detail: joinReasons(d.Reasons), Evidence: d.Evidence}
+		switch d.Decision {
+		case spec.DecisionComplete:
+			st, sr = spec.StatusCompleted, &spec.StopReason{Type: StopCompleted, Detail: joinReasons(d.Reasons)}
+		case spec.DecisionFail:
+			st = spec.StatusFailed
+		}
+		if err := e.writeReport(ctx, tx, run, st, sr, out.narrative, out.narrativeErr); err != nil {
+			return err
+		}
+		if err := e.setStatus(ctx, tx, run, st, sr, nil); err != nil {
+			return err
+		}
+	}
+	return e.promote(ctx, tx, run.UserID)
 }
 
 func joinReasons(r []string) string {
@@ -525,24 +625,44 @@ func joinReasons(r []string) string {
 	return out
 }
 
-// renewLease extends the run's lease every third of its TTL until done is
-// closed or ctx ends.
-func (e *Engine) renewLease(ctx context.Context, runID string, done <-chan struct{}) {
-	t := time.NewTicker(e.opts.LeaseTTL / 3)
-	defer t.Stop()
-	for {
-		select {
-		case <-done:
-			return
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			ok, err := e.db.RenewLease(ctx, runID, e.id, e.now().Add(e.opts.LeaseTTL))
-			if err != nil && ctx.Err() == nil {
-				e.log.Warn("renew lease", "run", runID, "err", err)
-			} else if !ok {
+// holdLease renews the attempt's lease every third of its TTL from now
+// until the returned stop is called (after the outcome commits) or ctx ends.
+// Past deadline it stops renewing (the watchdog): the lease then expires and
+// recovery takes the run over. When the run moved on, it cancels the attempt
+// with errLeaseLost so its executor and checks stop at once.
+func (e *Engine) holdLease(ctx context.Context, cancel context.CancelCauseFunc, it *iteration, deadline time.Time) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(e.opts.LeaseTTL / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			if e.now().After(deadline) {
+				e.log.Warn("attempt past its deadline: no longer renewing its lease", "run", it.run.ID, "iteration", it.row.Iteration)
+				return
+			}
+			ok, err := e.db.RenewAttemptLease(ctx, it.run.ID, e.id, it.row.Iteration, it.row.Attempt, e.now().Add(e.opts.LeaseTTL))
+			if err != nil {
+				if ctx.Err() == nil {
+					e.log.Warn("renew lease", "run", it.run.ID, "err", err)
+				}
+				continue
+			}
+			if !ok {
+				cancel(errLeaseLost)
 				return
 			}
 		}
-	}
+	}()
+	var once sync.Once
+	return func() { once.Do(func() { close(done); wg.Wait() }) }
 }

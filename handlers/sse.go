@@ -301,10 +301,8 @@ func (st *streamer) liveEvent(ctx context.Context, e *db.Event) error {
 	k := st.src.key(e)
 	if k <= st.last {
 		if st.src.run && e.IsTerminal() {
-			// The run is over; send whatever followed it and end.
-			err := st.replay(ctx)
+			// The run is over and its terminal event, its last, was sent.
 			st.ended = true
-			return err
 		}
 		return nil
 	}
@@ -322,11 +320,8 @@ func (st *streamer) liveEvent(ctx context.Context, e *db.Event) error {
 		return err
 	}
 	if st.src.run && e.IsTerminal() {
-		// Events committed with the terminal one (its notification) are
-		// in the database already.
-		err := st.replay(ctx)
+		// A run's terminal event is its last: the stream ends with it.
 		st.ended = true
-		return err
 	}
 	return nil
 }
@@ -351,12 +346,13 @@ func (st *streamer) replay(ctx context.Context) error {
 			}
 			if st.src.run && e.IsTerminal() {
 				st.ended = true
+				break
 			}
 		}
 		if err := st.w.Flush(); err != nil {
 			return err
 		}
-		if len(evs) < sseReplayPage {
+		if st.ended || len(evs) < sseReplayPage {
 			return nil
 		}
 	}

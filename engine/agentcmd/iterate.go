@@ -28,6 +28,10 @@ const (
 	// "status", "exit_code", "timed_out", "duration_ms", "output_bytes",
 	// "dropped_bytes"}.
 	EventExit = spec.EventAgentExit
+	// EventOrphanKilled reports that an agent left running by a killed
+	// server was ended before this attempt's agent started: {"iteration",
+	// "pgid"}.
+	EventOrphanKilled = spec.EventAgentOrphanKilled
 )
 
 const emitTimeout = 5 * time.Second
@@ -68,6 +72,19 @@ func (e *Executor) Iterate(ctx context.Context, in *spec.Input) (*spec.Result, e
 	}
 	if err := os.MkdirAll(filepath.Join(wd, ".homework"), 0o755); err != nil {
 		return nil, fmt.Errorf("agentcmd: create .homework: %w", err)
+	}
+	// One agent per work directory: hold its lock for the whole run of the
+	// agent, and first end any agent an earlier attempt left behind when
+	// its server was killed.
+	lock, err := lockWorkdir(ctx, wd)
+	if err != nil {
+		return nil, err
+	}
+	defer lock.unlock()
+	if pgid, err := reapOrphanGroup(ctx, wd); err != nil {
+		return nil, err
+	} else if pgid != 0 {
+		e.emit(ctx, in, EventOrphanKilled, map[string]any{"iteration": in.Iteration, "pgid": pgid})
 	}
 	prompt, err := buildPrompt(in.Config, e.promptData(in, wd))
 	if err != nil {
@@ -184,6 +201,15 @@ func (e *Executor) runAgent(ctx context.Context, in *spec.Input, wd, prompt stri
 		outR.Close()
 		return &agentRun{startErr: err}, nil
 	}
+	if err := recordGroup(wd, cmd.Process.Pid); err != nil {
+		// Unrecorded, a crash could leave it running unseen: do not run it.
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		cmd.Wait()
+		stdinW.Close()
+		outR.Close()
+		return nil, fmt.Errorf("agentcmd: record the agent's process group: %w", err)
+	}
+	defer forgetGroup(wd)
 
 	var wg sync.WaitGroup
 	wg.Add(1)

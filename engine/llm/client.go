@@ -68,11 +68,12 @@ func (s *retrySlot) retryDelay(now time.Time) time.Duration {
 
 // ModelError is a failed model call after retries.
 type ModelError struct {
-	Status      int    // HTTP status, 0 for network and response errors
-	Retryable   bool   // whether the failure class is retried
-	Fatal       bool   // the endpoint refused the credentials (401, 403)
-	Message     string // for people
-	Fingerprint string // stable across occurrences, for the breaker
+	Status      int           // HTTP status, 0 for network and response errors
+	Retryable   bool          // whether the failure class is retried
+	Fatal       bool          // the endpoint refused the credentials (401, 403)
+	Message     string        // for people
+	Fingerprint string        // stable across occurrences, for the breaker
+	RetryAfter  time.Duration // the endpoint's Retry-After on the last attempt, if any
 	Err         error
 }
 
@@ -206,6 +207,11 @@ func (e *Executor) chat(ctx context.Context, rec func(context.Context, spec.LLMC
 		}
 		if me == nil {
 			return resp, nil
+		}
+		if d := slot.retryDelay(e.opts.Now()); d > 0 {
+			m := *me
+			m.RetryAfter = d
+			me = &m
 		}
 		if !me.Retryable || attempt >= e.opts.RetryMax || ctx.Err() != nil {
 			return resp, me

@@ -150,7 +150,7 @@ func TestLLMRunsThroughTheEngine(t *testing.T) {
 		if n := countEvents(evs, "tool_call"); n != 12 {
 			t.Errorf("%d tool_call events, want 12", n)
 		}
-		if evs[len(evs)-1].Type != "notification_created" {
+		if evs[len(evs)-1].Type != "run_completed" {
 			t.Errorf("last event is %s", evs[len(evs)-1].Type)
 		}
 		if n := h.notification(run.ID, "run_completed"); n.Title != "Homework complete" {

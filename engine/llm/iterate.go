@@ -46,6 +46,9 @@ type iteration struct {
 	mu   sync.Mutex
 	res  *spec.Result
 	refs map[string]refPos
+	// errKind and errTool are the kind ("invalid_arguments", "internal")
+	// and tool of the failure in res.Error, "" when none.
+	errKind, errTool string
 }
 
 // scope is one tool loop: the planner's or a delegated branch's.
@@ -156,7 +159,7 @@ func (e *Executor) Iterate(ctx context.Context, in *spec.Input) (*spec.Result, e
 			res.Error, res.ErrorFingerprint = "the iteration ran out of time", "iteration:timeout"
 			retErr = fmt.Errorf("llm iteration: %w", ctx.Err())
 		} else {
-			res.Error, res.ErrorFingerprint = me.Message, me.Fingerprint
+			res.Error, res.ErrorFingerprint, res.RetryAfter = me.Message, me.Fingerprint, me.RetryAfter
 			retErr = me
 			if me.Fatal {
 				res.Fatal = &spec.Fatal{Type: "error", Detail: me.Message}
@@ -404,6 +407,7 @@ func (it *iteration) execCall(ctx context.Context, sc *scope, tc openai.ToolCall
 			switch {
 			case err == nil:
 				obs = out
+				it.recovered(name)
 			case errors.As(err, &te):
 				obs, errored = "error: "+te.msg, true
 			case ctx.Err() != nil:
@@ -447,6 +451,18 @@ func (it *iteration) fail(toolName, kind, msg string) {
 	defer it.mu.Unlock()
 	it.res.Error = truncate(fmt.Sprintf("tool %s: %s", toolName, oneLine(msg)), 1000)
 	it.res.ErrorFingerprint = "tool:" + toolName + ":" + kind + ":" + normalizeError(msg)
+	it.errKind, it.errTool = kind, toolName
+}
+
+// recovered clears an invalid-arguments failure of toolName once the model
+// made that call with valid arguments: an error it corrected (a final
+// report_status after a malformed one, say) is not the iteration's error.
+func (it *iteration) recovered(toolName string) {
+	it.mu.Lock()
+	defer it.mu.Unlock()
+	if it.errKind == "invalid_arguments" && it.errTool == toolName {
+		it.res.Error, it.res.ErrorFingerprint, it.errKind, it.errTool = "", "", "", ""
+	}
 }
 
 const repairPrompt = `You repair the JSON arguments of a tool call that failed validation.

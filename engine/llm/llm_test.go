@@ -379,6 +379,27 @@ func TestRepair(t *testing.T) {
 	})
 }
 
+func TestACorrectedCallDoesNotPoisonAValidReport(t *testing.T) {
+	f := newFixture(t, spec.Config{}, nil,
+		tools(call(toolReportStatus, `{"exit_signal": "yes"`)),
+		llmtest.Text("not json"),
+		llmtest.Text("still not json"),
+		report(true, "all done", "notes/a.md written"))
+	res, err := f.iterate(f.input(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Status == nil || !res.Status.ExitSignal {
+		t.Fatalf("status %+v", res.Status)
+	}
+	if res.Error != "" || res.ErrorFingerprint != "" {
+		t.Fatalf("the corrected report_status left the error %q (%s)", res.Error, res.ErrorFingerprint)
+	}
+	if r := f.host.Events("tool_result")[0].Data; r["ok"] != false {
+		t.Fatalf("the malformed call was not reported as failed: %v", r)
+	}
+}
+
 func TestModelErrors(t *testing.T) {
 	t.Run("429 with Retry-After is retried after the delay", func(t *testing.T) {
 		f := newFixture(t, spec.Config{}, nil,

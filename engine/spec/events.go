@@ -34,8 +34,10 @@ const (
 	EventCheckResult         = "check_result"
 	EventGateDecision        = "gate_decision"
 	EventIterationCompleted  = "iteration_completed"
-	EventAgentOutput         = "agent_output" // a batch of a command agent's live output
-	EventAgentExit           = "agent_exit"   // how a command agent's process ended
+	EventAgentOutput         = "agent_output"        // a batch of a command agent's live output
+	EventAgentExit           = "agent_exit"          // how a command agent's process ended
+	EventAgentOrphanKilled   = "agent_orphan_killed" // an agent left by a killed server was ended first
+	EventIterationBackoff    = "iteration_backoff"   // the next iteration waits after an endpoint failure
 	EventRunWaitingOnUser    = "run_waiting_on_user"
 	EventUserResponse        = "user_response"
 	EventMessageQueued       = "message_queued"

@@ -41,6 +41,10 @@ const (
 	StopCanceled          = "canceled"
 	StopError             = "error"
 	StopInterrupted       = "interrupted"
+	// StopModelUnavailable and StopRateLimited name a model endpoint that
+	// kept failing (5xx, network, timeouts; 429) until a breaker tripped.
+	StopModelUnavailable = "model_unavailable"
+	StopRateLimited      = "rate_limited"
 )
 
 // Wait reasons: the Reason of a waiting_on_user run's Waiting.

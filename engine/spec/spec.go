@@ -275,6 +275,9 @@ type Result struct {
 	WaitForApproval string
 	// Artifacts are the documents, tasks and files created or updated.
 	Artifacts Artifacts
+	// RetryAfter is how long the model endpoint asked to be left alone
+	// (its Retry-After) when the iteration ended on its failure.
+	RetryAfter time.Duration
 }
 
 // CheckResult is the outcome of one objective check.

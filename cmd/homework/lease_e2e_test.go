@@ -1,0 +1,199 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// adminToken adds an admin and returns a token for it.
+func adminToken(t testing.TB, bin, dbPath string) string {
+	t.Helper()
+	add := exec.Command(bin, "user", "add", "--email", "admin@example.com", "--admin", "--db", dbPath)
+	add.Stdin = strings.NewReader("admin-test-password\n")
+	if out, err := add.CombinedOutput(); err != nil {
+		t.Fatalf("user add: %v %s", err, out)
+	}
+	out, err := exec.Command(bin, "token", "create", "--email", "admin@example.com", "--db", dbPath).Output()
+	if err != nil {
+		t.Fatalf("token create: %v", err)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+type apiEvent struct {
+	Seq  int64           `json:"seq"`
+	Type string          `json:"type"`
+	Data json.RawMessage `json:"data"`
+}
+
+// runEvents returns the run's events, checking seq is gap-free.
+func runEvents(t testing.TB, s *server, token, id string) []apiEvent {
+	t.Helper()
+	var page struct {
+		Events []apiEvent `json:"events"`
+	}
+	if code := s.api(t, token, "GET", "/api/runs/"+id+"/events?limit=1000", nil, &page); code != 200 {
+		t.Fatalf("events: %d", code)
+	}
+	for i, e := range page.Events {
+		if e.Seq != int64(i+1) {
+			t.Fatalf("event %d has seq %d (not gap-free)", i+1, e.Seq)
+		}
+	}
+	return page.Events
+}
+
+func eventTypes(evs []apiEvent) string {
+	var out []string
+	for _, e := range evs {
+		out = append(out, e.Type)
+	}
+	return strings.Join(out, " ")
+}
+
+// TestSlowCheckUnderAShortLeaseRunsTheAgentOnce: the lease covers the whole
+// iteration, checks included, so a check that outlasts the lease several
+// times over does not get the iteration recovered and its agent run again.
+func TestSlowCheckUnderAShortLeaseRunsTheAgentOnce(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the real binary")
+	}
+	bin, err := binary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := t.TempDir()
+	wd := filepath.Join(root, "work")
+	if err := os.Mkdir(wd, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	agentLog := filepath.Join(root, "agent.log")
+	dbPath := filepath.Join(t.TempDir(), "lease.db")
+	s := startServer(t, bin, dbPath, "--lease-ttl", "1s", "--allow-command-runs", root)
+	token := adminToken(t, bin, dbPath)
+
+	var created struct {
+		RunID string `json:"run_id"`
+	}
+	code := s.api(t, token, "POST", "/api/runs", map[string]any{
+		"objective": "run once under a short lease", "executor": "command",
+		"agent": map[string]any{"workdir": wd, "argv": []string{"sh", "-c",
+			`echo "agent iteration $HOMEWORK_ITERATION" >> ` + agentLog + `; echo 'done <promise>COMPLETE</promise>'`}},
+		"completion": map[string]any{"checks": []map[string]any{{"type": "command", "name": "slow check",
+			"argv": []string{"sh", "-c", "sleep 4"}, "timeout_ms": 30000}}},
+	}, &created)
+	if code != 201 || created.RunID == "" {
+		t.Fatalf("create run: %d", code)
+	}
+	waitRunStatus(t, s, token, created.RunID, "completed")
+
+	b, err := os.ReadFile(agentLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lines := strings.Count(string(b), "\n"); lines != 1 {
+		t.Fatalf("the agent ran %d times for one iteration:\n%s\nserver log:\n%s", lines, b, s.log())
+	}
+	evs := runEvents(t, s, token, created.RunID)
+	if strings.Contains(eventTypes(evs), "run_recovered") || strings.Count(eventTypes(evs), "iteration_started") != 1 {
+		t.Fatalf("the iteration was recovered while its check ran: %s", eventTypes(evs))
+	}
+	if last := evs[len(evs)-1].Type; last != "run_completed" {
+		t.Fatalf("last event %s: %s", last, eventTypes(evs))
+	}
+}
+
+// TestAgentOfAKilledServerIsEndedBeforeTheNextAttempt: SIGKILL the server
+// while its command agent runs; the restarted server kills the orphaned
+// agent's process group, and waits for it to be gone, before the recovered
+// attempt's agent starts, so the two never overlap in the work directory.
+func TestAgentOfAKilledServerIsEndedBeforeTheNextAttempt(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the real binary")
+	}
+	bin, err := binary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := t.TempDir()
+	wd := filepath.Join(root, "work")
+	if err := os.Mkdir(wd, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	agentLog, marker := filepath.Join(root, "agent.log"), filepath.Join(root, "first")
+	script := `if [ ! -e ` + marker + ` ]; then
+  touch ` + marker + `
+  echo "A-start $$" >> ` + agentLog + `
+  i=0; while [ $i -lt 600 ]; do echo "A-tick" >> ` + agentLog + `; sleep 0.1; i=$((i+1)); done
+  echo "A-end" >> ` + agentLog + `
+else
+  echo "B-start" >> ` + agentLog + `
+  sleep 0.5
+  echo "B-end" >> ` + agentLog + `
+fi
+echo '<promise>COMPLETE</promise>'`
+	dbPath := filepath.Join(t.TempDir(), "orphan.db")
+	args := []string{"--allow-command-runs", root}
+	first := startServer(t, bin, dbPath, args...)
+	token := adminToken(t, bin, dbPath)
+	var created struct {
+		RunID string `json:"run_id"`
+	}
+	if code := first.api(t, token, "POST", "/api/runs", map[string]any{
+		"objective": "no overlap after a crash", "executor": "command",
+		"agent": map[string]any{"workdir": wd, "argv": []string{"sh", "-c", script}},
+	}, &created); code != 201 {
+		t.Fatalf("create run: %d", code)
+	}
+	var pidA int
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		b, _ := os.ReadFile(agentLog)
+		if strings.Contains(string(b), "A-tick") {
+			fmt.Sscanf(string(b), "A-start %d", &pidA)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the first agent never ran:\n%s", first.log())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Cleanup(func() { syscall.Kill(-pidA, syscall.SIGKILL) })
+	first.kill()
+	if syscall.Kill(-pidA, 0) != nil {
+		t.Fatal("the first agent died with its server: nothing to test")
+	}
+
+	second := startServer(t, bin, dbPath, args...)
+	waitRunStatus(t, second, token, created.RunID, "completed")
+	b, _ := os.ReadFile(agentLog)
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	bStart := -1
+	for i, l := range lines {
+		if l == "B-start" {
+			bStart = i
+		}
+	}
+	if bStart < 0 {
+		t.Fatalf("the recovered attempt's agent never ran:\n%s", b)
+	}
+	for _, l := range lines[bStart:] {
+		if strings.HasPrefix(l, "A-") {
+			t.Fatalf("the orphaned agent wrote after the new one started:\n%s", b)
+		}
+	}
+	evs := runEvents(t, second, token, created.RunID)
+	if !strings.Contains(eventTypes(evs), "agent_orphan_killed") {
+		t.Fatalf("no agent_orphan_killed event: %s", eventTypes(evs))
+	}
+	if last := evs[len(evs)-1].Type; last != "run_completed" {
+		t.Fatalf("last event %s: %s", last, eventTypes(evs))
+	}
+}

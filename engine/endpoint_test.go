@@ -1,0 +1,61 @@
+package engine
+
+import (
+	"testing"
+	"time"
+
+	"homework/engine/spec"
+)
+
+func TestEndpointFailureNamesRetryableEndpointErrors(t *testing.T) {
+	for fp, want := range map[string]string{
+		"model:http_429": StopRateLimited, "model:http_503": StopModelUnavailable, "model:network": StopModelUnavailable,
+		"model:timeout": StopModelUnavailable, "model:http_404": "", "model:http_401": "", "tool:x:internal:y": "", "": "",
+	} {
+		if got := endpointFailure(fp); got != want {
+			t.Errorf("endpointFailure(%q) = %q, want %q", fp, got, want)
+		}
+	}
+}
+
+func TestEndpointBackoffGrowsIsCappedAndHonoursRetryAfter(t *testing.T) {
+	e := &Engine{opts: Options{EndpointBackoffBase: time.Second, EndpointBackoffMax: 10 * time.Second}}
+	failed := &outcome{res: &spec.Result{ErrorFingerprint: "model:http_503"}}
+	history := func(n int) []Signals {
+		h := make([]Signals, n)
+		for i := range h {
+			h[i].ErrorFP = "model:http_429"
+		}
+		return h
+	}
+	// With ±50% jitter, the n-th consecutive failure waits within
+	// [0.5, 1.5] × min(base × 2^(n-1), max), and never past max.
+	for n := 1; n <= 8; n++ {
+		interval := min(time.Second<<(n-1), 10*time.Second)
+		lo, hi := interval/2, min(interval*3/2, 10*time.Second)
+		for range 50 {
+			d := e.endpointBackoff(failed, history(n-1))
+			if d < lo || d > hi {
+				t.Fatalf("failure %d: backoff %s outside [%s, %s]", n, d, lo, hi)
+			}
+		}
+	}
+	// A success in between starts over.
+	mixed := append([]Signals{{ErrorFP: ""}}, history(5)...)
+	if d := e.endpointBackoff(failed, mixed); d > 1500*time.Millisecond {
+		t.Fatalf("backoff after a success in between: %s", d)
+	}
+	// Retry-After wins when longer, up to its own bound.
+	failed.res.RetryAfter = 40 * time.Second
+	if d := e.endpointBackoff(failed, nil); d != 40*time.Second {
+		t.Fatalf("Retry-After 40s: backoff %s", d)
+	}
+	failed.res.RetryAfter = time.Hour
+	if d := e.endpointBackoff(failed, nil); d != maxRetryAfter {
+		t.Fatalf("Retry-After 1h: backoff %s", d)
+	}
+	// Not an endpoint failure: no wait.
+	if d := e.endpointBackoff(&outcome{res: &spec.Result{ErrorFingerprint: "tool:x:internal:y"}}, history(3)); d != 0 {
+		t.Fatalf("backoff %s after a tool error", d)
+	}
+}

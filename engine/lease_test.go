@@ -1,0 +1,198 @@
+package engine
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"homework/db"
+	"homework/engine/scripted"
+	"homework/engine/spec"
+)
+
+// snapshot is everything a finishing attempt could write for a run.
+type snapshot struct {
+	run    db.Run
+	events int
+	iters  []db.Iteration
+}
+
+func (h *harness) snapshot(u *db.User, runID string) snapshot {
+	h.t.Helper()
+	r, err := h.db.FindRun(h.ctx, u.ID, runID)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	its, err := h.db.ListIterations(h.ctx, u.ID, runID)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	s := snapshot{run: *r, events: len(h.events(u, runID))}
+	for _, it := range its {
+		s.iters = append(s.iters, *it)
+	}
+	return s
+}
+
+// unstartedEngine is a real engine over a real database whose River client
+// never starts, so the test drives attempts itself.
+func unstartedEngine(t *testing.T) *harness {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	bus := NewBus()
+	d, err := db.Open(ctx, db.Options{Path: filepath.Join(t.TempDir(), "s.db"), OnEvents: bus.Publish})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	e, err := New(Options{DB: d, Bus: bus, Executors: map[string]Executor{spec.ExecutorScript: &scripted.Executor{DB: d}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &harness{t: t, db: d, bus: bus, e: e, ctx: ctx}
+}
+
+func TestStaleAttemptFinishWritesNothing(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		moveOn  func(h *harness, u *db.User, runID string)
+		wantEnd string
+	}{
+		{"recovered", func(h *harness, u *db.User, runID string) {
+			if ok, err := h.e.recoverRun(h.ctx, runID, h.e.id, false); err != nil || !ok {
+				h.t.Fatalf("recover: %v %v", ok, err)
+			}
+		}, "run_recovered"},
+		{"canceled", func(h *harness, u *db.User, runID string) {
+			if _, err := h.e.Cancel(h.ctx, u.ID, runID); err != nil {
+				h.t.Fatal(err)
+			}
+		}, "run_canceled"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := unstartedEngine(t)
+			u := h.user("stale@example.com")
+			r := h.create(u, spec.Config{Script: script(done("finished"))})
+			it, err := h.e.beginIteration(h.ctx, IterateArgs{RunID: r.ID, Iteration: 1, Attempt: 1})
+			if err != nil || it == nil {
+				t.Fatalf("begin: %v", err)
+			}
+			out := &outcome{res: &spec.Result{Summary: "late"}, status: db.IterSucceeded,
+				decision:  spec.Decision{Decision: spec.DecisionComplete, Reasons: []string{"late"}},
+				metrics:   db.Metrics{Iterations: 1, ToolCallsTotal: 7, RunningMS: 5},
+				narrative: "a late narrative"}
+
+			tc.moveOn(h, u, r.ID)
+			before := h.snapshot(u, r.ID)
+			// The stale attempt's renewal neither extends the new lease nor succeeds.
+			if ok, err := h.e.db.RenewAttemptLease(h.ctx, r.ID, h.e.id, 1, 1, time.Now().Add(time.Hour)); err != nil || ok {
+				t.Fatalf("a stale attempt renewed the lease: %v %v", ok, err)
+			}
+			committed, err := h.e.finishIteration(h.ctx, it, out)
+			if err != nil || committed {
+				t.Fatalf("stale finish: committed=%v err=%v", committed, err)
+			}
+			after := h.snapshot(u, r.ID)
+			if !reflect.DeepEqual(before, after) {
+				t.Fatalf("a stale finish changed the record:\nbefore %+v\nafter  %+v", before, after)
+			}
+			evs := h.events(u, r.ID)
+			if last := evs[len(evs)-1].Type; last != tc.wantEnd {
+				t.Fatalf("last event %s, want %s", last, tc.wantEnd)
+			}
+		})
+	}
+}
+
+// TestCancelDuringAnIterationEndsWithTheTerminalEvent cancels a run while
+// its iteration works (in the executor, and in a command check) and checks
+// that nothing follows run_canceled and the metrics do not move after it.
+func TestCancelDuringAnIterationEndsWithTheTerminalEvent(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name string
+		cfg  spec.Config
+	}{
+		{"in the executor", spec.Config{Script: script(scripted.Step{SleepMS: 60_000})}},
+		{"in a command check", spec.Config{Script: script(scripted.Step{Summary: "quick", Tools: 3,
+			LLM: []spec.LLMCall{{Role: "planner", Model: "m", PromptTokens: 10, CompletionTokens: 5, CostUSD: 0.01, Priced: true}}}),
+			Agent: &spec.Agent{Workdir: dir},
+			Completion: spec.Completion{Checks: []spec.CheckSpec{{Type: spec.CheckCommand, Name: "slow",
+				Argv: []string{"sh", "-c", "touch check-started; sleep 60"}}}}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, nil)
+			u := h.user("cancel@example.com")
+			os.Remove(filepath.Join(dir, "check-started"))
+			r := h.create(u, tc.cfg)
+			if tc.cfg.Agent != nil {
+				waitFile(t, filepath.Join(dir, "check-started"))
+			} else {
+				h.waitFor(u, r.ID, "iteration started", func(r *db.Run) bool { return r.LeaseOwner != "" })
+			}
+			if _, err := h.e.Cancel(h.ctx, u.ID, r.ID); err != nil {
+				t.Fatal(err)
+			}
+			frozen := h.snapshot(u, r.ID)
+			// Wait for the canceled attempt to return (its worker slot frees).
+			h.waitInflightGone(r.ID)
+			after := h.snapshot(u, r.ID)
+			if !reflect.DeepEqual(frozen, after) {
+				t.Fatalf("the record changed after the cancel:\nat cancel %+v\nafter      %+v", frozen, after)
+			}
+			evs := h.events(u, r.ID)
+			if last := evs[len(evs)-1].Type; last != "run_canceled" {
+				var types []string
+				for _, e := range evs {
+					types = append(types, e.Type)
+				}
+				t.Fatalf("last event %s: %s", last, strings.Join(types, " "))
+			}
+			if len(after.iters) != 1 || after.iters[0].Status != db.IterCanceled {
+				t.Fatalf("iterations %+v", after.iters)
+			}
+			if tc.cfg.Agent != nil && after.run.Metrics.TokensTotal != 15 {
+				t.Fatalf("the canceled iteration's spend is not counted: %+v", after.run.Metrics)
+			}
+			h.checkMetricsAddUp(u, r.ID)
+		})
+	}
+}
+
+// waitInflightGone waits until no attempt of the run is in flight.
+func (h *harness) waitInflightGone(runID string) {
+	h.t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		h.e.mu.Lock()
+		_, busy := h.e.inflight[runID]
+		h.e.mu.Unlock()
+		if !busy {
+			return
+		}
+		if time.Now().After(deadline) {
+			h.t.Fatal("the canceled attempt never returned")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// waitFile waits until path exists (a fake program's signal).
+func waitFile(t *testing.T, path string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if _, err := os.Stat(path); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never appeared", path)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
