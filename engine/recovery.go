@@ -1,8 +1,8 @@
 package engine
 
 import (
-	"homework/engine/spec"
 	"context"
+	"homework/engine/spec"
 	"time"
 
 	"homework/db"
