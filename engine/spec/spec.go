@@ -124,6 +124,15 @@ type Agent struct {
 	Env            []string `json:"env,omitempty"` // names of server environment variables passed through
 	OutputCapBytes int64    `json:"output_cap_bytes,omitempty"`
 	CommitEach     bool     `json:"commit_each_iteration,omitempty"`
+	// OutputFormat says how to read the agent's output: text (the
+	// default), claude-json, claude-stream-json or codex-json.
+	OutputFormat string `json:"output_format,omitempty"`
+	// Preset names the CLI the argv was filled in for: claude, codex,
+	// gemini, aider or custom.
+	Preset string `json:"preset,omitempty"`
+	// Resume continues the previous iteration's agent session (claude
+	// --resume, codex exec resume) when the output format reports one.
+	Resume bool `json:"resume,omitempty"`
 }
 
 // InboxItem is an answer or message from the person, new for this iteration.
