@@ -319,6 +319,9 @@ func breakers(in gateInput) (string, string, *Evidence) {
 			}
 		}
 	}
+	if stop, detail, e := cycleBreaker(in); stop != "" {
+		return stop, detail, e
+	}
 	if n := orInt(cfg.Breakers.NoProgress, DefaultNoProgress); n > 0 {
 		if fps, ok := same(n, func(s Signals) string { return s.Progress }); ok {
 			return StopNoProgress, fmt.Sprintf("no progress for %d iterations in a row", n), ev("no_progress", n, fps)

@@ -67,6 +67,9 @@ func (e *Engine) validateConfig(ctx context.Context, user *db.User, cfg *spec.Co
 			return db.FieldError(f.name, "Must be between 1 and 100.")
 		}
 	}
+	if err := validateCycles(*b); err != nil {
+		return err
+	}
 	if len(cfg.Completion.Token) > 200 {
 		return db.FieldError("completion.token", "Completion token is too long.")
 	}

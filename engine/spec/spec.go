@@ -113,6 +113,7 @@ type Breakers struct {
 	RepeatedError     int   `json:"repeated_error,omitempty"`     // same error fingerprint N iterations (default 5)
 	StallRepeats      int   `json:"stall_repeats,omitempty"`      // command: same output/diff/failing-check hash N times (default 3)
 	QualityRegression *bool `json:"quality_regression,omitempty"` // check score falling 3 iterations by >10 points (default on)
+	Cycles            int   `json:"cycles,omitempty"`             // progress fingerprints cycling with period 2..4 this many times (default 3, -1 off)
 }
 
 // Agent configures a command run's agent process.
