@@ -154,7 +154,7 @@ func decide(in gateInput) spec.Decision {
 
 	if res.Fatal != nil {
 		return spec.Decision{Decision: spec.DecisionStop, StopReason: orDefault(res.Fatal.Type, StopError),
-			Reasons: []string{res.Fatal.Detail}}
+			Reasons: []string{res.Fatal.Detail}, Evidence: res.Fatal.Evidence}
 	}
 
 	// Completion: the explicit signal AND evidence AND every check passing.

@@ -87,6 +87,7 @@ func (e *Executor) Iterate(ctx context.Context, in *spec.Input) (*spec.Result, e
 		outCap = min(a.OutputCapBytes, e.opts.MaxOutputCap)
 	}
 
+	changes := e.beginChanges(ctx, wd, in.RunID)
 	run, err := e.runAgent(ctx, in, wd, prompt, timeout, outCap)
 	if err != nil {
 		return nil, err
@@ -145,6 +146,16 @@ func (e *Executor) Iterate(ctx context.Context, in *spec.Input) (*spec.Result, e
 	if run.reason == checks.StopCanceled {
 		return res, fmt.Errorf("agentcmd: iteration interrupted: %w", context.Cause(ctx))
 	}
+	ch, known := changes.end(ctx)
+	if known {
+		res.Artifacts = ch.refs()
+	}
+	enforceWriteMode(in, wd, res, ch, known)
+	last := res.Summary
+	if parsed != nil && parsed.OK && strings.TrimSpace(parsed.FinalText) != "" {
+		last = parsed.FinalText
+	}
+	e.saveLastSummary(wd, in.RunID, last)
 	if h, err := e.DiffHash(ctx, wd); err == nil {
 		res.DiffHash = h
 	} else {

@@ -240,6 +240,8 @@ type Artifacts struct {
 type Fatal struct {
 	Type   string `json:"type"` // a stop reason, usually "error"
 	Detail string `json:"detail"`
+	// Evidence is recorded with the stop, when there is some.
+	Evidence json.RawMessage `json:"evidence,omitempty"`
 }
 
 // Result is what an executor returns for one iteration. A non-nil error from
