@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"strings"
 
 	"homework/db"
 	"homework/engine/spec"
@@ -99,4 +100,14 @@ func validateCycles(b spec.Breakers) error {
 		return db.FieldError("breakers.cycles", "breakers.cycles must be between 2 and %d (or -1 to turn the cycle breaker off).", MaxCycles)
 	}
 	return nil
+}
+
+// repeatedErrorDetail is the repeated_error stop detail, quoting the
+// newest occurrence of the error.
+func repeatedErrorDetail(n int, failure string) string {
+	d := fmt.Sprintf("the same error repeated %d times in a row", n)
+	if failure = strings.TrimSpace(failure); failure != "" {
+		d += ": " + truncate(failure, 300)
+	}
+	return d
 }

@@ -53,7 +53,9 @@ func TestCycleBreakerInTheGate(t *testing.T) {
 
 func testCycleBreaker(t *testing.T, executor string) {
 	cfg := &spec.Config{Executor: executor, Mode: spec.ModeAuto}
-	sig := func(fp, summary string) Signals { return Signals{Progress: fp, Summary: summary, Failure: "check " + fp + " failing"} }
+	sig := func(fp, summary string) Signals {
+		return Signals{Progress: fp, Summary: summary, Failure: "check " + fp + " failing"}
+	}
 	history := []Signals{sig("B", "broke b"), sig("A", "fixed b"), sig("B", "broke b"), sig("A", "fixed b"), sig("B", "broke b")}
 	in := gateInput{Config: cfg, Iteration: 6, Result: &spec.Result{}, Signals: sig("A", "fixed b"), History: history}
 	d := decide(in)

@@ -301,7 +301,7 @@ func breakers(in gateInput) (string, string, *Evidence) {
 	}
 	if n := orInt(cfg.Breakers.RepeatedError, DefaultRepeatedError); n > 0 {
 		if fps, ok := same(n, func(s Signals) string { return s.ErrorFP }); ok {
-			return StopRepeatedError, fmt.Sprintf("the same error repeated %d times in a row", n), ev("repeated_error", n, fps)
+			return StopRepeatedError, repeatedErrorDetail(n, in.Signals.Failure), ev("repeated_error", n, fps)
 		}
 	}
 	if cfg.Executor == spec.ExecutorCommand {

@@ -6,6 +6,7 @@ import (
 
 	"homework/db"
 	"homework/engine"
+	"homework/engine/agentcmd"
 	"homework/engine/spec"
 )
 
@@ -43,4 +44,36 @@ fi`)
 		t.Errorf("evidence failures %q", ev.LastFailures)
 	}
 	h.requireBasics(run.ID)
+}
+
+func TestRepeatedErrorQuotesTheError(t *testing.T) {
+	h := newE2E(t, e2eConfig{})
+	wd := h.workdir("failing")
+	script, _ := agent(t, `cat >/dev/null
+echo "Starting attempt $HOMEWORK_ITERATION"
+echo "fatal: could not reach the model API (attempt $HOMEWORK_ITERATION)" >&2
+echo "cleaning up"
+exit 1`)
+	cfg := commandRun(script, wd)
+	cfg.Breakers.RepeatedError = 2
+	run := h.settled(h.create(cfg).ID)
+	if run.Status != db.StatusStopped || run.StopReason == nil || run.StopReason.Type != engine.StopRepeatedError {
+		t.Fatalf("run is %s (%+v), want stopped for repeated_error\n%s", run.Status, run.StopReason, h.eventDump(run.ID))
+	}
+	if d := run.StopReason.Detail; !strings.Contains(d, "the same error repeated 2 times in a row: The agent failed (exit status 1): fatal: could not reach the model API (attempt 2)") {
+		t.Errorf("stop detail %q does not quote the error line", d)
+	}
+}
+
+func TestLastErrorLine(t *testing.T) {
+	for _, tc := range []struct{ out, want string }{
+		{"building\nerror: x.go:3: undefined: y\nexiting\n", "error: x.go:3: undefined: y"},
+		{"just some output\nlast words\n\n", "last words"},
+		{"\x1b[31mFAIL\x1b[0m TestAdd\n", "FAIL TestAdd"},
+		{"", ""},
+	} {
+		if got := agentcmd.LastErrorLine(tc.out); got != tc.want {
+			t.Errorf("LastErrorLine(%q) = %q, want %q", tc.out, got, tc.want)
+		}
+	}
 }

@@ -119,6 +119,9 @@ func (e *Executor) Iterate(ctx context.Context, in *spec.Input) (*spec.Result, e
 		res.ErrorFingerprint = "timeout"
 	case !run.state.Success():
 		res.Error = fmt.Sprintf("The agent failed (%s).", checks.DescribeExit(run.state))
+		if l := LastErrorLine(res.Output); l != "" {
+			res.Error = fmt.Sprintf("The agent failed (%s): %s", checks.DescribeExit(run.state), l)
+		}
 		res.ErrorFingerprint = ErrorFingerprint(run.state.ExitCode(), res.Output)
 	}
 	if parsed != nil && parsed.Error != "" && run.reason == checks.StopExited {
