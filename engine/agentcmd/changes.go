@@ -73,6 +73,21 @@ func stateDir(wd, runID string) string {
 	return filepath.Join(wd, ".homework", "runs", runID)
 }
 
+// ensureStateDir creates the run's state directory, and a .gitignore that
+// keeps every run's state out of git (commit_each_iteration adds all),
+// returning the directory or "" when it cannot.
+func ensureStateDir(wd, runID string) string {
+	dir := stateDir(wd, runID)
+	if dir == "" || os.MkdirAll(dir, 0o755) != nil {
+		return ""
+	}
+	ignore := filepath.Join(filepath.Dir(dir), ".gitignore")
+	if _, err := os.Stat(ignore); errors.Is(err, fs.ErrNotExist) {
+		writeFileAtomic(ignore, []byte("# Homework's per-run state: not part of the work.\n*\n"), 0o644)
+	}
+	return dir
+}
+
 func loadSnapshot(name string) *snapshot {
 	b, err := os.ReadFile(name)
 	if err != nil {
@@ -86,9 +101,6 @@ func loadSnapshot(name string) *snapshot {
 }
 
 func saveSnapshot(name string, s *snapshot) error {
-	if err := os.MkdirAll(filepath.Dir(name), 0o755); err != nil {
-		return err
-	}
 	b, err := json.Marshal(s)
 	if err != nil {
 		return err
@@ -281,7 +293,7 @@ type iterationChanges struct {
 }
 
 func (e *Executor) beginChanges(ctx context.Context, wd, runID string) *iterationChanges {
-	ic := &iterationChanges{e: e, wd: wd, dir: stateDir(wd, runID)}
+	ic := &iterationChanges{e: e, wd: wd, dir: ensureStateDir(wd, runID)}
 	if ic.dir == "" {
 		return ic
 	}

@@ -126,9 +126,14 @@ else
   echo "<promise>COMPLETE</promise>"
 fi`)
 	cfg := commandRun(script, wd)
+	cfg.Agent.CommitEach = true
 	run := h.settled(h.create(cfg).ID)
 	if run.Status != db.StatusCompleted {
 		t.Fatalf("run is %s (%+v)\n%s", run.Status, run.StopReason, h.eventDump(run.ID))
+	}
+	h.stop()
+	if files := git(t, wd, "ls-files"); strings.Contains(files, ".homework/runs") {
+		t.Errorf("the run's state was committed:\n%s", files)
 	}
 	var rep spec.Report
 	if err := json.Unmarshal(run.Report, &rep); err != nil {
@@ -159,7 +164,7 @@ fi`)
 		t.Errorf("commits %v", commits)
 	}
 	for _, s := range []string{"> Removed old.txt and committed.", "Created (1): new.txt", "Modified (1): README.md", "Deleted (1): old.txt",
-		"agent: drop old.txt", "files changed"} {
+		"agent: drop old.txt", "homework: run " + run.ID + " iteration 1", "files changed"} {
 		if !strings.Contains(rep.Summary, s) {
 			t.Errorf("report summary lacks %q:\n%s", s, rep.Summary)
 		}

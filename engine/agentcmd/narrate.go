@@ -16,11 +16,10 @@ const lastSummaryFile = "last-summary.txt"
 // saveLastSummary keeps the iteration's summary (the agent's final answer
 // when its output format has one) for the run's report.
 func (e *Executor) saveLastSummary(wd, runID, summary string) {
-	dir := stateDir(wd, runID)
-	if dir == "" || strings.TrimSpace(summary) == "" {
+	if strings.TrimSpace(summary) == "" {
 		return
 	}
-	if os.MkdirAll(dir, 0o755) == nil {
+	if dir := ensureStateDir(wd, runID); dir != "" {
 		writeFileAtomic(filepath.Join(dir, lastSummaryFile), []byte(truncate(strings.TrimSpace(summary), 4000)), 0o644)
 	}
 }

@@ -2,10 +2,10 @@ package agentcmd
 
 import (
 	"context"
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"homework/engine/spec"
@@ -19,9 +19,9 @@ const (
 	EventOutputWarning = "agent_output_warning"
 	// RoleAgent is the role of the usage a command agent reports.
 	RoleAgent = "agent"
-	// sessionFile keeps the last agent session id of the run working in a
-	// directory, for agent.resume.
-	sessionFile = ".homework/agent-session.json"
+	// sessionFile (in the run's state directory) keeps the last agent
+	// session id, for agent.resume.
+	sessionFile = "session.txt"
 )
 
 // CostFunc prices a model's tokens; ok is false for an unknown model.
@@ -82,28 +82,24 @@ func (e *Executor) readStructured(ctx context.Context, in *spec.Input, output st
 	return p
 }
 
-type savedSession struct {
-	RunID     string `json:"run_id"`
-	SessionID string `json:"session_id"`
-}
-
 func (e *Executor) saveSession(wd, runID, id string) {
-	b, _ := json.Marshal(savedSession{RunID: runID, SessionID: id})
-	writeFileAtomic(filepath.Join(wd, filepath.FromSlash(sessionFile)), b, 0o644)
+	if dir := ensureStateDir(wd, runID); dir != "" {
+		writeFileAtomic(filepath.Join(dir, sessionFile), []byte(id), 0o644)
+	}
 }
 
 // lastSession returns the session id the run's previous iteration reported
 // in wd, or "".
 func lastSession(wd, runID string) string {
-	b, err := os.ReadFile(filepath.Join(wd, filepath.FromSlash(sessionFile)))
+	dir := stateDir(wd, runID)
+	if dir == "" {
+		return ""
+	}
+	b, err := os.ReadFile(filepath.Join(dir, sessionFile))
 	if err != nil {
 		return ""
 	}
-	var s savedSession
-	if json.Unmarshal(b, &s) != nil || s.RunID != runID {
-		return ""
-	}
-	return s.SessionID
+	return strings.TrimSpace(string(b))
 }
 
 // agentArgv returns the argv of this iteration: the run's, continuing the
