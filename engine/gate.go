@@ -165,7 +165,7 @@ func decide(in gateInput) spec.Decision {
 
 	if res.Fatal != nil {
 		return spec.Decision{Decision: spec.DecisionStop, StopReason: orDefault(res.Fatal.Type, StopError),
-			Reasons: []string{res.Fatal.Detail}}
+			Reasons: []string{res.Fatal.Detail}, Evidence: res.Fatal.Evidence}
 	}
 
 	// Completion: the explicit signal AND evidence AND every check passing.
@@ -318,7 +318,7 @@ func breakers(in gateInput) (string, string, *Evidence) {
 	}
 	if n := orInt(cfg.Breakers.RepeatedError, DefaultRepeatedError); n > 0 {
 		if fps, ok := same(n, func(s Signals) string { return s.ErrorFP }); ok {
-			return StopRepeatedError, fmt.Sprintf("the same error repeated %d times in a row", n), ev("repeated_error", n, fps)
+			return StopRepeatedError, repeatedErrorDetail(n, in.Signals.Failure), ev("repeated_error", n, fps)
 		}
 	}
 	if cfg.Executor == spec.ExecutorCommand {
@@ -335,6 +335,9 @@ func breakers(in gateInput) (string, string, *Evidence) {
 				return StopNoProgress, fmt.Sprintf("stalled: the same %s %d times in a row", k.name, n), ev("stall_"+strings.ReplaceAll(k.name, " ", "_"), n, fps)
 			}
 		}
+	}
+	if stop, detail, e := cycleBreaker(in); stop != "" {
+		return stop, detail, e
 	}
 	if n := orInt(cfg.Breakers.NoProgress, DefaultNoProgress); n > 0 {
 		if fps, ok := same(n, func(s Signals) string { return s.Progress }); ok {

@@ -66,6 +66,9 @@ func (e *Engine) validateConfig(ctx context.Context, user *spec.User, cfg *spec.
 			return spec.FieldError(f.name, "Must be between 1 and 100.")
 		}
 	}
+	if err := validateCycles(*b); err != nil {
+		return err
+	}
 	if len(cfg.Completion.Token) > 200 {
 		return spec.FieldError("completion.token", "Completion token is too long.")
 	}

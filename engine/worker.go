@@ -350,7 +350,7 @@ func (e *Engine) beginIteration(ctx context.Context, args IterateArgs) (*iterati
 		if err != nil {
 			return err
 		}
-		recent, err := tx.RecentIterations(ctx, run.ID, 10)
+		recent, err := tx.RecentIterations(ctx, run.ID, historyDepth)
 		if err != nil {
 			return err
 		}

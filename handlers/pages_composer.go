@@ -11,6 +11,7 @@ import (
 
 	"homework/db"
 	"homework/engine"
+	"homework/engine/agentcmd"
 	"homework/engine/spec"
 	"homework/views"
 )
@@ -26,6 +27,7 @@ func (s *Server) composerData(c *fiber.Ctx, f views.ComposerForm) views.Composer
 		Page: s.page(c, title), Form: f, Errors: map[string]string{},
 		LLMConfigured: s.opts.LLMConfigured, DefaultModel: s.opts.DefaultModel,
 		CommandRuns: s.opts.CommandRunsEnabled && u.IsAdmin, ScriptRuns: s.opts.ScriptRunsEnabled,
+		AgentPresets: agentPresetViews(), AgentFormats: agentcmd.OutputFormats(),
 	}
 }
 
@@ -58,6 +60,7 @@ func composerForm(c *fiber.Ctx) views.ComposerForm {
 		Pattern: v("pattern"), PatternTarget: v("pattern_target"), TasksAllDone: c.FormValue("tasks_all_done") != "",
 		DocExists: v("doc_exists"), NoProgress: v("no_progress"), RepeatedError: v("repeated_error"),
 		AgentArgv: v("agent_argv"), AgentWorkdir: v("agent_workdir"), ParentRunID: v("parent_run_id"), Script: v("script"),
+		AgentPreset: v("agent_preset"), AgentFormat: v("agent_output_format"), AgentResume: c.FormValue("agent_resume") != "",
 	}
 }
 
@@ -132,7 +135,7 @@ func (s *Server) configFromForm(u *db.User, f views.ComposerForm) (spec.Config, 
 		if err != nil {
 			fe["agent_argv"] = err.Error()
 		}
-		cfg.Agent = &spec.Agent{Argv: argv, Workdir: f.AgentWorkdir}
+		cfg.Agent = &spec.Agent{Argv: argv, Workdir: f.AgentWorkdir, Preset: f.AgentPreset, OutputFormat: f.AgentFormat, Resume: f.AgentResume}
 	}
 	for i, line := range strings.Split(f.CheckCommands, "\n") {
 		if strings.TrimSpace(line) == "" {
@@ -169,6 +172,7 @@ var formFields = map[string]string{
 	"budgets.max_total_tokens": "max_tokens", "breakers.no_progress": "no_progress",
 	"breakers.repeated_error": "repeated_error", "completion.token": "token",
 	"agent": "agent_argv", "agent.argv": "agent_argv", "agent.workdir": "agent_workdir",
+	"agent.preset": "agent_preset", "agent.output_format": "agent_output_format", "agent.resume": "agent_resume",
 	"script": "script", "parent_run_id": "parent_run_id",
 }
 

@@ -63,6 +63,9 @@ type ComposerForm struct {
 	RepeatedError string
 	AgentArgv     string
 	AgentWorkdir  string
+	AgentPreset   string
+	AgentFormat   string // agent.output_format
+	AgentResume   bool
 	ParentRunID   string
 	Script        string
 }
@@ -80,6 +83,16 @@ type ComposerData struct {
 	Parent        *spec.Run
 	// AdvancedOpen opens the Advanced section (a field in it was refused).
 	AdvancedOpen bool
+	// AgentPresets and AgentFormats are the command agent's choices.
+	AgentPresets []AgentPreset
+	AgentFormats []string
+}
+
+// AgentPreset is a known agent CLI's headless invocation.
+type AgentPreset struct {
+	Name, Label  string
+	Argv         string // shell-style
+	OutputFormat string
 }
 
 // IterationView is one row of a run's timeline.

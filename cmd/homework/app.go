@@ -131,7 +131,11 @@ func (m *Main) executors() (map[string]engine.Executor, bool, error) {
 	}
 	out[spec.ExecutorLLM] = x
 	if m.Config.AllowCommandRuns != "" {
-		out[spec.ExecutorCommand] = agentcmd.New(agentcmd.Options{Root: m.Config.AllowCommandRuns})
+		agentPrices := prices
+		if agentPrices == nil {
+			agentPrices = llm.DefaultPrices()
+		}
+		out[spec.ExecutorCommand] = agentcmd.New(agentcmd.Options{Root: m.Config.AllowCommandRuns, Cost: agentPrices.Cost})
 	}
 	if m.Config.ScriptExecutor {
 		out[spec.ExecutorScript] = &scripted.Executor{DB: m.DB}

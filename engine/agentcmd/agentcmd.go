@@ -91,6 +91,9 @@ type Options struct {
 	LookupEnv func(string) (string, bool)
 	// Git is the git binary; "git" when empty.
 	Git string
+	// Cost prices the tokens an agent reports without a cost of its own,
+	// by the model it names; nil leaves such usage unpriced.
+	Cost CostFunc
 }
 
 // Executor runs command-agent iterations. It is safe for concurrent use by
@@ -170,6 +173,11 @@ func (e *Executor) ValidateConfig(ctx context.Context, user *spec.User, cfg *spe
 		return spec.Errorf(spec.EFORBIDDEN, "Only admins may create command runs.")
 	}
 	a := cfg.Agent
+	if a != nil {
+		if err := applyPreset(a); err != nil {
+			return err
+		}
+	}
 	if a == nil || len(a.Argv) == 0 || a.Argv[0] == "" {
 		return spec.FieldError("agent.argv", "A command run needs agent.argv, the agent command to run, such as [\"claude\", \"-p\"].")
 	}
@@ -215,6 +223,9 @@ func (e *Executor) ValidateConfig(ctx context.Context, user *spec.User, cfg *spe
 		if err := t.Execute(discard{}, samplePromptData()); err != nil {
 			return spec.FieldError("agent.prompt_template", "agent.prompt_template fails on sample data: %v.", err)
 		}
+	}
+	if err := validateFormat(a); err != nil {
+		return err
 	}
 	a.Workdir = wd
 	return nil

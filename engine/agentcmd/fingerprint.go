@@ -102,6 +102,26 @@ func ErrorFingerprint(exitCode int, output string) string {
 	return fmt.Sprintf("exit-%d:%s", exitCode, hex.EncodeToString(h.Sum(nil))[:16])
 }
 
+// LastErrorLine returns the last line of output that looks like an error
+// (else its last non-blank line), trimmed and bounded, or "".
+func LastErrorLine(output string) string {
+	lines := strings.Split(cleanOutput(output), "\n")
+	last := ""
+	for i := len(lines) - 1; i >= 0; i-- {
+		l := strings.TrimSpace(lines[i])
+		if l == "" {
+			continue
+		}
+		if last == "" {
+			last = l
+		}
+		if errorLineRE.MatchString(l) {
+			return oneLine(l, 300)
+		}
+	}
+	return oneLine(last, 300)
+}
+
 // Summarize returns an output's last meaningful lines, bounded.
 func Summarize(output string) string {
 	var keep []string

@@ -103,6 +103,7 @@ func (e *Executor) Iterate(ctx context.Context, in *spec.Input) (*spec.Result, e
 		outCap = min(a.OutputCapBytes, e.opts.MaxOutputCap)
 	}
 
+	changes := e.beginChanges(ctx, wd, in.RunID)
 	run, err := e.runAgent(ctx, in, wd, prompt, timeout, outCap)
 	if err != nil {
 		return nil, err
@@ -117,6 +118,12 @@ func (e *Executor) Iterate(ctx context.Context, in *spec.Input) (*spec.Result, e
 	// The output is stored and sent as text; a binary-spewing agent must not
 	// make it invalid UTF-8.
 	res.Output = strings.ToValidUTF8(run.output, "\uFFFD")
+	parsed := e.readStructured(ctx, in, res.Output, run.duration)
+	if parsed != nil && parsed.OK {
+		// Promises and content checks read the agent's final answer.
+		res.Output = parsed.FinalText
+		res.ToolCalls += len(parsed.ToolUses)
+	}
 	res.OutputHash = OutputHash(res.Output)
 	res.Promise = DetectPromise(res.Output, prompt, in.Config.Completion.Token)
 	summary := Summarize(res.Output)
@@ -128,7 +135,14 @@ func (e *Executor) Iterate(ctx context.Context, in *spec.Input) (*spec.Result, e
 		res.ErrorFingerprint = "timeout"
 	case !run.state.Success():
 		res.Error = fmt.Sprintf("The agent failed (%s).", checks.DescribeExit(run.state))
+		if l := LastErrorLine(res.Output); l != "" {
+			res.Error = fmt.Sprintf("The agent failed (%s): %s", checks.DescribeExit(run.state), l)
+		}
 		res.ErrorFingerprint = ErrorFingerprint(run.state.ExitCode(), res.Output)
+	}
+	if parsed != nil && parsed.Error != "" && run.reason == checks.StopExited {
+		res.Error = "The agent reported an error: " + parsed.Error
+		res.ErrorFingerprint = "agent:" + ErrorFingerprint(0, parsed.Error)
 	}
 	if run.dropped > 0 {
 		summary = truncate(summary, summaryBytes) + fmt.Sprintf("\n(%d bytes of output over the cap were dropped)", run.dropped)
@@ -151,6 +165,16 @@ func (e *Executor) Iterate(ctx context.Context, in *spec.Input) (*spec.Result, e
 	if run.reason == checks.StopCanceled {
 		return res, fmt.Errorf("agentcmd: iteration interrupted: %w", context.Cause(ctx))
 	}
+	ch, known := changes.end(ctx)
+	if known {
+		res.Artifacts = ch.refs()
+	}
+	enforceWriteMode(in, wd, res, ch, known)
+	last := res.Summary
+	if parsed != nil && parsed.OK && strings.TrimSpace(parsed.FinalText) != "" {
+		last = parsed.FinalText
+	}
+	e.saveLastSummary(wd, in.RunID, last)
 	if h, err := e.DiffHash(ctx, wd); err == nil {
 		res.DiffHash = h
 	} else {
@@ -174,7 +198,7 @@ type agentRun struct {
 // runAgent runs the agent process to its end. Every goroutine it starts has
 // exited when it returns.
 func (e *Executor) runAgent(ctx context.Context, in *spec.Input, wd, prompt string, timeout time.Duration, outCap int64) (*agentRun, error) {
-	argv := in.Config.Agent.Argv
+	argv := agentArgv(in.Config.Agent, wd, in.RunID)
 	stdinR, stdinW, err := os.Pipe()
 	if err != nil {
 		return nil, fmt.Errorf("agentcmd: stdin pipe: %w", err)

@@ -40,6 +40,10 @@ type PromptData struct {
 	// CompleteWord is the word of the completion promise: COMPLETE, or the
 	// run's completion token.
 	CompleteWord string
+	// WriteMode says what the run's write mode allows (read_only, an
+	// approve_plan planning iteration); "" for autopilot. Instructions
+	// start with it.
+	WriteMode string
 }
 
 const defaultTemplate = `# Objective
@@ -109,6 +113,9 @@ func (e *Executor) promptData(in *spec.Input, workdir string) PromptData {
 		InboxText:    renderInbox(in.Inbox),
 		Instructions: instructions(word),
 		CompleteWord: word,
+	}
+	if d.WriteMode = writeModeText(in); d.WriteMode != "" {
+		d.Instructions = d.WriteMode + "\n\n" + d.Instructions
 	}
 	if in.Feedback != nil {
 		fb := *in.Feedback

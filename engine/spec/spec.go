@@ -113,6 +113,7 @@ type Breakers struct {
 	RepeatedError     int   `json:"repeated_error,omitempty"`     // same error fingerprint N iterations (default 5)
 	StallRepeats      int   `json:"stall_repeats,omitempty"`      // command: same output/diff/failing-check hash N times (default 3)
 	QualityRegression *bool `json:"quality_regression,omitempty"` // check score falling 3 iterations by >10 points (default on)
+	Cycles            int   `json:"cycles,omitempty"`             // progress fingerprints cycling with period 2..4 this many times (default 3, -1 off)
 }
 
 // Agent configures a command run's agent process.
@@ -124,6 +125,15 @@ type Agent struct {
 	Env            []string `json:"env,omitempty"` // names of server environment variables passed through
 	OutputCapBytes int64    `json:"output_cap_bytes,omitempty"`
 	CommitEach     bool     `json:"commit_each_iteration,omitempty"`
+	// OutputFormat says how to read the agent's output: text (the
+	// default), claude-json, claude-stream-json or codex-json.
+	OutputFormat string `json:"output_format,omitempty"`
+	// Preset names the CLI the argv was filled in for: claude, codex,
+	// gemini, aider or custom.
+	Preset string `json:"preset,omitempty"`
+	// Resume continues the previous iteration's agent session (claude
+	// --resume, codex exec resume) when the output format reports one.
+	Resume bool `json:"resume,omitempty"`
 }
 
 // InboxItem is an answer or message the person sent to a run; the store
@@ -241,6 +251,8 @@ type Artifacts struct {
 type Fatal struct {
 	Type   string `json:"type"` // a stop reason, usually "error"
 	Detail string `json:"detail"`
+	// Evidence is recorded with the stop, when there is some.
+	Evidence json.RawMessage `json:"evidence,omitempty"`
 }
 
 // Result is what an executor returns for one iteration. A non-nil error from

@@ -1,7 +1,8 @@
 // Homework's small page helpers. Live parts use htmx and its SSE extension;
 // this file only formats times relative to now (with the exact time kept in
 // the element's title) and opens <dialog>s from buttons with
-// data-open-dialog="ID" (the CSP allows no inline handlers).
+// data-open-dialog="ID" (the CSP allows no inline handlers); the composer's
+// agent preset fills in the agent command.
 (function () {
   "use strict";
   function rel(t) {
@@ -50,6 +51,16 @@
   // A page restored from that cache has no streams: load it afresh.
   window.addEventListener("pageshow", function (e) {
     if (e.persisted && document.querySelector("[sse-connect]")) location.reload();
+  });
+  // The composer's agent CLI preset fills in the command and output format
+  // (which stay editable).
+  document.addEventListener("change", function (e) {
+    if (!e.target || e.target.id !== "agent_preset") return;
+    var o = e.target.options[e.target.selectedIndex];
+    var argv = document.getElementById("agent_argv");
+    var fmt = document.getElementById("agent_output_format");
+    if (argv && o.getAttribute("data-argv")) argv.value = o.getAttribute("data-argv");
+    if (fmt && o.getAttribute("data-format")) fmt.value = o.getAttribute("data-format");
   });
   document.addEventListener("click", function (e) {
     var b = e.target.closest ? e.target.closest("[data-open-dialog]") : null;

@@ -1,0 +1,56 @@
+package agentcmd
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"homework/db"
+	"homework/engine/spec"
+)
+
+const lastSummaryFile = "last-summary.txt"
+
+// saveLastSummary keeps the iteration's summary (the agent's final answer
+// when its output format has one) for the run's report.
+func (e *Executor) saveLastSummary(wd, runID, summary string) {
+	if strings.TrimSpace(summary) == "" {
+		return
+	}
+	if dir := ensureStateDir(wd, runID); dir != "" {
+		writeFileAtomic(filepath.Join(dir, lastSummaryFile), []byte(truncate(strings.TrimSpace(summary), 4000)), 0o644)
+	}
+}
+
+// Narrate writes a finished command run's report summary: the agent's last
+// summary, then what the run changed in the work directory since its first
+// iteration (files created, modified and deleted, commits, the git diff
+// stat). It implements engine.Narrator.
+func (e *Executor) Narrate(ctx context.Context, run *db.Run, cfg *spec.Config, report *spec.Report) (string, error) {
+	if cfg == nil || cfg.Agent == nil || cfg.Agent.Workdir == "" {
+		return "", nil
+	}
+	wd := cfg.Agent.Workdir
+	var b strings.Builder
+	if dir := stateDir(wd, run.ID); dir != "" {
+		if s, err := os.ReadFile(filepath.Join(dir, lastSummaryFile)); err == nil && len(strings.TrimSpace(string(s))) > 0 {
+			b.WriteString("The agent's last summary:\n\n")
+			for l := range strings.SplitSeq(strings.TrimSpace(string(s)), "\n") {
+				b.WriteString("> " + l + "\n")
+			}
+			b.WriteString("\n")
+		}
+	}
+	ch, ok := e.RunChanges(ctx, wd, run.ID)
+	if !ok {
+		b.WriteString("What changed in the work directory is unknown: the run has no starting snapshot.")
+		return b.String(), nil
+	}
+	fmt.Fprintf(&b, "What changed in %s over the run:\n\n%s", wd, ch.describe(50))
+	if ch.DiffStat != "" {
+		b.WriteString("\n\n```\n" + ch.DiffStat + "\n```")
+	}
+	return b.String(), nil
+}

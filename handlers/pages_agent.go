@@ -1,0 +1,31 @@
+package handlers
+
+import (
+	"strings"
+
+	"homework/engine/agentcmd"
+	"homework/views"
+)
+
+// agentPresetViews lists the agent CLI presets for the composer, each with
+// its argv as the shell-style text the argv field takes.
+func agentPresetViews() []views.AgentPreset {
+	var out []views.AgentPreset
+	for _, p := range agentcmd.Presets() {
+		out = append(out, views.AgentPreset{Name: p.Name, Label: p.Label, Argv: shellJoin(p.Argv), OutputFormat: p.OutputFormat})
+	}
+	return out
+}
+
+// shellJoin quotes argv so that shellSplit gives it back.
+func shellJoin(argv []string) string {
+	parts := make([]string, len(argv))
+	for i, a := range argv {
+		if a != "" && !strings.ContainsAny(a, " \t\n'\"\\$`|&;<>()*?[]#~!{}") {
+			parts[i] = a
+			continue
+		}
+		parts[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+	}
+	return strings.Join(parts, " ")
+}
