@@ -302,6 +302,7 @@ func (d *DB) checkRunOwner(ctx context.Context, userID int64, runID string) erro
 // RunFilter selects runs for ListRuns.
 type RunFilter struct {
 	Status string // optional
+	Tag    string // optional: only runs carrying this tag
 	Limit  int    // 1..200, default 50
 	Cursor string // opaque, from the previous page's NextCursor
 }
@@ -325,6 +326,10 @@ func (d *DB) ListRuns(ctx context.Context, userID int64, f RunFilter) (*RunPage,
 	if f.Status != "" {
 		where = append(where, "status = ?")
 		args = append(args, f.Status)
+	}
+	if f.Tag != "" {
+		where = append(where, "id IN (SELECT run_id FROM run_tags WHERE user_id = ? AND tag = ?)")
+		args = append(args, userID, f.Tag)
 	}
 	if f.Cursor != "" {
 		created, id, ok := strings.Cut(f.Cursor, "_")

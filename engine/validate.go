@@ -67,6 +67,11 @@ func (e *Engine) validateConfig(ctx context.Context, user *db.User, cfg *spec.Co
 			return db.FieldError(f.name, "Must be between 1 and 100.")
 		}
 	}
+	tags, err := NormalizeTags("tags", cfg.Tags)
+	if err != nil {
+		return err
+	}
+	cfg.Tags = tags
 	if len(cfg.Completion.Token) > 200 {
 		return db.FieldError("completion.token", "Completion token is too long.")
 	}

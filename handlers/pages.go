@@ -10,6 +10,7 @@ import (
 	"github.com/gofiber/fiber/v2"
 
 	"homework/db"
+	"homework/engine"
 	"homework/views"
 )
 
@@ -70,7 +71,14 @@ func (s *Server) runListData(c *fiber.Ctx) (views.RunListData, error) {
 	if st := c.Query("status"); slices.Contains(db.Statuses, st) {
 		d.Status = st
 	}
-	page, err := s.db.ListRuns(ctx, u.ID, db.RunFilter{Status: d.Status, Cursor: d.Cursor, Limit: 25})
+	if t := c.Query("tag"); t != "" {
+		tag, err := engine.NormalizeTag("tag", t)
+		if err != nil {
+			return d, err
+		}
+		d.Tag = tag
+	}
+	page, err := s.db.ListRuns(ctx, u.ID, db.RunFilter{Status: d.Status, Tag: d.Tag, Cursor: d.Cursor, Limit: 25})
 	if err != nil {
 		return d, err
 	}

@@ -41,6 +41,7 @@ func (s *Server) composer(c *fiber.Ctx) error {
 		f.ParentRunID = p.ID
 		if cfg, err := engine.RunConfig(p); err == nil {
 			f.Mode, f.Model, f.WriteMode = cfg.Mode, cfg.Model, cfg.Permissions.WriteMode
+			f.Tags = strings.Join(cfg.Tags, ", ")
 		}
 	}
 	d := s.composerData(c, f)
@@ -58,6 +59,7 @@ func composerForm(c *fiber.Ctx) views.ComposerForm {
 		Pattern: v("pattern"), PatternTarget: v("pattern_target"), TasksAllDone: c.FormValue("tasks_all_done") != "",
 		DocExists: v("doc_exists"), NoProgress: v("no_progress"), RepeatedError: v("repeated_error"),
 		AgentArgv: v("agent_argv"), AgentWorkdir: v("agent_workdir"), ParentRunID: v("parent_run_id"), Script: v("script"),
+		Tags: v("tags"),
 	}
 }
 
@@ -119,6 +121,7 @@ func (s *Server) configFromForm(u *db.User, f views.ComposerForm) (spec.Config, 
 			RepeatedError: int(fe.int("repeated_error", f.RepeatedError)),
 		},
 		ParentRunID: f.ParentRunID,
+		Tags:        splitTags(f.Tags),
 	}
 	switch {
 	case f.Script != "" && s.opts.ScriptRunsEnabled:
@@ -169,7 +172,7 @@ var formFields = map[string]string{
 	"budgets.max_total_tokens": "max_tokens", "breakers.no_progress": "no_progress",
 	"breakers.repeated_error": "repeated_error", "completion.token": "token",
 	"agent": "agent_argv", "agent.argv": "agent_argv", "agent.workdir": "agent_workdir",
-	"script": "script", "parent_run_id": "parent_run_id",
+	"script": "script", "parent_run_id": "parent_run_id", "tags": "tags",
 }
 
 // advancedFields are the inputs inside the composer's Advanced section.
@@ -202,6 +205,9 @@ func (s *Server) createRun(c *fiber.Ctx) error {
 		name, ok := formFields[field]
 		if strings.HasPrefix(field, "completion.checks") {
 			name, ok = "checks", true
+		}
+		if strings.HasPrefix(field, "tags") {
+			name, ok = "tags", true
 		}
 		if name == "executor" && !d.CommandRuns {
 			ok = false
@@ -282,4 +288,16 @@ func shellSplit(s string) ([]string, error) {
 		out = append(out, cur.String())
 	}
 	return out, nil
+}
+
+// splitTags reads the composer's comma-separated tags; the engine validates
+// them.
+func splitTags(s string) []string {
+	var out []string
+	for _, t := range strings.Split(s, ",") {
+		if t = strings.TrimSpace(t); t != "" {
+			out = append(out, t)
+		}
+	}
+	return out
 }

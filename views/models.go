@@ -24,6 +24,7 @@ type RunListData struct {
 	Page
 	Runs       []*db.Run
 	Status     string // the status filter; "" for all
+	Tag        string // the tag filter; "" for all
 	Cursor     string // the cursor of this page; "" for the first
 	NextCursor string
 	Counts     map[string]int
@@ -37,6 +38,9 @@ func (d RunListData) FragmentURL() string {
 	u := "/runs/fragment?status=" + queryEscape(d.Status)
 	if d.Cursor != "" {
 		u += "&cursor=" + queryEscape(d.Cursor)
+	}
+	if d.Tag != "" {
+		u += "&tag=" + queryEscape(d.Tag)
 	}
 	return u
 }
@@ -66,6 +70,7 @@ type ComposerForm struct {
 	AgentWorkdir  string
 	ParentRunID   string
 	Script        string
+	Tags          string // comma-separated
 }
 
 // ComposerData is the composer page.
