@@ -37,6 +37,8 @@ func (s *Server) apiRoutes(api fiber.Router) {
 	api.Get("/notifications", s.apiListNotifications)
 	api.Post("/notifications/read-all", s.apiReadAllNotifications)
 	api.Post("/notifications/:id/read", s.apiReadNotification)
+
+	s.statsRoutes(api)
 }
 
 // apiCreateRun handles POST /api/runs: the body is a spec.Config. It answers
