@@ -161,7 +161,12 @@ func (s *Server) reports(c *fiber.Ctx) error {
 		}
 		d.Rows = append(d.Rows, views.ReportRow{Run: r, Title: title})
 	}
-	return s.render(c, fiber.StatusOK, views.Reports(d))
+	d.Effect = s.effectData(c)
+	status := fiber.StatusOK
+	if d.Effect.Error != "" || d.Effect.WhatIfError != "" {
+		status = fiber.StatusBadRequest
+	}
+	return s.render(c, status, views.Reports(d))
 }
 
 // flashText returns the confirmation for a ?done= key; unknown keys show

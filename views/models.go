@@ -189,6 +189,7 @@ type ReportsData struct {
 	Page
 	Rows       []ReportRow
 	NextCursor string
+	Effect     *EffectData // the effectiveness report above the list
 }
 
 // BudgetRow is one budget's use on the run page.
