@@ -192,6 +192,10 @@ func (d *DB) ListRuns(ctx context.Context, userID int64, f RunFilter) (*RunPage,
 		where = append(where, "status = ?")
 		args = append(args, f.Status)
 	}
+	if f.Tag != "" {
+		where = append(where, "id IN (SELECT run_id FROM run_tags WHERE user_id = ? AND tag = ?)")
+		args = append(args, userID, f.Tag)
+	}
 	if f.Cursor != "" {
 		created, id, ok := strings.Cut(f.Cursor, "_")
 		createdMS, err := strconv.ParseInt(created, 10, 64)

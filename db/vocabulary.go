@@ -144,3 +144,13 @@ func ErrorMessage(err error) string { return spec.ErrorMessage(err) }
 
 // Deprecated: use spec.ErrorField.
 func ErrorField(err error) string { return spec.ErrorField(err) }
+
+// Effectiveness report vocabulary, kept here for older callers.
+type (
+	// Deprecated: use spec.StatsFilter.
+	StatsFilter = spec.StatsFilter
+	// Deprecated: use spec.StatsRow.
+	StatsRow = spec.StatsRow
+	// Deprecated: use spec.TagCount.
+	TagCount = spec.TagCount
+)

@@ -55,6 +55,9 @@ func (e *Engine) CreateRun(ctx context.Context, user *spec.User, cfg spec.Config
 		if err := tx.InsertRun(ctx, run); err != nil {
 			return err
 		}
+		if err := tx.InsertRunTags(ctx, run.ID, run.UserID, cfg.Tags); err != nil {
+			return err
+		}
 		if _, err := tx.AppendEvent(ctx, run.ID, spec.EventRunCreated, map[string]any{
 			"objective": cfg.Objective, "mode": cfg.Mode, "executor": cfg.Executor, "config": json.RawMessage(raw),
 		}); err != nil {

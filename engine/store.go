@@ -36,6 +36,8 @@ type StoreTx interface {
 	AppendEvent(ctx context.Context, runID, typ string, data any) (*spec.Event, error)
 
 	InsertRun(ctx context.Context, r *spec.Run) error
+	// InsertRunTags records a new run's tags (already normalized).
+	InsertRunTags(ctx context.Context, runID string, userID int64, tags []string) error
 	FindRun(ctx context.Context, id string) (*spec.Run, error)
 	UpdateRun(ctx context.Context, r *spec.Run) error
 	SetRunMetrics(ctx context.Context, r *spec.Run) error

@@ -69,6 +69,11 @@ func (e *Engine) validateConfig(ctx context.Context, user *spec.User, cfg *spec.
 	if err := validateCycles(*b); err != nil {
 		return err
 	}
+	tags, err := NormalizeTags("tags", cfg.Tags)
+	if err != nil {
+		return err
+	}
+	cfg.Tags = tags
 	if len(cfg.Completion.Token) > 200 {
 		return spec.FieldError("completion.token", "Completion token is too long.")
 	}

@@ -37,6 +37,8 @@ func (s *Server) apiRoutes(api fiber.Router) {
 	api.Get("/notifications", s.apiListNotifications)
 	api.Post("/notifications/read-all", s.apiReadAllNotifications)
 	api.Post("/notifications/:id/read", s.apiReadNotification)
+
+	s.statsRoutes(api)
 }
 
 // apiCreateRun handles POST /api/runs: the body is a spec.Config. It answers
@@ -54,7 +56,7 @@ func (s *Server) apiCreateRun(c *fiber.Ctx) error {
 	return c.Status(fiber.StatusCreated).JSON(fiber.Map{"run_id": run.ID, "status": run.Status, "url": "/runs/" + run.ID})
 }
 
-// apiListRuns handles GET /api/runs?status=&limit=&cursor=: the caller's runs
+// apiListRuns handles GET /api/runs?status=&tag=&limit=&cursor=: the caller's runs
 // newest first, one page at a time.
 func (s *Server) apiListRuns(c *fiber.Ctx) error {
 	status := c.Query("status")
@@ -65,7 +67,13 @@ func (s *Server) apiListRuns(c *fiber.Ctx) error {
 	if err != nil {
 		return s.jsonError(c, err)
 	}
-	page, err := s.db.ListRuns(c.UserContext(), userOf(c).ID, db.RunFilter{Status: status, Limit: int(limit), Cursor: c.Query("cursor")})
+	var tag string
+	if t := c.Query("tag"); t != "" {
+		if tag, err = engine.NormalizeTag("tag", t); err != nil {
+			return s.jsonError(c, err)
+		}
+	}
+	page, err := s.db.ListRuns(c.UserContext(), userOf(c).ID, db.RunFilter{Status: status, Tag: tag, Limit: int(limit), Cursor: c.Query("cursor")})
 	if err != nil {
 		return s.jsonError(c, err)
 	}
@@ -320,4 +328,13 @@ func budgetsOf(r *db.Run) *spec.Budgets {
 		return nil
 	}
 	return &cfg.Budgets
+}
+
+// tagsOf returns the run's tags from its stored configuration, never nil.
+func tagsOf(r *db.Run) []string {
+	cfg, err := engine.RunConfig(r)
+	if err != nil || cfg.Tags == nil {
+		return []string{}
+	}
+	return cfg.Tags
 }

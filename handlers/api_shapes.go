@@ -30,6 +30,7 @@ type RunJSON struct {
 	Budgets     *spec.Budgets   `json:"budgets"`
 	Report      json.RawMessage `json:"report"`
 	ParentRunID *string         `json:"parent_run_id"`
+	Tags        []string        `json:"tags"`
 	URL         string          `json:"url"`
 	// Iterations and Workspace are present only when asked for with
 	// ?include=iterations,workspace.
@@ -154,7 +155,7 @@ func runJSON(r *db.Run) *RunJSON {
 		Iteration: r.Iteration, CreatedAt: timeOrNil(r.CreatedAt), StartedAt: timeOrNil(r.StartedAt),
 		UpdatedAt: timeOrNil(r.UpdatedAt), CompletedAt: timeOrNil(r.CompletedAt),
 		StopReason: r.StopReason, Waiting: r.Waiting, Metrics: r.Metrics, Budgets: budgetsOf(r),
-		Report: rawOrNull(r.Report), URL: "/runs/" + r.ID,
+		Report: rawOrNull(r.Report), URL: "/runs/" + r.ID, Tags: tagsOf(r),
 	}
 	if out.Metrics.ByModel == nil {
 		out.Metrics.ByModel = map[string]db.ModelUsage{}

@@ -10,6 +10,7 @@ import (
 	"github.com/gofiber/fiber/v2"
 
 	"homework/db"
+	"homework/engine"
 	"homework/views"
 )
 
@@ -70,7 +71,14 @@ func (s *Server) runListData(c *fiber.Ctx) (views.RunListData, error) {
 	if st := c.Query("status"); slices.Contains(db.Statuses, st) {
 		d.Status = st
 	}
-	page, err := s.db.ListRuns(ctx, u.ID, db.RunFilter{Status: d.Status, Cursor: d.Cursor, Limit: 25})
+	if t := c.Query("tag"); t != "" {
+		tag, err := engine.NormalizeTag("tag", t)
+		if err != nil {
+			return d, err
+		}
+		d.Tag = tag
+	}
+	page, err := s.db.ListRuns(ctx, u.ID, db.RunFilter{Status: d.Status, Tag: d.Tag, Cursor: d.Cursor, Limit: 25})
 	if err != nil {
 		return d, err
 	}
@@ -153,7 +161,12 @@ func (s *Server) reports(c *fiber.Ctx) error {
 		}
 		d.Rows = append(d.Rows, views.ReportRow{Run: r, Title: title})
 	}
-	return s.render(c, fiber.StatusOK, views.Reports(d))
+	d.Effect = s.effectData(c)
+	status := fiber.StatusOK
+	if d.Effect.Error != "" || d.Effect.WhatIfError != "" {
+		status = fiber.StatusBadRequest
+	}
+	return s.render(c, status, views.Reports(d))
 }
 
 // flashText returns the confirmation for a ?done= key; unknown keys show

@@ -43,6 +43,7 @@ func (s *Server) composer(c *fiber.Ctx) error {
 		f.ParentRunID = p.ID
 		if cfg, err := engine.RunConfig(p); err == nil {
 			f.Mode, f.Model, f.WriteMode = cfg.Mode, cfg.Model, cfg.Permissions.WriteMode
+			f.Tags = strings.Join(cfg.Tags, ", ")
 		}
 	}
 	d := s.composerData(c, f)
@@ -61,6 +62,7 @@ func composerForm(c *fiber.Ctx) views.ComposerForm {
 		DocExists: v("doc_exists"), NoProgress: v("no_progress"), RepeatedError: v("repeated_error"),
 		AgentArgv: v("agent_argv"), AgentWorkdir: v("agent_workdir"), ParentRunID: v("parent_run_id"), Script: v("script"),
 		AgentPreset: v("agent_preset"), AgentFormat: v("agent_output_format"), AgentResume: c.FormValue("agent_resume") != "",
+		Tags: v("tags"),
 	}
 }
 
@@ -122,6 +124,7 @@ func (s *Server) configFromForm(u *db.User, f views.ComposerForm) (spec.Config, 
 			RepeatedError: int(fe.int("repeated_error", f.RepeatedError)),
 		},
 		ParentRunID: f.ParentRunID,
+		Tags:        splitTags(f.Tags),
 	}
 	switch {
 	case f.Script != "" && s.opts.ScriptRunsEnabled:
@@ -173,7 +176,7 @@ var formFields = map[string]string{
 	"breakers.repeated_error": "repeated_error", "completion.token": "token",
 	"agent": "agent_argv", "agent.argv": "agent_argv", "agent.workdir": "agent_workdir",
 	"agent.preset": "agent_preset", "agent.output_format": "agent_output_format", "agent.resume": "agent_resume",
-	"script": "script", "parent_run_id": "parent_run_id",
+	"script": "script", "parent_run_id": "parent_run_id", "tags": "tags",
 }
 
 // advancedFields are the inputs inside the composer's Advanced section.
@@ -206,6 +209,9 @@ func (s *Server) createRun(c *fiber.Ctx) error {
 		name, ok := formFields[field]
 		if strings.HasPrefix(field, "completion.checks") {
 			name, ok = "checks", true
+		}
+		if strings.HasPrefix(field, "tags") {
+			name, ok = "tags", true
 		}
 		if name == "executor" && !d.CommandRuns {
 			ok = false
@@ -286,4 +292,16 @@ func shellSplit(s string) ([]string, error) {
 		out = append(out, cur.String())
 	}
 	return out, nil
+}
+
+// splitTags reads the composer's comma-separated tags; the engine validates
+// them.
+func splitTags(s string) []string {
+	var out []string
+	for _, t := range strings.Split(s, ",") {
+		if t = strings.TrimSpace(t); t != "" {
+			out = append(out, t)
+		}
+	}
+	return out
 }

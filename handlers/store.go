@@ -35,6 +35,11 @@ type Store interface {
 	CountRunsByStatus(ctx context.Context, userID int64) (map[string]int, error)
 	ListIterations(ctx context.Context, userID int64, runID string) ([]*spec.Iteration, error)
 
+	// The effectiveness report: the rows behind its figures, and the tags
+	// in use.
+	StatsRows(ctx context.Context, userID int64, f spec.StatsFilter) ([]spec.StatsRow, error)
+	ListUserTags(ctx context.Context, userID int64) ([]spec.TagCount, error)
+
 	// Events: a run's log by seq, and the user's feed by global id.
 	ListRunEvents(ctx context.Context, userID int64, runID string, afterSeq int64, limit int) ([]*spec.Event, error)
 	LastSeq(ctx context.Context, runID string) (int64, error)

@@ -23,6 +23,7 @@ type RunListData struct {
 	Page
 	Runs       []*spec.Run
 	Status     string // the status filter; "" for all
+	Tag        string // the tag filter; "" for all
 	Cursor     string // the cursor of this page; "" for the first
 	NextCursor string
 	Counts     map[string]int
@@ -36,6 +37,9 @@ func (d RunListData) FragmentURL() string {
 	u := "/runs/fragment?status=" + queryEscape(d.Status)
 	if d.Cursor != "" {
 		u += "&cursor=" + queryEscape(d.Cursor)
+	}
+	if d.Tag != "" {
+		u += "&tag=" + queryEscape(d.Tag)
 	}
 	return u
 }
@@ -68,6 +72,7 @@ type ComposerForm struct {
 	AgentResume   bool
 	ParentRunID   string
 	Script        string
+	Tags          string // comma-separated
 }
 
 // ComposerData is the composer page.
@@ -196,6 +201,7 @@ type ReportsData struct {
 	Page
 	Rows       []ReportRow
 	NextCursor string
+	Effect     *EffectData // the effectiveness report above the list
 }
 
 // BudgetRow is one budget's use on the run page.

@@ -6,6 +6,7 @@
 //	homework token list --email E
 //	homework token revoke --email E --id ID
 //	homework tail RUN_ID [--since N] [--server URL] [--token T]
+//	homework report [--since T] [--until T] [--group-by G] [--format table|json|csv]
 //	homework migrate
 //	homework version
 package main
@@ -78,14 +79,16 @@ func dispatch(ctx context.Context, args []string, env func(string) string, stdin
 		return migrate(ctx, args, env, stdout)
 	case "tail":
 		return tail(ctx, args, env, stdout, stderr)
+	case "report":
+		return report(ctx, args, env, stdout)
 	case "version":
 		fmt.Fprintln(stdout, "homework", version)
 		return nil
 	case "help":
-		fmt.Fprintln(stdout, "usage: homework [serve|user add|token create|token list|token revoke|tail|migrate|version] [flags]")
+		fmt.Fprintln(stdout, "usage: homework [serve|user add|token create|token list|token revoke|tail|report|migrate|version] [flags]")
 		return nil
 	}
-	return usagef("unknown command %q (try: serve, user add, token create, tail, migrate, version)", cmd)
+	return usagef("unknown command %q (try: serve, user add, token create, tail, report, migrate, version)", cmd)
 }
 
 func serve(ctx context.Context, args []string, env func(string) string, stderr io.Writer) error {

@@ -220,6 +220,7 @@ type GateRecord struct {
 // RunFilter selects runs for ListRuns.
 type RunFilter struct {
 	Status string // optional
+	Tag    string // optional: only runs carrying this tag
 	Limit  int    // 1..200, default 50
 	Cursor string // opaque, from the previous page's NextCursor
 }

@@ -53,6 +53,7 @@ type Config struct {
 	Breakers    Breakers        `json:"breakers"`
 	Agent       *Agent          `json:"agent,omitempty"`
 	ParentRunID string          `json:"parent_run_id,omitempty"`
+	Tags        []string        `json:"tags,omitempty"`   // short labels for the effectiveness report
 	Script      json.RawMessage `json:"script,omitempty"` // ExecutorScript only
 }
 

@@ -1,0 +1,37 @@
+package db
+
+import (
+	"context"
+	"fmt"
+)
+
+// InsertRunTags records the run's tags for filtering and grouping. The tags
+// are already validated (engine.NormalizeTags).
+func (tx *Tx) InsertRunTags(ctx context.Context, runID string, userID int64, tags []string) error {
+	for _, t := range tags {
+		if _, err := tx.ExecContext(ctx, `INSERT OR IGNORE INTO run_tags (run_id, user_id, tag) VALUES (?, ?, ?)`, runID, userID, t); err != nil {
+			return fmt.Errorf("insert run tag: %w", err)
+		}
+	}
+	return nil
+}
+
+// ListUserTags returns every tag on the user's runs with its run count,
+// most used first.
+func (d *DB) ListUserTags(ctx context.Context, userID int64) ([]TagCount, error) {
+	rows, err := d.reader.QueryContext(ctx, `SELECT tag, COUNT(*) FROM run_tags WHERE user_id = ?
+		GROUP BY tag ORDER BY COUNT(*) DESC, tag LIMIT 200`, userID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []TagCount
+	for rows.Next() {
+		var t TagCount
+		if err := rows.Scan(&t.Tag, &t.Runs); err != nil {
+			return nil, err
+		}
+		out = append(out, t)
+	}
+	return out, rows.Err()
+}
