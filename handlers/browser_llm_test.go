@@ -20,6 +20,7 @@ import (
 // and watches its page update live, without a reload, until it completes:
 // timeline rows appear, the cost changes, the report shows the narrative.
 func TestBrowserLLMRun(t *testing.T) {
+	findChromium(t) // before any server starts: skip (or fail in CI) at once
 	slow := 700 * time.Millisecond
 	endpoint := llmtest.New(t,
 		// Iteration 1: research notes and a task, then more to do.

@@ -362,7 +362,7 @@ func newTCPProxy(t testing.TB, target string) *tcpProxy {
 	t.Cleanup(func() {
 		ln.Close()
 		p.cut()
-		p.wg.Wait()
+		waitWithin(t, "the proxy's connections to close", 10*time.Second, p.wg.Wait)
 	})
 	return p
 }

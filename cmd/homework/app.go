@@ -159,7 +159,11 @@ func (m *Main) Close() error {
 				m.ln.Close()
 			}
 			if m.serveDone != nil {
-				<-m.serveDone
+				select {
+				case <-m.serveDone:
+				case <-time.After(timeout / 2):
+					errs = append(errs, errors.New("http server did not stop serving in time"))
+				}
 			}
 		}
 		if m.Engine != nil {

@@ -270,3 +270,16 @@ func TestMigrateCommand(t *testing.T) {
 	}
 	fmt.Fprint(io.Discard, out.String())
 }
+
+// waitWithin calls wait and fails the test when it has not returned within
+// d, so no cleanup can hang the test binary.
+func waitWithin(t testing.TB, what string, d time.Duration, wait func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(d):
+		t.Errorf("waiting for %s: not done after %v", what, d)
+	}
+}

@@ -192,7 +192,11 @@ func newProxy(t *testing.T, target string) *proxy {
 			go func() { defer p.wg.Done(); io.Copy(in, out); in.Close() }()
 		}
 	}()
-	t.Cleanup(func() { ln.Close(); p.cut(); p.wg.Wait() })
+	t.Cleanup(func() {
+		ln.Close()
+		p.cut()
+		waitWithin(t, "the proxy's connections to close", 10*time.Second, p.wg.Wait)
+	})
 	return p
 }
 
