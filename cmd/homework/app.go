@@ -76,7 +76,7 @@ func (m *Main) Run(ctx context.Context) error {
 		return err
 	}
 	m.Server, err = handlers.New(handlers.Options{
-		DB: m.DB, Engine: m.Engine, Logger: m.Logger, Version: version, Registry: reg,
+		DB: m.DB, Engine: m.Engine, Logger: m.Logger, Version: buildVersion(), Registry: reg,
 		InsecureCookies: cfg.InsecureCookies, LLMConfigured: llmConfigured, DefaultModel: cfg.LLMModel,
 		CommandRunsEnabled: cfg.AllowCommandRuns != "", MaxRunsPerUser: cfg.MaxRunsPerUser,
 		ScriptRunsEnabled: cfg.ScriptExecutor,
@@ -100,7 +100,7 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 	m.Logger.Info("homework listening", "addr", "http://"+m.ln.Addr().String(), "db", cfg.DBPath,
 		"workers", cfg.Workers, "model_endpoint", endpoint, "base_url", cfg.LLMBaseURL, "model", cfg.LLMModel,
-		"command_runs", cfg.AllowCommandRuns != "", "version", version)
+		"command_runs", cfg.AllowCommandRuns != "", "version", buildVersion())
 	return nil
 }
 
@@ -110,8 +110,8 @@ func (m *Main) Addr() string { return m.ln.Addr().String() }
 // executors builds the executors this server offers.
 func (m *Main) executors() (map[string]engine.Executor, bool, error) {
 	out := map[string]engine.Executor{}
-	var prices llm.PriceTable
-	if m.Config.PricesFile != "" {
+	prices := m.Config.Prices
+	if prices == nil && m.Config.PricesFile != "" {
 		p, err := llm.LoadPrices(m.Config.PricesFile)
 		if err != nil {
 			return nil, false, fmt.Errorf("price table: %w", err)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -45,19 +44,20 @@ func tail(ctx context.Context, args []string, env func(string) string, stdout, s
 		runID, args = args[0], args[1:]
 	}
 	if err := parseFlags(fs, args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(stdout, tailUsage)
+		var hs *helpShown
+		if errors.As(err, &hs) {
+			return &helpShown{tailUsage + "\n"}
 		}
 		return err
 	}
 	if runID == "" && fs.NArg() > 0 {
 		runID = fs.Arg(0)
 	} else if fs.NArg() > 0 {
-		return usagef("tail: unexpected argument %q\n%s", fs.Arg(0), tailUsage)
+		return usagef("tail: unexpected argument %q (usage: homework tail RUN_ID [--since N] [--server URL] [--token T])", fs.Arg(0))
 	}
 	switch {
 	case runID == "":
-		return usagef("tail: missing RUN_ID\n%s", tailUsage)
+		return usagef("tail: missing RUN_ID (usage: homework tail RUN_ID [--since N] [--server URL] [--token T])")
 	case *since < 0:
 		return usagef("tail: --since must not be negative")
 	case *token == "":
