@@ -41,6 +41,7 @@ func (s *Server) pageRoutes(app *fiber.App) {
 	app.Post("/notifications/read-all", auth, s.readAllNotifications)
 	app.Post("/notifications/:nid/read", auth, s.readNotification)
 	app.Get("/reports", auth, s.reports)
+	s.tokenRoutes(app, auth)
 }
 
 // noStore keeps live fragments out of caches.
