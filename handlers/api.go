@@ -1,7 +1,6 @@
 package handlers
 
 import (
-	"slices"
 	"strings"
 
 	"github.com/gofiber/fiber/v2"
@@ -54,18 +53,20 @@ func (s *Server) apiCreateRun(c *fiber.Ctx) error {
 	return c.Status(fiber.StatusCreated).JSON(fiber.Map{"run_id": run.ID, "status": run.Status, "url": "/runs/" + run.ID})
 }
 
-// apiListRuns handles GET /api/runs?status=&limit=&cursor=: the caller's runs
-// newest first, one page at a time.
+// apiListRuns handles GET /api/runs: the caller's runs, filtered and
+// ordered as runFilterQuery reads them (newest first by default), one page
+// at a time.
 func (s *Server) apiListRuns(c *fiber.Ctx) error {
-	status := c.Query("status")
-	if status != "" && !slices.Contains(db.Statuses, status) {
-		return s.jsonError(c, db.FieldError("status", "Unknown status %q; use one of %s.", status, strings.Join(db.Statuses, ", ")))
+	_, f, err := runFilterQuery(c)
+	if err != nil {
+		return s.jsonError(c, err)
 	}
 	limit, err := queryInt(c, "limit", 50, 1, 200)
 	if err != nil {
 		return s.jsonError(c, err)
 	}
-	page, err := s.db.ListRuns(c.UserContext(), userOf(c).ID, db.RunFilter{Status: status, Limit: int(limit), Cursor: c.Query("cursor")})
+	f.Limit = int(limit)
+	page, err := s.db.ListRuns(c.UserContext(), userOf(c).ID, f)
 	if err != nil {
 		return s.jsonError(c, err)
 	}

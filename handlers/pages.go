@@ -2,7 +2,6 @@ package handlers
 
 import (
 	"errors"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -63,15 +62,19 @@ func (s *Server) pageError(c *fiber.Ctx, err error) error {
 	return s.renderError(c, HTTPStatus(err), db.ErrorMessage(err))
 }
 
-// runListData loads the run list for the request's filter and cursor.
+// runListData loads the run list for the request's filters and cursor.
 func (s *Server) runListData(c *fiber.Ctx) (views.RunListData, error) {
 	u := userOf(c)
 	ctx := c.UserContext()
 	d := views.RunListData{Page: s.page(c, "Runs"), MaxRunning: s.opts.MaxRunsPerUser, Cursor: c.Query("cursor")}
-	if st := c.Query("status"); slices.Contains(db.Statuses, st) {
-		d.Status = st
+	var f db.RunFilter
+	var err error
+	if d.Filter, f, err = runFilterQuery(c); err != nil {
+		return d, err
 	}
-	page, err := s.db.ListRuns(ctx, u.ID, db.RunFilter{Status: d.Status, Cursor: d.Cursor, Limit: 25})
+	d.Status = d.Filter.Status
+	f.Limit = 25
+	page, err := s.db.ListRuns(ctx, u.ID, f)
 	if err != nil {
 		return d, err
 	}

@@ -29,23 +29,40 @@ func (s *Server) composerData(c *fiber.Ctx, f views.ComposerForm) views.Composer
 	}
 }
 
+// composer shows the run composer: empty, or with ?from=ID the settings of
+// an earlier run ("Run again"), or with ?parent=ID its settings without the
+// objective, linked to it ("Ask follow-up").
 func (s *Server) composer(c *fiber.Ctx) error {
 	f := views.ComposerForm{Mode: spec.ModeAuto, WriteMode: spec.WriteAutopilot}
 	var parent *db.Run
+	from, asFollowUp := c.Query("from"), false
 	if id := c.Query("parent"); id != "" {
-		p, err := s.db.FindRun(c.UserContext(), userOf(c).ID, id)
+		from, asFollowUp = id, true
+	}
+	if from != "" {
+		src, err := s.db.FindRun(c.UserContext(), userOf(c).ID, from)
 		if err != nil {
 			return s.pageError(c, err)
 		}
-		parent = p
-		f.ParentRunID = p.ID
-		if cfg, err := engine.RunConfig(p); err == nil {
-			f.Mode, f.Model, f.WriteMode = cfg.Mode, cfg.Model, cfg.Permissions.WriteMode
+		if cfg, err := engine.RunConfig(src); err == nil {
+			f = formFromConfig(cfg)
+		}
+		if asFollowUp {
+			parent = src
+			f.Objective, f.ParentRunID = "", src.ID
 		}
 	}
 	d := s.composerData(c, f)
 	d.Parent = parent
+	d.AdvancedOpen = from != "" && hasAdvanced(f)
 	return s.render(c, fiber.StatusOK, views.Composer(d))
+}
+
+// hasAdvanced reports whether any input inside the Advanced section is set.
+func hasAdvanced(f views.ComposerForm) bool {
+	return f.MaxIterations != "" || f.MaxMinutes != "" || f.MaxCostUSD != "" || f.MaxTokens != "" ||
+		f.CheckCommands != "" || f.Pattern != "" || f.DocExists != "" || f.Token != "" || f.TasksAllDone ||
+		f.NoProgress != "" || f.RepeatedError != "" || f.Script != "" || (f.WriteMode != "" && f.WriteMode != spec.WriteAutopilot)
 }
 
 // composerForm reads the composer's fields.

@@ -298,7 +298,7 @@ func TestRunListPaging(t *testing.T) {
 	if n := strings.Count(body, `<tr id="run-`); n != 25 {
 		t.Fatalf("first page has %d runs, want 25", n)
 	}
-	expectContains(t, body, "Older →")
+	expectContains(t, body, "Next page →")
 	i := strings.Index(body, `href="/?cursor=`)
 	if i < 0 {
 		t.Fatal("no next-page link")
@@ -309,7 +309,7 @@ func TestRunListPaging(t *testing.T) {
 	if n := strings.Count(body, `<tr id="run-`); n != 1 {
 		t.Fatalf("second page has %d runs, want 1", n)
 	}
-	expectContains(t, body, "← Newest")
+	expectContains(t, body, "← First page")
 }
 
 // createRunAs creates a queued-or-waiting scripted run straight through the

@@ -2,6 +2,7 @@ package views
 
 import (
 	"sort"
+	"strings"
 	"time"
 
 	"homework/db"
@@ -22,6 +23,7 @@ type AuthData struct {
 // RunListData is the run list page and its live fragment.
 type RunListData struct {
 	Page
+	Filter     RunListFilter
 	Runs       []*db.Run
 	Status     string // the status filter; "" for all
 	Cursor     string // the cursor of this page; "" for the first
@@ -32,9 +34,72 @@ type RunListData struct {
 	Queued     int
 }
 
+// RunListFilter is the run list's search, filters and order as typed in
+// the query string.
+type RunListFilter struct {
+	Query    string
+	Status   string
+	Executor string
+	StopType string
+	From, To string // YYYY-MM-DD
+	Sort     string
+}
+
+// params returns the filter's non-empty query parameters in a fixed order.
+func (f RunListFilter) params() [][2]string {
+	var out [][2]string
+	for _, p := range [][2]string{{"status", f.Status}, {"q", f.Query}, {"executor", f.Executor}, {"stop", f.StopType},
+		{"from", f.From}, {"to", f.To}, {"sort", f.Sort}} {
+		if p[1] != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// URL returns path with the filter's parameters and, when set, a cursor.
+func (f RunListFilter) URL(path, cursor string) string {
+	params := f.params()
+	if cursor != "" {
+		params = append(params, [2]string{"cursor", cursor})
+	}
+	var b strings.Builder
+	b.WriteString(path)
+	for i, p := range params {
+		if i == 0 {
+			b.WriteByte('?')
+		} else {
+			b.WriteByte('&')
+		}
+		b.WriteString(p[0] + "=" + queryEscape(p[1]))
+	}
+	return b.String()
+}
+
+// With returns the filter with one more parameter changed.
+func (f RunListFilter) With(name, value string) RunListFilter {
+	switch name {
+	case "status":
+		f.Status = value
+	case "sort":
+		f.Sort = value
+	}
+	return f
+}
+
+// Active reports whether anything narrows the list.
+func (f RunListFilter) Active() bool {
+	return f.Query != "" || f.Status != "" || f.Executor != "" || f.StopType != "" || f.From != "" || f.To != ""
+}
+
 // FragmentURL is the URL the live run list re-fetches.
 func (d RunListData) FragmentURL() string {
 	u := "/runs/fragment?status=" + queryEscape(d.Status)
+	for _, p := range d.Filter.params() {
+		if p[0] != "status" {
+			u += "&" + p[0] + "=" + queryEscape(p[1])
+		}
+	}
 	if d.Cursor != "" {
 		u += "&cursor=" + queryEscape(d.Cursor)
 	}
