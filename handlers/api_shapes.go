@@ -113,7 +113,10 @@ type NotificationJSON struct {
 	Data      json.RawMessage `json:"data"`
 	Read      bool            `json:"read"`
 	ReadAt    *time.Time      `json:"read_at"`
-	CreatedAt *time.Time      `json:"created_at"`
+	// ResolvedAt is set once the run moved on from what the notification
+	// asked (answered, continued, canceled).
+	ResolvedAt *time.Time `json:"resolved_at"`
+	CreatedAt  *time.Time `json:"created_at"`
 }
 
 // NotificationList is one page of GET /api/notifications.
@@ -206,7 +209,7 @@ func taskJSON(t *db.Task) TaskJSON {
 func notificationJSON(n *db.Notification) NotificationJSON {
 	return NotificationJSON{ID: n.ID, RunID: n.RunID, Kind: n.Kind, Title: n.Title, Message: n.Message,
 		ActionURL: n.ActionURL, Data: rawOrNull(n.Data), Read: !n.ReadAt.IsZero(), ReadAt: timeOrNil(n.ReadAt),
-		CreatedAt: timeOrNil(n.CreatedAt)}
+		ResolvedAt: timeOrNil(n.ResolvedAt), CreatedAt: timeOrNil(n.CreatedAt)}
 }
 
 func eventJSON(e *db.Event) EventJSON {

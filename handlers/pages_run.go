@@ -189,6 +189,11 @@ func reportOf(r *db.Run) spec.Report {
 }
 
 func (s *Server) runPage(c *fiber.Ctx) error {
+	// Opening a run reads its notifications, before the layout counts them.
+	// An unknown run changes nothing and is a 404 below.
+	if _, err := s.db.MarkRunNotificationsRead(c.UserContext(), userOf(c).ID, c.Params("id")); err != nil {
+		return s.pageError(c, err)
+	}
 	v, err := s.runView(c, c.Params("id"))
 	if err != nil {
 		return s.pageError(c, err)

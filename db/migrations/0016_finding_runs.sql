@@ -21,3 +21,8 @@ END;
 ALTER TABLE runs ADD COLUMN cost_usd REAL GENERATED ALWAYS AS (COALESCE(json_extract(metrics, '$.cost_total_usd'), 0)) VIRTUAL;
 ALTER TABLE runs ADD COLUMN stop_type TEXT GENERATED ALWAYS AS (json_extract(stop_reason, '$.type')) VIRTUAL;
 CREATE INDEX runs_user_cost ON runs(user_id, cost_usd, id);
+
+-- Notifications resolve themselves: a "waiting for you" or "stopped"
+-- notification is resolved (and so read) once the run moves on.
+ALTER TABLE notifications ADD COLUMN resolved_at INTEGER;
+CREATE INDEX notifications_run_unread ON notifications(run_id) WHERE read_at IS NULL;
