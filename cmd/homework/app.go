@@ -49,7 +49,11 @@ func (m *Main) Run(ctx context.Context) error {
 	cfg := m.Config
 	m.Bus = engine.NewBus()
 	var err error
-	m.DB, err = db.Open(ctx, db.Options{Path: cfg.DBPath, Lock: true, OnEvents: m.Bus.Publish})
+	logLifecycle := engine.LifecycleLogger(m.Logger)
+	m.DB, err = db.Open(ctx, db.Options{Path: cfg.DBPath, Lock: true, OnEvents: func(evs []*db.Event) {
+		logLifecycle(evs)
+		m.Bus.Publish(evs)
+	}})
 	if err != nil {
 		if errors.Is(err, db.ErrLocked) {
 			return fmt.Errorf("%w: another `homework serve` is using %s; stop it first", err, cfg.DBPath)
