@@ -86,7 +86,8 @@ func (s *Server) setupForm(c *fiber.Ctx) error {
 	if n > 0 {
 		return c.Redirect("/login", fiber.StatusSeeOther)
 	}
-	return s.render(c, fiber.StatusOK, views.Setup(views.AuthData{Page: views.Page{Title: "Set up"}, FormCSRF: s.formToken(c)}))
+	return s.render(c, fiber.StatusOK, views.Setup(views.AuthData{Page: views.Page{Title: "Set up"}, FormCSRF: s.formToken(c),
+		Notice: s.cookieNotice(c)}))
 }
 
 func (s *Server) setup(c *fiber.Ctx) error {
@@ -101,8 +102,8 @@ func (s *Server) setup(c *fiber.Ctx) error {
 	email := strings.TrimSpace(c.FormValue("email"))
 	d := views.AuthData{Page: views.Page{Title: "Set up"}, Email: email, Errors: map[string]string{}}
 	if !formTokenOK(c) {
+		d.Error = s.formRefused(c, "Please submit it again.")
 		d.FormCSRF = s.formToken(c)
-		d.Error = "This form expired. Please submit it again."
 		return s.render(c, fiber.StatusForbidden, views.Setup(d))
 	}
 	d.FormCSRF = s.formToken(c)
@@ -155,14 +156,14 @@ func (s *Server) loginForm(c *fiber.Ctx) error {
 
 func (s *Server) renderLogin(c *fiber.Ctx, status int, email, next, msg string) error {
 	return s.render(c, status, views.Login(views.AuthData{Page: views.Page{Title: "Sign in"},
-		Email: email, Next: localPath(next), FormCSRF: s.formToken(c), Error: msg}))
+		Email: email, Next: localPath(next), FormCSRF: s.formToken(c), Error: msg, Notice: s.cookieNotice(c)}))
 }
 
 func (s *Server) login(c *fiber.Ctx) error {
 	ctx := c.UserContext()
 	email, next := strings.TrimSpace(c.FormValue("email")), c.FormValue("next")
 	if !formTokenOK(c) {
-		return s.renderLogin(c, fiber.StatusForbidden, email, next, "This form expired. Please sign in again.")
+		return s.renderLogin(c, fiber.StatusForbidden, email, next, s.formRefused(c, "Please sign in again."))
 	}
 	u, err := s.db.FindUserByEmail(ctx, email)
 	if err != nil && db.ErrorCode(err) != db.ENOTFOUND {

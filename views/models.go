@@ -18,6 +18,9 @@ type AuthData struct {
 	FormCSRF string
 	Error    string
 	Errors   map[string]string
+	// Notice warns before the form is sent, such as when the browser will
+	// not return its cookies.
+	Notice string
 }
 
 // RunListData is the run list page and its live fragment.

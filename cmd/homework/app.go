@@ -105,7 +105,35 @@ func (m *Main) Run(ctx context.Context) error {
 	m.Logger.Info("homework listening", "addr", "http://"+m.ln.Addr().String(), "db", cfg.DBPath,
 		"workers", cfg.Workers, "model_endpoint", endpoint, "base_url", cfg.LLMBaseURL, "model", cfg.LLMModel,
 		"command_runs", cfg.AllowCommandRuns != "", "version", buildVersion())
+	if msg := cookieWarning(cfg); msg != "" {
+		m.Logger.Warn(msg, "addr", cfg.Addr)
+	}
 	return nil
+}
+
+// cookieWarning is the start-up warning for a server that browsers on other
+// machines cannot sign in to: it listens beyond loopback and sends Secure
+// cookies, which browsers return only over HTTPS. "" when there is nothing
+// to warn about.
+func cookieWarning(cfg *Config) string {
+	if cfg.InsecureCookies || loopbackOnly(cfg.Addr) {
+		return ""
+	}
+	return "session cookies are Secure, so browsers reaching this server over plain HTTP (not localhost) cannot sign in: " +
+		"put a TLS proxy in front (HTTPS), or on a trusted network start with --insecure-cookies (HOMEWORK_INSECURE_COOKIES=1)"
+}
+
+// loopbackOnly reports whether addr listens on loopback only.
+func loopbackOnly(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // Addr returns the address the server listens on.

@@ -253,3 +253,28 @@ func TestUserListAndPasswd(t *testing.T) {
 func checkPassword(hash, pw string) error {
 	return bcrypt.CompareHashAndPassword([]byte(hash), []byte(pw))
 }
+
+func TestCookieWarningOnANetworkAddress(t *testing.T) {
+	cases := []struct {
+		addr     string
+		insecure bool
+		warn     bool
+	}{
+		{"127.0.0.1:8080", false, false},
+		{"localhost:8080", false, false},
+		{"[::1]:8080", false, false},
+		{"0.0.0.0:8080", false, true},
+		{":8080", false, true},
+		{"192.168.1.5:8080", false, true},
+		{"0.0.0.0:8080", true, false},
+	}
+	for _, c := range cases {
+		msg := cookieWarning(&Config{Addr: c.addr, InsecureCookies: c.insecure})
+		if (msg != "") != c.warn {
+			t.Fatalf("%s insecure=%v: warning %q", c.addr, c.insecure, msg)
+		}
+		if c.warn && (!strings.Contains(msg, "--insecure-cookies") || !strings.Contains(msg, "TLS")) {
+			t.Fatalf("the warning must name --insecure-cookies and TLS: %q", msg)
+		}
+	}
+}
