@@ -84,9 +84,13 @@ type tailer struct {
 	out                io.Writer
 	http               *http.Client
 
-	lastSeq  int64
+	lastSeq int64
+	// cost and tokens are the run's totals as of the last printed event;
+	// known is false until an event has said what they are (following from
+	// --since N, the totals at event N are not known).
 	cost     float64
 	tokens   int64
+	known    bool
 	terminal string // the terminal event type, once seen
 }
 
@@ -160,7 +164,9 @@ func (t *tailer) follow(ctx context.Context, since int64) error {
 		return err
 	}
 	fmt.Fprintf(t.out, "following run %s (%s, iteration %d): %s\n", run.ID, run.Status, run.Iteration, oneLine(run.Objective, 100))
-	t.cost, t.tokens = run.Metrics.CostTotalUSD, run.Metrics.TokensTotal
+	// Totals run along with the events printed: from the start they begin
+	// at zero, not at the run's present (possibly final) totals.
+	t.known = since == 0
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -271,6 +277,14 @@ func (t *tailer) print(raw *sse.Event) {
 		Title      string   `json:"title"`
 		Model      string   `json:"model"`
 		Body       string   `json:"body"`
+		Text       string   `json:"text"`
+		Truncated  bool     `json:"truncated"`
+		ExitCode   *int     `json:"exit_code"`
+		TimedOut   bool     `json:"timed_out"`
+		Role       string   `json:"role"`
+		CostUSD    float64  `json:"cost_usd"`
+		Prompt     int64    `json:"prompt_tokens"`
+		Completion int64    `json:"completion_tokens"`
 		StopReason *struct {
 			Type   string `json:"type"`
 			Detail string `json:"detail"`
@@ -281,6 +295,10 @@ func (t *tailer) print(raw *sse.Event) {
 			TokensTotal  int64   `json:"tokens_total"`
 			CostTotalUSD float64 `json:"cost_total_usd"`
 		} `json:"run_metrics"`
+		Metrics *struct { // run status events: the run's totals
+			TokensTotal  int64   `json:"tokens_total"`
+			CostTotalUSD float64 `json:"cost_total_usd"`
+		} `json:"metrics"`
 		Check *struct {
 			Name    string `json:"name"`
 			Passed  bool   `json:"passed"`
@@ -288,16 +306,19 @@ func (t *tailer) print(raw *sse.Event) {
 		} `json:"check"`
 	}
 	json.Unmarshal(e.Data, &d)
-	if d.CostTotal != nil {
-		t.cost = *d.CostTotal
+	// Cumulative totals, where an event carries them.
+	switch {
+	case d.CostTotal != nil && d.TokensTotal != nil:
+		t.cost, t.tokens, t.known = *d.CostTotal, *d.TokensTotal, true
+	case d.RunMetrics != nil:
+		t.cost, t.tokens, t.known = d.RunMetrics.CostTotalUSD, d.RunMetrics.TokensTotal, true
+	case d.Metrics != nil && strings.HasPrefix(e.Type, "run_"):
+		t.cost, t.tokens, t.known = d.Metrics.CostTotalUSD, d.Metrics.TokensTotal, true
 	}
-	if d.TokensTotal != nil {
-		t.tokens = *d.TokensTotal
+	costSoFar := "cost so far unknown (following from the middle)"
+	if t.known {
+		costSoFar = fmt.Sprintf("cost so far $%.4f, %d tokens", t.cost, t.tokens)
 	}
-	if d.RunMetrics != nil {
-		t.cost, t.tokens = d.RunMetrics.CostTotalUSD, d.RunMetrics.TokensTotal
-	}
-	costSoFar := fmt.Sprintf("cost so far $%.4f, %d tokens", t.cost, t.tokens)
 	var detail string
 	switch e.Type {
 	case "iteration_started":
@@ -310,11 +331,25 @@ func (t *tailer) print(raw *sse.Event) {
 		detail += "; " + costSoFar
 	case "gate_decision":
 		detail = fmt.Sprintf("iteration %d decision %s: %s; %s", d.Iteration, d.Decision, oneLine(strings.Join(d.Reasons, "; "), 200), costSoFar)
-	case "iteration_cost_update", "llm_call":
-		if d.Model != "" {
-			detail = "model " + d.Model + "; "
+	case "iteration_cost_update":
+		detail = costSoFar
+	case "llm_call":
+		detail = fmt.Sprintf("%s model %s: %d+%d tokens, $%.4f", d.Role, d.Model, d.Prompt, d.Completion, d.CostUSD)
+		if d.Error != "" {
+			detail += "; FAILED: " + oneLine(d.Error, 300)
 		}
-		detail += costSoFar
+	case "agent_output":
+		detail = fmt.Sprintf("iteration %d", d.Iteration)
+		if d.Truncated {
+			detail += " (output cap reached; the rest is not streamed)"
+		}
+	case "agent_exit":
+		switch {
+		case d.TimedOut:
+			detail = "timed out"
+		case d.ExitCode != nil:
+			detail = fmt.Sprintf("exit code %d", *d.ExitCode)
+		}
 	case "check_result":
 		if d.Check != nil {
 			verdict := "failed"
@@ -352,6 +387,12 @@ func (t *tailer) print(raw *sse.Event) {
 		fmt.Fprintf(t.out, "%s #%-4d %-22s %s\n", ts, e.Seq, e.Type, detail)
 	} else {
 		fmt.Fprintf(t.out, "%s #%-4d %s\n", ts, e.Seq, e.Type)
+	}
+	if e.Type == "agent_output" {
+		// The agent's own words, one indented line each.
+		for _, line := range strings.Split(strings.TrimRight(d.Text, "\n"), "\n") {
+			fmt.Fprintf(t.out, "    │ %s\n", printable(strings.TrimRight(line, "\r")))
+		}
 	}
 	switch e.Type {
 	case "run_completed", "run_canceled", "run_failed":

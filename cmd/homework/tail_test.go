@@ -240,7 +240,14 @@ func TestTailFollowsRunAcrossDrop(t *testing.T) {
 			t.Errorf("output lacks %q:\n%s", want, got)
 		}
 	}
-	if n := strings.Count(got, " run_completed "); n != 1 {
+	// Running totals: the first iteration (before any model call) shows
+	// zero, not the run's final cost.
+	for _, l := range strings.Split(got, "\n") {
+		if strings.Contains(l, " iteration_completed ") && strings.Contains(l, "iteration 1 ") && !strings.Contains(l, "cost so far $0.0000") {
+			t.Errorf("iteration 1 shows later totals: %q", l)
+		}
+	}
+		if n := strings.Count(got, " run_completed "); n != 1 {
 		t.Errorf("run_completed printed %d times:\n%s", n, got)
 	}
 	if px.accepted.Load() < 2 { // the first stream (sharing the lookup's connection), then the reconnect
