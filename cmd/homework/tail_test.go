@@ -247,7 +247,7 @@ func TestTailFollowsRunAcrossDrop(t *testing.T) {
 			t.Errorf("iteration 1 shows later totals: %q", l)
 		}
 	}
-		if n := strings.Count(got, " run_completed "); n != 1 {
+	if n := strings.Count(got, " run_completed "); n != 1 {
 		t.Errorf("run_completed printed %d times:\n%s", n, got)
 	}
 	if px.accepted.Load() < 2 { // the first stream (sharing the lookup's connection), then the reconnect
