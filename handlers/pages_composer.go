@@ -25,7 +25,8 @@ func (s *Server) composerData(c *fiber.Ctx, f views.ComposerForm) views.Composer
 	return views.ComposerData{
 		Page: s.page(c, title), Form: f, Errors: map[string]string{},
 		LLMConfigured: s.opts.LLMConfigured, DefaultModel: s.opts.DefaultModel,
-		CommandRuns: s.opts.CommandRunsEnabled && u.IsAdmin, ScriptRuns: s.opts.ScriptRunsEnabled,
+		DefaultMinutes: int(s.engine.DefaultRunningTime().Minutes()),
+		CommandRuns:    s.opts.CommandRunsEnabled && u.IsAdmin, ScriptRuns: s.opts.ScriptRunsEnabled,
 	}
 }
 
@@ -86,8 +87,13 @@ func (fe formErrors) int(name, val string) int64 {
 		return 0
 	}
 	n, err := strconv.ParseInt(val, 10, 64)
-	if err != nil || n < 0 {
+	switch {
+	case err != nil || n < 0:
 		fe[name] = "Enter a whole number, or leave it empty."
+		return 0
+	case n == 0:
+		// 0 would silently mean "not set"; say so instead.
+		fe[name] = "0 is not a limit: enter 1 or more, or leave it empty (no limit, or the stated default)."
 		return 0
 	}
 	return n
@@ -98,8 +104,12 @@ func (fe formErrors) money(name, val string) float64 {
 		return 0
 	}
 	f, err := strconv.ParseFloat(strings.TrimPrefix(val, "$"), 64)
-	if err != nil || f < 0 {
+	switch {
+	case err != nil || f < 0 || math.IsNaN(f) || math.IsInf(f, 0):
 		fe[name] = "Enter an amount in US dollars, such as 2.50, or leave it empty."
+		return 0
+	case f < 0.01:
+		fe[name] = "$0 is not a limit: enter at least 0.01, or leave it empty for no limit."
 		return 0
 	}
 	return f

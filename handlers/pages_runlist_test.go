@@ -174,3 +174,26 @@ func TestFormFromConfigRoundTrips(t *testing.T) {
 		t.Fatalf("round trip:\n got %s\nwant %s", b, a)
 	}
 }
+
+func TestComposerBudgetsSayWhatEmptyMeansAndRefuseZero(t *testing.T) {
+	ts := newPageServer(t)
+	pc := ts.signedIn(t, "ada@example.com")
+	_, body := pc.get("/runs/new")
+	expectContains(t, body, `id="max_iterations" name="max_iterations" value="" placeholder="no limit"`,
+		`placeholder="default 60"`, `id="max_cost_usd" name="max_cost_usd" value="" placeholder="no limit"`,
+		"Leave a budget empty for no limit; time defaults to 60 minutes")
+	expectLacks(t, body, `placeholder="20"`, `placeholder="2.50"`, `placeholder="500000"`)
+	for _, c := range []struct{ field, value, want string }{
+		{"max_iterations", "0", "0 is not a limit"},
+		{"max_tokens", "0", "0 is not a limit"},
+		{"max_cost_usd", "0", "$0 is not a limit"},
+		{"max_cost_usd", "0.001", "$0 is not a limit"},
+		{"no_progress", "0", "0 is not a limit"},
+	} {
+		form := composeForm("Zero budget", doneStep("done"))
+		form.Set(c.field, c.value)
+		resp, body := pc.post("/runs", form)
+		expectStatus(t, resp, body, http.StatusBadRequest, "")
+		expectContains(t, body, c.want, `id="`+c.field+`-error"`)
+	}
+}

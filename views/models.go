@@ -144,9 +144,11 @@ type ComposerData struct {
 	Error         string            // a problem not tied to one field
 	LLMConfigured bool
 	DefaultModel  string
-	CommandRuns   bool // the user may start command runs
-	ScriptRuns    bool // the scripted test executor is available
-	Parent        *db.Run
+	// DefaultMinutes is the running-time budget of a run that sets none.
+	DefaultMinutes int
+	CommandRuns    bool // the user may start command runs
+	ScriptRuns     bool // the scripted test executor is available
+	Parent         *db.Run
 	// AdvancedOpen opens the Advanced section (a field in it was refused).
 	AdvancedOpen bool
 }
