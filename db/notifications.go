@@ -28,7 +28,7 @@ func (d *DB) ListNotifications(ctx context.Context, userID int64, beforeID int64
 	if beforeID <= 0 {
 		beforeID = 1<<63 - 1
 	}
-	rows, err := d.reader.QueryContext(ctx, `SELECT id, user_id, run_id, kind, title, message, action_url, data, read_at, created_at
+	rows, err := d.reader.QueryContext(ctx, `SELECT id, user_id, run_id, kind, title, message, action_url, data, read_at, resolved_at, created_at
 		FROM notifications WHERE user_id = ? AND id < ? ORDER BY id DESC LIMIT ?`, userID, beforeID, limit)
 	if err != nil {
 		return nil, err
@@ -39,12 +39,13 @@ func (d *DB) ListNotifications(ctx context.Context, userID int64, beforeID int64
 		var n Notification
 		var runID sql.NullString
 		var data string
-		var read sql.NullInt64
+		var read, resolved sql.NullInt64
 		var created int64
-		if err := rows.Scan(&n.ID, &n.UserID, &runID, &n.Kind, &n.Title, &n.Message, &n.ActionURL, &data, &read, &created); err != nil {
+		if err := rows.Scan(&n.ID, &n.UserID, &runID, &n.Kind, &n.Title, &n.Message, &n.ActionURL, &data, &read, &resolved, &created); err != nil {
 			return nil, err
 		}
 		n.RunID, n.Data, n.ReadAt, n.CreatedAt = runID.String, json.RawMessage(data), fromMS(read), time.UnixMilli(created).UTC()
+		n.ResolvedAt = fromMS(resolved)
 		out = append(out, &n)
 	}
 	return out, rows.Err()
@@ -75,4 +76,37 @@ func (d *DB) MarkNotificationRead(ctx context.Context, userID, id int64) error {
 		}
 		return nil
 	})
+}
+
+// MarkRunNotificationsRead marks every unread notification of the user's
+// run read: opening the run is reading them. It reports how many changed.
+func (d *DB) MarkRunNotificationsRead(ctx context.Context, userID int64, runID string) (int, error) {
+	var n int64
+	err := d.WriteTx(ctx, func(tx *Tx) error {
+		res, err := tx.ExecContext(ctx, `UPDATE notifications SET read_at = ? WHERE run_id = ? AND user_id = ? AND read_at IS NULL`,
+			tx.now.UnixMilli(), runID, userID)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	return int(n), err
+}
+
+// CountRunUnread returns how many of the run's notifications are unread.
+func (d *DB) CountRunUnread(ctx context.Context, userID int64, runID string) (int, error) {
+	var n int
+	err := d.reader.QueryRowContext(ctx, `SELECT COUNT(*) FROM notifications WHERE run_id = ? AND user_id = ? AND read_at IS NULL`,
+		runID, userID).Scan(&n)
+	return n, err
+}
+
+// ResolveRunNotifications resolves the run's unresolved notifications of
+// kind: the run has moved on, so they no longer need the person and stop
+// counting as unread.
+func (tx *Tx) ResolveRunNotifications(ctx context.Context, runID, kind string) error {
+	_, err := tx.ExecContext(ctx, `UPDATE notifications SET resolved_at = ?1, read_at = COALESCE(read_at, ?1)
+		WHERE run_id = ?2 AND kind = ?3 AND resolved_at IS NULL`, tx.now.UnixMilli(), runID, kind)
+	return err
 }

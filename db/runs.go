@@ -5,9 +5,12 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
+
+	"homework/engine/spec"
 )
 
 const runCols = `id, user_id, parent_run_id, objective, mode, executor, config, status, iteration, attempt,
@@ -178,7 +181,30 @@ func (d *DB) checkRunOwner(ctx context.Context, userID int64, runID string) erro
 	return notFound(err, "Run")
 }
 
-// ListRuns returns the user's runs newest first, one page at a time.
+// runSortKey is how one order pages: its key column and direction.
+type runSortKey struct {
+	col  string // created_at or cost_usd
+	desc bool
+}
+
+func sortKey(sort string) (runSortKey, bool) {
+	switch sort {
+	case "", spec.SortNewest:
+		return runSortKey{"created_at", true}, true
+	case spec.SortOldest:
+		return runSortKey{"created_at", false}, true
+	case spec.SortCostDesc:
+		return runSortKey{"cost_usd", true}, true
+	case spec.SortCostAsc:
+		return runSortKey{"cost_usd", false}, true
+	}
+	return runSortKey{}, false
+}
+
+// ListRuns returns the user's runs matching f, one page at a time, in
+// f.Sort's order (ties broken by id) with keyset paging, so that a page
+// costs the same after thousands of runs. A bad cursor or sort is
+// EINVALID on its field.
 func (d *DB) ListRuns(ctx context.Context, userID int64, f RunFilter) (*RunPage, error) {
 	if f.Limit <= 0 {
 		f.Limit = 50
@@ -186,43 +212,101 @@ func (d *DB) ListRuns(ctx context.Context, userID int64, f RunFilter) (*RunPage,
 	if f.Limit > 200 {
 		f.Limit = 200
 	}
+	key, ok := sortKey(f.Sort)
+	if !ok {
+		return nil, FieldError("sort", "Unknown sort order.")
+	}
 	where := []string{"user_id = ?"}
 	args := []any{userID}
+	add := func(cond string, a ...any) {
+		where = append(where, cond)
+		args = append(args, a...)
+	}
 	if f.Status != "" {
-		where = append(where, "status = ?")
-		args = append(args, f.Status)
+		add("status = ?", f.Status)
+	}
+	if f.Executor != "" {
+		add("executor = ?", f.Executor)
+	}
+	if f.StopType != "" {
+		add("stop_type = ?", f.StopType)
+	}
+	if !f.CreatedFrom.IsZero() {
+		add("created_at >= ?", f.CreatedFrom.UnixMilli())
+	}
+	if !f.CreatedBefore.IsZero() {
+		add("created_at < ?", f.CreatedBefore.UnixMilli())
+	}
+	if q := ftsQuery(f.Query); q != "" {
+		add(`(rowid IN (SELECT rowid FROM runs_fts WHERE runs_fts MATCH ?)
+			OR id IN (SELECT d.run_id FROM documents_fts JOIN documents d ON d.rowid = documents_fts.rowid
+				WHERE documents_fts MATCH ? AND d.user_id = ?))`, q, q, userID)
 	}
 	if f.Tag != "" {
-		where = append(where, "id IN (SELECT run_id FROM run_tags WHERE user_id = ? AND tag = ?)")
-		args = append(args, userID, f.Tag)
+		add("id IN (SELECT run_id FROM run_tags WHERE user_id = ? AND tag = ?)", userID, f.Tag)
 	}
 	if f.Cursor != "" {
-		created, id, ok := strings.Cut(f.Cursor, "_")
-		createdMS, err := strconv.ParseInt(created, 10, 64)
-		if !ok || err != nil || id == "" {
+		k, id, ok := strings.Cut(f.Cursor, "_")
+		kv, err := strconv.ParseFloat(k, 64)
+		if !ok || err != nil || id == "" || math.IsNaN(kv) || math.IsInf(kv, 0) {
 			return nil, FieldError("cursor", "Invalid cursor.")
 		}
-		where = append(where, "(created_at < ? OR (created_at = ? AND id < ?))")
-		args = append(args, createdMS, createdMS, id)
+		var cursorKey any = kv
+		if key.col == "created_at" {
+			cursorKey = int64(kv)
+		}
+		op := ">"
+		if key.desc {
+			op = "<"
+		}
+		add("("+key.col+" "+op+" ? OR ("+key.col+" = ? AND id "+op+" ?))", cursorKey, cursorKey, id)
+	}
+	dir := "ASC"
+	if key.desc {
+		dir = "DESC"
 	}
 	args = append(args, f.Limit+1)
-	rows, err := d.reader.QueryContext(ctx, `SELECT `+runCols+` FROM runs WHERE `+strings.Join(where, " AND ")+
-		` ORDER BY created_at DESC, id DESC LIMIT ?`, args...)
+	rows, err := d.reader.QueryContext(ctx, `SELECT `+runCols+`, cost_usd FROM runs WHERE `+strings.Join(where, " AND ")+
+		` ORDER BY `+key.col+` `+dir+`, id `+dir+` LIMIT ?`, args...)
 	if err != nil {
 		return nil, err
 	}
-	runs, err := scanRuns(rows)
-	if err != nil {
+	defer rows.Close()
+	page := &RunPage{}
+	var costs []float64
+	for rows.Next() {
+		var cost float64
+		r, err := scanRun(withExtra{rows, &cost})
+		if err != nil {
+			return nil, err
+		}
+		page.Runs = append(page.Runs, r)
+		costs = append(costs, cost)
+	}
+	if err := rows.Err(); err != nil {
 		return nil, err
 	}
-	page := &RunPage{Runs: runs}
 	if len(page.Runs) > f.Limit {
 		page.Runs = page.Runs[:f.Limit]
 		last := page.Runs[len(page.Runs)-1]
-		page.NextCursor = fmt.Sprintf("%d_%s", last.CreatedAt.UnixMilli(), last.ID)
+		if key.col == "created_at" {
+			page.NextCursor = fmt.Sprintf("%d_%s", last.CreatedAt.UnixMilli(), last.ID)
+		} else {
+			// The stored column's value, not the one decoded from the
+			// metrics JSON: the cursor must compare equal in SQL.
+			page.NextCursor = strconv.FormatFloat(costs[f.Limit-1], 'g', -1, 64) + "_" + last.ID
+		}
 	}
 	return page, nil
 }
+
+// withExtra scans a run row followed by one more column.
+type withExtra struct {
+	rows  *sql.Rows
+	extra any
+}
+
+func (w withExtra) Scan(dest ...any) error { return w.rows.Scan(append(dest, w.extra)...) }
 
 // CountRunsByStatus returns the user's run count per status.
 func (d *DB) CountRunsByStatus(ctx context.Context, userID int64) (map[string]int, error) {

@@ -216,3 +216,42 @@ func (d *DB) DeleteSession(ctx context.Context, secret string) error {
 		return err
 	})
 }
+
+// ListUsers returns every account, oldest first.
+func (d *DB) ListUsers(ctx context.Context) ([]*User, error) {
+	rows, err := d.reader.QueryContext(ctx, `SELECT `+userCols+` FROM users ORDER BY id`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*User
+	for rows.Next() {
+		u, err := scanUser(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, u)
+	}
+	return out, rows.Err()
+}
+
+// SetPassword replaces the password hash of the account with email and
+// signs out its browser sessions, so a leaked password stops working
+// everywhere at once. An unknown email is ENOTFOUND.
+func (d *DB) SetPassword(ctx context.Context, email, passwordHash string) (*User, error) {
+	var u *User
+	err := d.WriteTx(ctx, func(tx *Tx) error {
+		var err error
+		u, err = scanUser(tx.QueryRowContext(ctx, `UPDATE users SET password_hash = ? WHERE email = ? RETURNING `+userCols,
+			passwordHash, strings.TrimSpace(email)))
+		if err != nil {
+			return notFound(err, "User")
+		}
+		_, err = tx.ExecContext(ctx, `DELETE FROM sessions WHERE user_id = ?`, u.ID)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return u, nil
+}

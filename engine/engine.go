@@ -164,7 +164,7 @@ func New(opts Options) (*Engine, error) {
 		JobTimeout:           -1, // iterations carry their own timeout
 		RescueStuckJobsAfter: 24 * time.Hour,
 		MaxAttempts:          5,
-		Logger:               opts.Logger.With("component", "river"),
+		Logger:               riverLogger(opts.Logger),
 		PollOnly:             true,
 	})
 	if err != nil {

@@ -492,7 +492,11 @@ func TestShutdownLeavesInFlightRunsRecoverable(t *testing.T) {
 	if err := e2.Start(h.ctx); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { e2.Stop(context.Background()) })
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		e2.Stop(ctx)
+	})
 	got = h.waitStatus(u, r.ID, db.StatusStopped)
 	if got.StopReason.Type != StopMaxIterations || got.Metrics.Iterations != 2 {
 		t.Fatalf("after recovery: %+v, %d iterations", got.StopReason, got.Metrics.Iterations)

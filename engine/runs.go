@@ -182,8 +182,17 @@ func (e *Engine) transition(ctx context.Context, userID int64, runID string, fn 
 		if run.UserID != userID {
 			return spec.Errorf(spec.ENOTFOUND, "Run not found.")
 		}
+		before := run.Status
 		if err := fn(tx, run); err != nil {
 			return err
+		}
+		// A run that was waiting for the person (or stopped, asking to be
+		// continued) and has moved on no longer needs them: its notification
+		// resolves itself.
+		if (before == spec.StatusWaiting || before == spec.StatusStopped) && run.Status != before {
+			if err := tx.ResolveRunNotifications(ctx, run.ID, "run_"+before); err != nil {
+				return err
+			}
 		}
 		out = run
 		return nil

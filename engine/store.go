@@ -57,6 +57,9 @@ type StoreTx interface {
 	InsertLLMCall(ctx context.Context, c *spec.LLMCall) error
 	SumLLMCalls(ctx context.Context, runID string, iteration int) (spec.Metrics, error)
 	InsertNotification(ctx context.Context, n *spec.Notification) error
+	// ResolveRunNotifications marks the run's open notifications of kind
+	// resolved: the run moved on from what they asked of the person.
+	ResolveRunNotifications(ctx context.Context, runID, kind string) error
 	ListRunDocuments(ctx context.Context, runID string) ([]*spec.Document, error)
 	ListTasks(ctx context.Context, runID string) ([]*spec.Task, error)
 }

@@ -1,12 +1,10 @@
 package handlers
 
 import (
-	"slices"
 	"strings"
 
 	"github.com/gofiber/fiber/v2"
 
-	"homework/db"
 	"homework/engine"
 	"homework/engine/spec"
 )
@@ -56,24 +54,20 @@ func (s *Server) apiCreateRun(c *fiber.Ctx) error {
 	return c.Status(fiber.StatusCreated).JSON(fiber.Map{"run_id": run.ID, "status": run.Status, "url": "/runs/" + run.ID})
 }
 
-// apiListRuns handles GET /api/runs?status=&tag=&limit=&cursor=: the caller's runs
-// newest first, one page at a time.
+// apiListRuns handles GET /api/runs: the caller's runs, filtered and
+// ordered as runFilterQuery reads them (newest first by default), one page
+// at a time.
 func (s *Server) apiListRuns(c *fiber.Ctx) error {
-	status := c.Query("status")
-	if status != "" && !slices.Contains(db.Statuses, status) {
-		return s.jsonError(c, db.FieldError("status", "Unknown status %q; use one of %s.", status, strings.Join(db.Statuses, ", ")))
+	_, f, err := runFilterQuery(c)
+	if err != nil {
+		return s.jsonError(c, err)
 	}
 	limit, err := queryInt(c, "limit", 50, 1, 200)
 	if err != nil {
 		return s.jsonError(c, err)
 	}
-	var tag string
-	if t := c.Query("tag"); t != "" {
-		if tag, err = engine.NormalizeTag("tag", t); err != nil {
-			return s.jsonError(c, err)
-		}
-	}
-	page, err := s.db.ListRuns(c.UserContext(), userOf(c).ID, db.RunFilter{Status: status, Tag: tag, Limit: int(limit), Cursor: c.Query("cursor")})
+	f.Limit = int(limit)
+	page, err := s.db.ListRuns(c.UserContext(), userOf(c).ID, f)
 	if err != nil {
 		return s.jsonError(c, err)
 	}
@@ -99,7 +93,7 @@ func (s *Server) apiGetRun(c *fiber.Ctx) error {
 				withWorkspace = true
 			case "":
 			default:
-				return s.jsonError(c, db.FieldError("include", "Unknown include %q; use iterations and/or workspace.", part))
+				return s.jsonError(c, spec.FieldError("include", "Unknown include %q; use iterations and/or workspace.", part))
 			}
 		}
 	}
@@ -192,7 +186,7 @@ func (s *Server) apiMessageRun(c *fiber.Ctx) error {
 }
 
 // runResult answers an action on a run with the run as it is now.
-func (s *Server) runResult(c *fiber.Ctx, run *db.Run, err error) error {
+func (s *Server) runResult(c *fiber.Ctx, run *spec.Run, err error) error {
 	if err != nil {
 		return s.jsonError(c, err)
 	}
@@ -227,15 +221,15 @@ func (s *Server) apiGetDocument(c *fiber.Ctx) error {
 func (s *Server) apiSearch(c *fiber.Ctx) error {
 	q := strings.TrimSpace(c.Query("q"))
 	if q == "" {
-		return s.jsonError(c, db.FieldError("q", "Search query is empty."))
+		return s.jsonError(c, spec.FieldError("q", "Search query is empty."))
 	}
 	if len(q) > 1000 {
-		return s.jsonError(c, db.FieldError("q", "Search query is too long (limit 1,000 bytes)."))
+		return s.jsonError(c, spec.FieldError("q", "Search query is too long (limit 1,000 bytes)."))
 	}
 	if strings.ContainsRune(q, 0) {
 		// SQLite's full-text query parser ends a string at a NUL byte and
 		// fails with a syntax error.
-		return s.jsonError(c, db.FieldError("q", "Search query must not contain NUL characters."))
+		return s.jsonError(c, spec.FieldError("q", "Search query must not contain NUL characters."))
 	}
 	limit, err := queryInt(c, "limit", 20, 1, 100)
 	if err != nil {
@@ -297,7 +291,7 @@ func (s *Server) apiListNotifications(c *fiber.Ctx) error {
 func (s *Server) apiReadNotification(c *fiber.Ctx) error {
 	id, err := parseID(c.Params("id"))
 	if err != nil {
-		return s.jsonError(c, db.Errorf(db.ENOTFOUND, "Notification not found."))
+		return s.jsonError(c, spec.Errorf(spec.ENOTFOUND, "Notification not found."))
 	}
 	return s.markRead(c, id)
 }
@@ -322,7 +316,7 @@ func (s *Server) markRead(c *fiber.Ctx, id int64) error {
 
 // budgetsOf returns the run's configured budgets, or nil when its stored
 // configuration cannot be read.
-func budgetsOf(r *db.Run) *spec.Budgets {
+func budgetsOf(r *spec.Run) *spec.Budgets {
 	cfg, err := engine.RunConfig(r)
 	if err != nil {
 		return nil
@@ -331,7 +325,7 @@ func budgetsOf(r *db.Run) *spec.Budgets {
 }
 
 // tagsOf returns the run's tags from its stored configuration, never nil.
-func tagsOf(r *db.Run) []string {
+func tagsOf(r *spec.Run) []string {
 	cfg, err := engine.RunConfig(r)
 	if err != nil || cfg.Tags == nil {
 		return []string{}

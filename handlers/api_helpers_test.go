@@ -40,7 +40,7 @@ type testServer struct {
 
 // testUser is an account with an API token.
 type testUser struct {
-	*db.User
+	*spec.User
 	Token string
 }
 
@@ -104,7 +104,14 @@ func newTestServerWith(t testing.TB, extra func(d *db.DB, eng func() *engine.Eng
 		if err := ts.shutdown(sctx); err != nil {
 			t.Errorf("server shutdown: %v", err)
 		}
-		<-served
+		// Shutdown only closes listeners Serve has registered: a test that
+		// ends (or skips) right after starting must still stop Serve.
+		ln.Close()
+		select {
+		case <-served:
+		case <-sctx.Done():
+			t.Errorf("server did not stop serving within the shutdown timeout")
+		}
 		if err := e.Stop(sctx); err != nil {
 			t.Errorf("engine stop: %v", err)
 		}
@@ -238,7 +245,7 @@ func (ts *testServer) createRun(t testing.TB, u *testUser, steps ...scripted.Ste
 }
 
 // waitStatus waits, on the run's bus subscription, until the run has status.
-func (ts *testServer) waitStatus(t testing.TB, u *testUser, runID, status string) *db.Run {
+func (ts *testServer) waitStatus(t testing.TB, u *testUser, runID, status string) *spec.Run {
 	t.Helper()
 	sub := ts.Bus.SubscribeRun(runID, 1024)
 	defer func() { sub.Close() }()
@@ -384,5 +391,18 @@ func (c *sseConn) readAll(t testing.TB) []sseMsg {
 			t.Fatalf("read stream: %v", err)
 		}
 		out = append(out, m)
+	}
+}
+
+// waitWithin calls wait and fails the test when it has not returned within
+// d, so no cleanup can hang the test binary.
+func waitWithin(t testing.TB, what string, d time.Duration, wait func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(d):
+		t.Errorf("waiting for %s: not done after %v", what, d)
 	}
 }

@@ -11,9 +11,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gofiber/fiber/v2"
+	"homework/engine/spec"
 
-	"homework/db"
+	"github.com/gofiber/fiber/v2"
 )
 
 // decodeJSON decodes the request body into v, refusing unknown fields and
@@ -29,7 +29,7 @@ func decodeJSON(c *fiber.Ctx, v any, optional bool) error {
 		return fiber.NewError(fiber.StatusUnsupportedMediaType, "Content-Type must be application/json.")
 	}
 	if len(bytes.TrimSpace(body)) == 0 {
-		return db.Errorf(db.EINVALID, "The request body is empty; send a JSON object.")
+		return spec.Errorf(spec.EINVALID, "The request body is empty; send a JSON object.")
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
@@ -37,7 +37,7 @@ func decodeJSON(c *fiber.Ctx, v any, optional bool) error {
 		return jsonDecodeError(err)
 	}
 	if _, err := dec.Token(); err != io.EOF {
-		return db.Errorf(db.EINVALID, "The request body must hold exactly one JSON object.")
+		return spec.Errorf(spec.EINVALID, "The request body must hold exactly one JSON object.")
 	}
 	return nil
 }
@@ -57,20 +57,20 @@ func jsonDecodeError(err error) error {
 	var typ *json.UnmarshalTypeError
 	switch {
 	case errors.As(err, &syn):
-		return db.Errorf(db.EINVALID, "The request body is not valid JSON (error at byte %d).", syn.Offset)
+		return spec.Errorf(spec.EINVALID, "The request body is not valid JSON (error at byte %d).", syn.Offset)
 	case errors.Is(err, io.ErrUnexpectedEOF):
-		return db.Errorf(db.EINVALID, "The request body is not valid JSON (it ends early).")
+		return spec.Errorf(spec.EINVALID, "The request body is not valid JSON (it ends early).")
 	case errors.As(err, &typ):
 		if typ.Field == "" {
-			return db.Errorf(db.EINVALID, "The request body must be %s, not %s.", describeType(typ.Type), typ.Value)
+			return spec.Errorf(spec.EINVALID, "The request body must be %s, not %s.", describeType(typ.Type), typ.Value)
 		}
-		return db.FieldError(typ.Field, "%s must be %s, not %s.", typ.Field, describeType(typ.Type), typ.Value)
+		return spec.FieldError(typ.Field, "%s must be %s, not %s.", typ.Field, describeType(typ.Type), typ.Value)
 	}
 	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
 		name = strings.Trim(name, `"`)
-		return db.FieldError(name, "Unknown field %q.", name)
+		return spec.FieldError(name, "Unknown field %q.", name)
 	}
-	return db.Errorf(db.EINVALID, "The request body could not be read as JSON.")
+	return spec.Errorf(spec.EINVALID, "The request body could not be read as JSON.")
 }
 
 // describeType names a Go type the way a JSON user thinks of it.
@@ -108,7 +108,7 @@ func queryInt(c *fiber.Ctx, name string, def, lo, hi int64) (int64, error) {
 	}
 	n, err := strconv.ParseInt(raw, 10, 64)
 	if err != nil || n < lo || n > hi {
-		return 0, db.FieldError(name, "%s must be a whole number from %d to %d.", name, lo, hi)
+		return 0, spec.FieldError(name, "%s must be a whole number from %d to %d.", name, lo, hi)
 	}
 	return n, nil
 }

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"time"
 
-	"homework/db"
 	"homework/engine/spec"
 )
 
@@ -14,24 +13,24 @@ import (
 
 // RunJSON is a run as GET /api/runs/{id} returns it.
 type RunJSON struct {
-	ID          string          `json:"id"`
-	Status      string          `json:"status"`
-	Objective   string          `json:"objective"`
-	Mode        string          `json:"mode"`
-	Executor    string          `json:"executor"`
-	Iteration   int             `json:"iteration"`
-	CreatedAt   *time.Time      `json:"created_at"`
-	StartedAt   *time.Time      `json:"started_at"`
-	UpdatedAt   *time.Time      `json:"updated_at"`
-	CompletedAt *time.Time      `json:"completed_at"`
-	StopReason  *db.StopReason  `json:"stop_reason"`
-	Waiting     *db.Waiting     `json:"waiting"`
-	Metrics     db.Metrics      `json:"metrics"`
-	Budgets     *spec.Budgets   `json:"budgets"`
-	Report      json.RawMessage `json:"report"`
-	ParentRunID *string         `json:"parent_run_id"`
-	Tags        []string        `json:"tags"`
-	URL         string          `json:"url"`
+	ID          string           `json:"id"`
+	Status      string           `json:"status"`
+	Objective   string           `json:"objective"`
+	Mode        string           `json:"mode"`
+	Executor    string           `json:"executor"`
+	Iteration   int              `json:"iteration"`
+	CreatedAt   *time.Time       `json:"created_at"`
+	StartedAt   *time.Time       `json:"started_at"`
+	UpdatedAt   *time.Time       `json:"updated_at"`
+	CompletedAt *time.Time       `json:"completed_at"`
+	StopReason  *spec.StopReason `json:"stop_reason"`
+	Waiting     *spec.Waiting    `json:"waiting"`
+	Metrics     spec.Metrics     `json:"metrics"`
+	Budgets     *spec.Budgets    `json:"budgets"`
+	Report      json.RawMessage  `json:"report"`
+	ParentRunID *string          `json:"parent_run_id"`
+	Tags        []string         `json:"tags"`
+	URL         string           `json:"url"`
 	// Iterations and Workspace are present only when asked for with
 	// ?include=iterations,workspace.
 	Iterations *[]IterationJSON `json:"iterations,omitempty"`
@@ -53,7 +52,7 @@ type IterationJSON struct {
 	Error     string          `json:"error"`
 	Gate      json.RawMessage `json:"gate"`
 	Checks    json.RawMessage `json:"checks"`
-	Metrics   db.Metrics      `json:"metrics"`
+	Metrics   spec.Metrics    `json:"metrics"`
 	StartedAt *time.Time      `json:"started_at"`
 	EndedAt   *time.Time      `json:"ended_at"`
 }
@@ -114,7 +113,10 @@ type NotificationJSON struct {
 	Data      json.RawMessage `json:"data"`
 	Read      bool            `json:"read"`
 	ReadAt    *time.Time      `json:"read_at"`
-	CreatedAt *time.Time      `json:"created_at"`
+	// ResolvedAt is set once the run moved on from what the notification
+	// asked (answered, continued, canceled).
+	ResolvedAt *time.Time `json:"resolved_at"`
+	CreatedAt  *time.Time `json:"created_at"`
 }
 
 // NotificationList is one page of GET /api/notifications.
@@ -149,7 +151,7 @@ type UserEventPage struct {
 	HasMore     bool        `json:"has_more"`
 }
 
-func runJSON(r *db.Run) *RunJSON {
+func runJSON(r *spec.Run) *RunJSON {
 	out := &RunJSON{
 		ID: r.ID, Status: r.Status, Objective: r.Objective, Mode: r.Mode, Executor: r.Executor,
 		Iteration: r.Iteration, CreatedAt: timeOrNil(r.CreatedAt), StartedAt: timeOrNil(r.StartedAt),
@@ -158,7 +160,7 @@ func runJSON(r *db.Run) *RunJSON {
 		Report: rawOrNull(r.Report), URL: "/runs/" + r.ID, Tags: tagsOf(r),
 	}
 	if out.Metrics.ByModel == nil {
-		out.Metrics.ByModel = map[string]db.ModelUsage{}
+		out.Metrics.ByModel = map[string]spec.ModelUsage{}
 	}
 	if r.ParentRunID != "" {
 		p := r.ParentRunID
@@ -167,19 +169,19 @@ func runJSON(r *db.Run) *RunJSON {
 	return out
 }
 
-func iterationJSON(it *db.Iteration) IterationJSON {
+func iterationJSON(it *spec.Iteration) IterationJSON {
 	out := IterationJSON{
 		Iteration: it.Iteration, Attempt: it.Attempt, Status: it.Status, Summary: it.Summary, Error: it.Error,
 		Gate: rawOrNull(it.Gate), Checks: rawOrNull(it.Checks), Metrics: it.Metrics,
 		StartedAt: timeOrNil(it.StartedAt), EndedAt: timeOrNil(it.EndedAt),
 	}
 	if out.Metrics.ByModel == nil {
-		out.Metrics.ByModel = map[string]db.ModelUsage{}
+		out.Metrics.ByModel = map[string]spec.ModelUsage{}
 	}
 	return out
 }
 
-func documentJSON(d *db.Document, content bool) DocumentJSON {
+func documentJSON(d *spec.Document, content bool) DocumentJSON {
 	out := DocumentJSON{
 		ID: d.ID, RunID: d.RunID, Path: d.Path, Kind: d.Kind, Title: d.Title, Description: d.Description,
 		Tags: d.Tags, Iteration: d.Iteration, Size: len(d.Content), CreatedAt: timeOrNil(d.CreatedAt),
@@ -199,17 +201,17 @@ func documentJSON(d *db.Document, content bool) DocumentJSON {
 	return out
 }
 
-func taskJSON(t *db.Task) TaskJSON {
+func taskJSON(t *spec.Task) TaskJSON {
 	return TaskJSON{ID: t.ID, Title: t.Title, Detail: t.Detail, Status: t.Status, Passes: t.Passes,
 		Position: t.Position, UpdatedAt: timeOrNil(t.UpdatedAt)}
 }
 
-func notificationJSON(n *db.Notification) NotificationJSON {
+func notificationJSON(n *spec.Notification) NotificationJSON {
 	return NotificationJSON{ID: n.ID, RunID: n.RunID, Kind: n.Kind, Title: n.Title, Message: n.Message,
 		ActionURL: n.ActionURL, Data: rawOrNull(n.Data), Read: !n.ReadAt.IsZero(), ReadAt: timeOrNil(n.ReadAt),
-		CreatedAt: timeOrNil(n.CreatedAt)}
+		ResolvedAt: timeOrNil(n.ResolvedAt), CreatedAt: timeOrNil(n.CreatedAt)}
 }
 
-func eventJSON(e *db.Event) EventJSON {
+func eventJSON(e *spec.Event) EventJSON {
 	return EventJSON{ID: e.ID, RunID: e.RunID, Seq: e.Seq, Type: e.Type, Data: rawOrNull(e.Data), CreatedAt: e.CreatedAt.UTC()}
 }

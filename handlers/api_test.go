@@ -12,7 +12,6 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
-	"homework/db"
 	"homework/engine/scripted"
 	"homework/engine/spec"
 )
@@ -38,19 +37,19 @@ func TestCreateRun(t *testing.T) {
 		name, body, code, field string
 		status                  int
 	}{
-		{"malformed JSON is 400", `{"objective":`, db.EINVALID, "", 400},
-		{"broken JSON syntax is 400", `{"objective" "x"}`, db.EINVALID, "", 400},
-		{"an unknown field is 400 naming it", `{"objective":"x","executor":"script","script":{"steps":[{}]},"bogus":1}`, db.EINVALID, "bogus", 400},
-		{"a wrong type is 400 naming the field", `{"objective":"x","budgets":{"max_iterations":"many"}}`, db.EINVALID, "budgets.max_iterations", 400},
-		{"a wrong top-level type is 400 naming the field", `{"objective":42}`, db.EINVALID, "objective", 400},
-		{"an out-of-range budget is 400 naming it", `{"objective":"x","executor":"script","script":{"steps":[{}]},"budgets":{"max_iterations":1000000}}`, db.EINVALID, "budgets.max_iterations", 400},
-		{"a negative cost budget is 400", `{"objective":"x","executor":"script","script":{"steps":[{}]},"budgets":{"max_cost_usd":-1}}`, db.EINVALID, "budgets.max_cost_usd", 400},
-		{"an empty objective is 400", `{"objective":"  ","executor":"script","script":{"steps":[{}]}}`, db.EINVALID, "objective", 400},
-		{"an unknown mode is 400", `{"objective":"x","mode":"turbo","executor":"script","script":{"steps":[{}]}}`, db.EINVALID, "mode", 400},
-		{"trailing data is 400", `{"objective":"x"} {}`, db.EINVALID, "", 400},
-		{"an empty body is 400", ``, db.EINVALID, "", 400},
-		{"an array body is 400", `[]`, db.EINVALID, "", 400},
-		{"a missing parent run is 400", `{"objective":"x","executor":"script","script":{"steps":[{}]},"parent_run_id":"nope"}`, db.EINVALID, "parent_run_id", 400},
+		{"malformed JSON is 400", `{"objective":`, spec.EINVALID, "", 400},
+		{"broken JSON syntax is 400", `{"objective" "x"}`, spec.EINVALID, "", 400},
+		{"an unknown field is 400 naming it", `{"objective":"x","executor":"script","script":{"steps":[{}]},"bogus":1}`, spec.EINVALID, "bogus", 400},
+		{"a wrong type is 400 naming the field", `{"objective":"x","budgets":{"max_iterations":"many"}}`, spec.EINVALID, "budgets.max_iterations", 400},
+		{"a wrong top-level type is 400 naming the field", `{"objective":42}`, spec.EINVALID, "objective", 400},
+		{"an out-of-range budget is 400 naming it", `{"objective":"x","executor":"script","script":{"steps":[{}]},"budgets":{"max_iterations":1000000}}`, spec.EINVALID, "budgets.max_iterations", 400},
+		{"a negative cost budget is 400", `{"objective":"x","executor":"script","script":{"steps":[{}]},"budgets":{"max_cost_usd":-1}}`, spec.EINVALID, "budgets.max_cost_usd", 400},
+		{"an empty objective is 400", `{"objective":"  ","executor":"script","script":{"steps":[{}]}}`, spec.EINVALID, "objective", 400},
+		{"an unknown mode is 400", `{"objective":"x","mode":"turbo","executor":"script","script":{"steps":[{}]}}`, spec.EINVALID, "mode", 400},
+		{"trailing data is 400", `{"objective":"x"} {}`, spec.EINVALID, "", 400},
+		{"an empty body is 400", ``, spec.EINVALID, "", 400},
+		{"an array body is 400", `[]`, spec.EINVALID, "", 400},
+		{"a missing parent run is 400", `{"objective":"x","executor":"script","script":{"steps":[{}]},"parent_run_id":"nope"}`, spec.EINVALID, "parent_run_id", 400},
 	}
 	for _, tc := range bad {
 		t.Run(tc.name, func(t *testing.T) {
@@ -80,21 +79,21 @@ func TestCreateRun(t *testing.T) {
 		if err := json.NewDecoder(resp.Body).Decode(&eb); err != nil {
 			t.Fatal(err)
 		}
-		if resp.StatusCode != http.StatusRequestEntityTooLarge || eb.Error.Code != db.ETOOLARGE || !strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
+		if resp.StatusCode != http.StatusRequestEntityTooLarge || eb.Error.Code != spec.ETOOLARGE || !strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
 			t.Fatalf("status %d, error %+v", resp.StatusCode, eb)
 		}
 	})
 	t.Run("no credentials is 401", func(t *testing.T) {
-		ts.expectError(t, nil, "POST", "/api/runs", good, http.StatusUnauthorized, db.EUNAUTHORIZED, "")
+		ts.expectError(t, nil, "POST", "/api/runs", good, http.StatusUnauthorized, spec.EUNAUTHORIZED, "")
 	})
 	t.Run("a wrong token is 401", func(t *testing.T) {
-		ts.expectError(t, &testUser{Token: "hw_wrong"}, "POST", "/api/runs", good, http.StatusUnauthorized, db.EUNAUTHORIZED, "")
+		ts.expectError(t, &testUser{Token: "hw_wrong"}, "POST", "/api/runs", good, http.StatusUnauthorized, spec.EUNAUTHORIZED, "")
 	})
 	t.Run("another user's parent run is 400 as if missing", func(t *testing.T) {
 		bob := ts.user(t, "bob-parent@example.com")
 		parent := ts.createRun(t, bob, askStep("q"))
 		body := fmt.Sprintf(`{"objective":"x","executor":"script","script":{"steps":[{}]},"parent_run_id":%q}`, parent)
-		ts.expectError(t, alice, "POST", "/api/runs", body, 400, db.EINVALID, "parent_run_id")
+		ts.expectError(t, alice, "POST", "/api/runs", body, 400, spec.EINVALID, "parent_run_id")
 	})
 }
 
@@ -131,7 +130,7 @@ func TestListRuns(t *testing.T) {
 		ts.expect(t, alice, "POST", "/api/runs/"+ids[0]+"/cancel", nil, 200, nil)
 		var page RunList
 		ts.expect(t, alice, "GET", "/api/runs?status=canceled", nil, 200, &page)
-		if len(page.Runs) != 1 || page.Runs[0].ID != ids[0] || page.Runs[0].Status != db.StatusCanceled {
+		if len(page.Runs) != 1 || page.Runs[0].ID != ids[0] || page.Runs[0].Status != spec.StatusCanceled {
 			t.Fatalf("page %+v", page)
 		}
 	})
@@ -146,7 +145,7 @@ func TestListRuns(t *testing.T) {
 		{"status=sleeping", "status"}, {"limit=0", "limit"}, {"limit=201", "limit"}, {"limit=x", "limit"}, {"cursor=garbage", "cursor"},
 	} {
 		t.Run("rejects "+q.query, func(t *testing.T) {
-			ts.expectError(t, alice, "GET", "/api/runs?"+q.query, nil, 400, db.EINVALID, q.field)
+			ts.expectError(t, alice, "GET", "/api/runs?"+q.query, nil, 400, spec.EINVALID, q.field)
 		})
 	}
 }
@@ -160,7 +159,7 @@ func TestGetRun(t *testing.T) {
 	step.Tasks = []scripted.Task{{Title: "write report", Status: "done"}}
 	step.LLM = []spec.LLMCall{{Role: "executor", Model: "gpt-test", PromptTokens: 100, CompletionTokens: 20, CostUSD: 0.01, Priced: true}}
 	id := ts.createRun(t, alice, step)
-	ts.waitStatus(t, alice, id, db.StatusCompleted)
+	ts.waitStatus(t, alice, id, spec.StatusCompleted)
 
 	t.Run("has the documented shape", func(t *testing.T) {
 		var raw map[string]json.RawMessage
@@ -183,7 +182,7 @@ func TestGetRun(t *testing.T) {
 			Metrics map[string]json.RawMessage `json:"metrics"`
 		}
 		ts.expect(t, alice, "GET", "/api/runs/"+id, nil, 200, &r)
-		if r.Status != db.StatusCompleted || r.StopReason.Type != "completed" || r.CompletedAt == "" {
+		if r.Status != spec.StatusCompleted || r.StopReason.Type != "completed" || r.CompletedAt == "" {
 			t.Fatalf("run %+v", r)
 		}
 		for _, k := range []string{"iterations", "running_ms", "tokens_total", "cost_total_usd", "tool_calls_total",
@@ -228,18 +227,18 @@ func TestGetRun(t *testing.T) {
 		}
 	})
 	t.Run("an unknown include is 400", func(t *testing.T) {
-		ts.expectError(t, alice, "GET", "/api/runs/"+id+"?include=everything", nil, 400, db.EINVALID, "include")
+		ts.expectError(t, alice, "GET", "/api/runs/"+id+"?include=everything", nil, 400, spec.EINVALID, "include")
 	})
 	t.Run("another user's run is 404", func(t *testing.T) {
-		ts.expectError(t, bob, "GET", "/api/runs/"+id, nil, 404, db.ENOTFOUND, "")
-		ts.expectError(t, bob, "GET", "/api/runs/"+id+"/documents", nil, 404, db.ENOTFOUND, "")
-		ts.expectError(t, bob, "GET", "/api/runs/"+id+"/events", nil, 404, db.ENOTFOUND, "")
+		ts.expectError(t, bob, "GET", "/api/runs/"+id, nil, 404, spec.ENOTFOUND, "")
+		ts.expectError(t, bob, "GET", "/api/runs/"+id+"/documents", nil, 404, spec.ENOTFOUND, "")
+		ts.expectError(t, bob, "GET", "/api/runs/"+id+"/events", nil, 404, spec.ENOTFOUND, "")
 	})
 	t.Run("a missing run is 404", func(t *testing.T) {
-		ts.expectError(t, alice, "GET", "/api/runs/nope", nil, 404, db.ENOTFOUND, "")
+		ts.expectError(t, alice, "GET", "/api/runs/nope", nil, 404, spec.ENOTFOUND, "")
 	})
 	t.Run("an unknown API path is a JSON 404", func(t *testing.T) {
-		ts.expectError(t, alice, "GET", "/api/nothing/here", nil, 404, db.ENOTFOUND, "")
+		ts.expectError(t, alice, "GET", "/api/nothing/here", nil, 404, spec.ENOTFOUND, "")
 	})
 }
 
@@ -250,38 +249,38 @@ func TestRunActions(t *testing.T) {
 
 	t.Run("respond answers a waiting run, which then completes", func(t *testing.T) {
 		id := ts.createRun(t, alice, askStep("which driver?"), doneStep("done"))
-		ts.waitStatus(t, alice, id, db.StatusWaiting)
-		ts.expectError(t, bob, "POST", "/api/runs/"+id+"/respond", `{"answers":["x"]}`, 404, db.ENOTFOUND, "")
-		ts.expectError(t, alice, "POST", "/api/runs/"+id+"/respond", `{"answers":[" "]}`, 400, db.EINVALID, "answers")
-		ts.expectError(t, alice, "POST", "/api/runs/"+id+"/respond", `{"answers":"x"}`, 400, db.EINVALID, "answers")
-		ts.expectError(t, alice, "POST", "/api/runs/"+id+"/respond", `{"reply":"x"}`, 400, db.EINVALID, "reply")
+		ts.waitStatus(t, alice, id, spec.StatusWaiting)
+		ts.expectError(t, bob, "POST", "/api/runs/"+id+"/respond", `{"answers":["x"]}`, 404, spec.ENOTFOUND, "")
+		ts.expectError(t, alice, "POST", "/api/runs/"+id+"/respond", `{"answers":[" "]}`, 400, spec.EINVALID, "answers")
+		ts.expectError(t, alice, "POST", "/api/runs/"+id+"/respond", `{"answers":"x"}`, 400, spec.EINVALID, "answers")
+		ts.expectError(t, alice, "POST", "/api/runs/"+id+"/respond", `{"reply":"x"}`, 400, spec.EINVALID, "reply")
 		var r RunJSON
 		ts.expect(t, alice, "POST", "/api/runs/"+id+"/respond", `{"answer":"modernc"}`, 200, &r)
 		if r.ID != id {
 			t.Fatalf("answer %+v", r)
 		}
-		ts.waitStatus(t, alice, id, db.StatusCompleted)
-		ts.expectError(t, alice, "POST", "/api/runs/"+id+"/respond", `{"answers":["again"]}`, 409, db.ECONFLICT, "")
+		ts.waitStatus(t, alice, id, spec.StatusCompleted)
+		ts.expectError(t, alice, "POST", "/api/runs/"+id+"/respond", `{"answers":["again"]}`, 409, spec.ECONFLICT, "")
 	})
 	t.Run("message queues for an active run and refuses a finished one", func(t *testing.T) {
 		id := ts.createRun(t, alice, askStep("q"))
-		ts.waitStatus(t, alice, id, db.StatusWaiting)
+		ts.waitStatus(t, alice, id, spec.StatusWaiting)
 		ts.expect(t, alice, "POST", "/api/runs/"+id+"/message", `{"body":"also check FTS"}`, 200, nil)
-		ts.expectError(t, alice, "POST", "/api/runs/"+id+"/message", `{"body":""}`, 400, db.EINVALID, "body")
-		ts.expectError(t, bob, "POST", "/api/runs/"+id+"/message", `{"body":"hi"}`, 404, db.ENOTFOUND, "")
-		ts.expectError(t, alice, "POST", "/api/runs/"+id+"/message", `hello`, 400, db.EINVALID, "")
+		ts.expectError(t, alice, "POST", "/api/runs/"+id+"/message", `{"body":""}`, 400, spec.EINVALID, "body")
+		ts.expectError(t, bob, "POST", "/api/runs/"+id+"/message", `{"body":"hi"}`, 404, spec.ENOTFOUND, "")
+		ts.expectError(t, alice, "POST", "/api/runs/"+id+"/message", `hello`, 400, spec.EINVALID, "")
 		ts.expect(t, alice, "POST", "/api/runs/"+id+"/cancel", nil, 200, nil)
-		ts.expectError(t, alice, "POST", "/api/runs/"+id+"/message", `{"body":"late"}`, 409, db.ECONFLICT, "")
+		ts.expectError(t, alice, "POST", "/api/runs/"+id+"/message", `{"body":"late"}`, 409, spec.ECONFLICT, "")
 	})
 	t.Run("cancel ends a run once; another user's is 404", func(t *testing.T) {
 		id := ts.createRun(t, alice, askStep("q"))
-		ts.expectError(t, bob, "POST", "/api/runs/"+id+"/cancel", nil, 404, db.ENOTFOUND, "")
+		ts.expectError(t, bob, "POST", "/api/runs/"+id+"/cancel", nil, 404, spec.ENOTFOUND, "")
 		var r RunJSON
 		ts.expect(t, alice, "POST", "/api/runs/"+id+"/cancel", nil, 200, &r)
-		if r.Status != db.StatusCanceled || r.CompletedAt == nil {
+		if r.Status != spec.StatusCanceled || r.CompletedAt == nil {
 			t.Fatalf("canceled run %+v", r)
 		}
-		ts.expectError(t, alice, "POST", "/api/runs/"+id+"/cancel", nil, 409, db.ECONFLICT, "")
+		ts.expectError(t, alice, "POST", "/api/runs/"+id+"/cancel", nil, 409, spec.ECONFLICT, "")
 	})
 	t.Run("continue resumes a stopped run with raised budgets", func(t *testing.T) {
 		work := scripted.Step{Summary: "working", Status: &spec.Status{ProgressSummary: "working", RemainingWork: []string{"more"}}}
@@ -291,13 +290,13 @@ func TestRunActions(t *testing.T) {
 		ts.expect(t, alice, "POST", "/api/runs", map[string]any{"objective": "x", "executor": "script",
 			"script": script(work, doneStep("done")), "budgets": map[string]any{"max_iterations": 1}}, 201, &out)
 		id := out.RunID
-		ts.waitStatus(t, alice, id, db.StatusStopped)
-		ts.expectError(t, bob, "POST", "/api/runs/"+id+"/continue", nil, 404, db.ENOTFOUND, "")
-		ts.expectError(t, alice, "POST", "/api/runs/"+id+"/continue", `{"budgets":{"max_iterations":"two"}}`, 400, db.EINVALID, "budgets.max_iterations")
-		ts.expectError(t, alice, "POST", "/api/runs/"+id+"/continue", nil, 400, db.EINVALID, "budgets.max_iterations")
+		ts.waitStatus(t, alice, id, spec.StatusStopped)
+		ts.expectError(t, bob, "POST", "/api/runs/"+id+"/continue", nil, 404, spec.ENOTFOUND, "")
+		ts.expectError(t, alice, "POST", "/api/runs/"+id+"/continue", `{"budgets":{"max_iterations":"two"}}`, 400, spec.EINVALID, "budgets.max_iterations")
+		ts.expectError(t, alice, "POST", "/api/runs/"+id+"/continue", nil, 400, spec.EINVALID, "budgets.max_iterations")
 		ts.expect(t, alice, "POST", "/api/runs/"+id+"/continue", `{"budgets":{"max_iterations":2}}`, 200, nil)
-		ts.waitStatus(t, alice, id, db.StatusCompleted)
-		ts.expectError(t, alice, "POST", "/api/runs/"+id+"/continue", ``, 409, db.ECONFLICT, "")
+		ts.waitStatus(t, alice, id, spec.StatusCompleted)
+		ts.expectError(t, alice, "POST", "/api/runs/"+id+"/continue", ``, 409, spec.ECONFLICT, "")
 	})
 }
 
@@ -308,7 +307,7 @@ func TestDocumentsAndSearch(t *testing.T) {
 	step := askStep("q")
 	step.Docs = []scripted.Doc{{Path: "notes/sqlite.md", Content: "modernc is a pure Go SQLite driver"}}
 	id := ts.createRun(t, alice, step)
-	ts.waitStatus(t, alice, id, db.StatusWaiting)
+	ts.waitStatus(t, alice, id, spec.StatusWaiting)
 
 	var list struct {
 		Documents []DocumentJSON `json:"documents"`
@@ -335,7 +334,7 @@ func TestDocumentsAndSearch(t *testing.T) {
 		}
 	})
 	t.Run("another user's document is 404", func(t *testing.T) {
-		ts.expectError(t, bob, "GET", "/api/documents/"+docID, nil, 404, db.ENOTFOUND, "")
+		ts.expectError(t, bob, "GET", "/api/documents/"+docID, nil, 404, spec.ENOTFOUND, "")
 	})
 	t.Run("search finds the caller's documents only", func(t *testing.T) {
 		var res struct {
@@ -349,12 +348,12 @@ func TestDocumentsAndSearch(t *testing.T) {
 		if len(res.Results) != 0 {
 			t.Fatalf("bob found %+v", res)
 		}
-		ts.expectError(t, bob, "GET", "/api/search?q=pure&run_id="+id, nil, 404, db.ENOTFOUND, "")
+		ts.expectError(t, bob, "GET", "/api/search?q=pure&run_id="+id, nil, 404, spec.ENOTFOUND, "")
 	})
 	t.Run("search rejects an empty query and a bad limit", func(t *testing.T) {
-		ts.expectError(t, alice, "GET", "/api/search?q=", nil, 400, db.EINVALID, "q")
-		ts.expectError(t, alice, "GET", "/api/search?q=%20%20", nil, 400, db.EINVALID, "q")
-		ts.expectError(t, alice, "GET", "/api/search?q=x&limit=1000", nil, 400, db.EINVALID, "limit")
+		ts.expectError(t, alice, "GET", "/api/search?q=", nil, 400, spec.EINVALID, "q")
+		ts.expectError(t, alice, "GET", "/api/search?q=%20%20", nil, 400, spec.EINVALID, "q")
+		ts.expectError(t, alice, "GET", "/api/search?q=x&limit=1000", nil, 400, spec.EINVALID, "limit")
 	})
 	t.Run("search input is never FTS syntax", func(t *testing.T) {
 		ts.expect(t, alice, "GET", `/api/search?q=%22unbalanced+AND+(+NEAR`, nil, 200, nil)
@@ -367,7 +366,7 @@ func TestNotifications(t *testing.T) {
 	bob := ts.user(t, "bob@example.com")
 	for range 3 {
 		id := ts.createRun(t, alice, doneStep("done"))
-		ts.waitStatus(t, alice, id, db.StatusCompleted)
+		ts.waitStatus(t, alice, id, spec.StatusCompleted)
 	}
 
 	var first NotificationList
@@ -386,7 +385,7 @@ func TestNotifications(t *testing.T) {
 	}
 
 	t.Run("another user's notification is 404", func(t *testing.T) {
-		ts.expectError(t, bob, "POST", fmt.Sprintf("/api/notifications/%d/read", n.ID), nil, 404, db.ENOTFOUND, "")
+		ts.expectError(t, bob, "POST", fmt.Sprintf("/api/notifications/%d/read", n.ID), nil, 404, spec.ENOTFOUND, "")
 		var empty NotificationList
 		ts.expect(t, bob, "GET", "/api/notifications", nil, 200, &empty)
 		if len(empty.Notifications) != 0 || empty.Unread != 0 {
@@ -394,9 +393,9 @@ func TestNotifications(t *testing.T) {
 		}
 	})
 	t.Run("a malformed id is 404 and bad paging is 400", func(t *testing.T) {
-		ts.expectError(t, alice, "POST", "/api/notifications/abc/read", nil, 404, db.ENOTFOUND, "")
-		ts.expectError(t, alice, "GET", "/api/notifications?cursor=-1", nil, 400, db.EINVALID, "cursor")
-		ts.expectError(t, alice, "GET", "/api/notifications?limit=0", nil, 400, db.EINVALID, "limit")
+		ts.expectError(t, alice, "POST", "/api/notifications/abc/read", nil, 404, spec.ENOTFOUND, "")
+		ts.expectError(t, alice, "GET", "/api/notifications?cursor=-1", nil, 400, spec.EINVALID, "cursor")
+		ts.expectError(t, alice, "GET", "/api/notifications?limit=0", nil, 400, spec.EINVALID, "limit")
 	})
 	t.Run("marking read lowers the unread count", func(t *testing.T) {
 		var out struct {
@@ -423,7 +422,7 @@ func TestEventsPage(t *testing.T) {
 	alice := ts.user(t, "alice@example.com")
 	bob := ts.user(t, "bob@example.com")
 	id := ts.createRun(t, alice, doneStep("done"))
-	ts.waitStatus(t, alice, id, db.StatusCompleted)
+	ts.waitStatus(t, alice, id, spec.StatusCompleted)
 	all, err := ts.DB.ListRunEvents(ts.ctx, alice.ID, id, 0, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -470,7 +469,7 @@ func TestEventsPage(t *testing.T) {
 		{"since_seq=-1", "since_seq"}, {"since_seq=x", "since_seq"}, {"limit=0", "limit"}, {"limit=1001", "limit"},
 	} {
 		t.Run("rejects "+q.query, func(t *testing.T) {
-			ts.expectError(t, alice, "GET", "/api/runs/"+id+"/events?"+q.query, nil, 400, db.EINVALID, q.field)
+			ts.expectError(t, alice, "GET", "/api/runs/"+id+"/events?"+q.query, nil, 400, spec.EINVALID, q.field)
 		})
 	}
 }
@@ -479,7 +478,7 @@ func TestMetricsParse(t *testing.T) {
 	ts := newTestServer(t, nil)
 	alice := ts.user(t, "alice@example.com")
 	id := ts.createRun(t, alice, doneStep("done"))
-	ts.waitStatus(t, alice, id, db.StatusCompleted)
+	ts.waitStatus(t, alice, id, spec.StatusCompleted)
 	c := ts.openSSE(t, alice, "/api/runs/"+ts.createRun(t, alice, askStep("q"))+"/events")
 	if _, err := c.NextEvent(); err != nil {
 		t.Fatal(err)
@@ -503,7 +502,7 @@ func TestMetricsParse(t *testing.T) {
 	completed := -1.0
 	for _, m := range fams["homework_runs"].GetMetric() {
 		for _, l := range m.GetLabel() {
-			if l.GetName() == "status" && l.GetValue() == db.StatusCompleted {
+			if l.GetName() == "status" && l.GetValue() == spec.StatusCompleted {
 				completed = m.GetGauge().GetValue()
 			}
 		}

@@ -4,9 +4,9 @@ import (
 	"crypto/subtle"
 	"strings"
 
-	"github.com/gofiber/fiber/v2"
+	"homework/engine/spec"
 
-	"homework/db"
+	"github.com/gofiber/fiber/v2"
 )
 
 // SessionCookie is the name of the browser session cookie.
@@ -17,13 +17,13 @@ const (
 	localSession = "session"
 )
 
-func userOf(c *fiber.Ctx) *db.User {
-	u, _ := c.Locals(localUser).(*db.User)
+func userOf(c *fiber.Ctx) *spec.User {
+	u, _ := c.Locals(localUser).(*spec.User)
 	return u
 }
 
-func sessionOf(c *fiber.Ctx) *db.Session {
-	s, _ := c.Locals(localSession).(*db.Session)
+func sessionOf(c *fiber.Ctx) *spec.Session {
+	s, _ := c.Locals(localSession).(*spec.Session)
 	return s
 }
 
@@ -33,7 +33,7 @@ func (s *Server) authenticate(c *fiber.Ctx) error {
 	if h := c.Get(fiber.HeaderAuthorization); h != "" {
 		scheme, token, ok := strings.Cut(h, " ")
 		if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(token) == "" {
-			return db.Errorf(db.EUNAUTHORIZED, "The Authorization header must be \"Bearer <token>\".")
+			return spec.Errorf(spec.EUNAUTHORIZED, "The Authorization header must be \"Bearer <token>\".")
 		}
 		u, err := s.db.FindUserByToken(c.UserContext(), strings.TrimSpace(token))
 		if err != nil {
@@ -51,7 +51,7 @@ func (s *Server) authenticate(c *fiber.Ctx) error {
 		c.Locals(localSession, sess)
 		return nil
 	}
-	return db.Errorf(db.EUNAUTHORIZED, "Authentication required: send \"Authorization: Bearer <token>\" (create one with `homework token create`).")
+	return spec.Errorf(spec.EUNAUTHORIZED, "Authentication required: send \"Authorization: Bearer <token>\" (create one with `homework token create`).")
 }
 
 // requireAPIUser authenticates API requests. A request authenticated by the
@@ -63,7 +63,7 @@ func (s *Server) requireAPIUser(c *fiber.Ctx) error {
 	}
 	if sess := sessionOf(c); sess != nil && !safeMethod(c.Method()) {
 		if !tokensEqual(c.Get("X-CSRF-Token"), sess.CSRFToken) {
-			return s.jsonError(c, db.Errorf(db.EFORBIDDEN, "Missing or wrong CSRF token (send X-CSRF-Token)."))
+			return s.jsonError(c, spec.Errorf(spec.EFORBIDDEN, "Missing or wrong CSRF token (send X-CSRF-Token)."))
 		}
 	}
 	return c.Next()

@@ -20,6 +20,7 @@ import (
 // and watches its page update live, without a reload, until it completes:
 // timeline rows appear, the cost changes, the report shows the narrative.
 func TestBrowserLLMRun(t *testing.T) {
+	findChromium(t) // before any server starts: skip (or fail in CI) at once
 	slow := 700 * time.Millisecond
 	endpoint := llmtest.New(t,
 		// Iteration 1: research notes and a task, then more to do.
@@ -44,7 +45,9 @@ func TestBrowserLLMRun(t *testing.T) {
 	)
 	ts := newTestServerWith(t, func(d *db.DB, eng func() *engine.Engine) map[string]engine.Executor {
 		x, err := llm.New(llm.Options{DB: d, BaseURL: endpoint.URL, APIKey: "test", DefaultModel: "gpt-4o-mini",
-			RecordNarration: func(ctx context.Context, run *db.Run, c spec.LLMCall) error { return eng().RecordLLMCall(ctx, run, c) }})
+			RecordNarration: func(ctx context.Context, run *spec.Run, c spec.LLMCall) error {
+				return eng().RecordLLMCall(ctx, run, c)
+			}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -25,9 +25,9 @@ func findChromium(t *testing.T) string {
 		}
 	}
 	if os.Getenv("CI") == "true" {
-		t.Fatal("chromium is not installed; the browser test needs it in CI (apt-get install chromium)")
+		t.Fatal("chromium is not on PATH and CI=true: install it (apt-get install chromium) to run the browser tests")
 	}
-	t.Skip("chromium is not installed; skipping the browser test (apt-get install chromium to run it)")
+	t.Skip("chromium is not on PATH; install it (apt-get install chromium) to run the browser tests, or set CI=true to fail instead of skipping")
 	return ""
 }
 
@@ -131,6 +131,7 @@ func composeInBrowser(t *testing.T, ctx context.Context, base, objective string,
 }
 
 func TestBrowser(t *testing.T) {
+	findChromium(t) // before any server starts: skip (or fail in CI) at once
 	ts := newPageServer(t)
 	ctx := newBrowser(t)
 	base := ts.URL

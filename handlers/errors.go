@@ -3,28 +3,28 @@ package handlers
 import (
 	"errors"
 
-	"github.com/gofiber/fiber/v2"
+	"homework/engine/spec"
 
-	"homework/db"
+	"github.com/gofiber/fiber/v2"
 )
 
 // statusOf is the one table from error code to HTTP status.
 var statusOf = map[string]int{
-	db.EINVALID:      fiber.StatusBadRequest,
-	db.ENOTFOUND:     fiber.StatusNotFound,
-	db.ECONFLICT:     fiber.StatusConflict,
-	db.EUNAUTHORIZED: fiber.StatusUnauthorized,
-	db.EFORBIDDEN:    fiber.StatusForbidden,
-	db.ELIMIT:        fiber.StatusTooManyRequests,
-	db.EUNAVAILABLE:  fiber.StatusServiceUnavailable,
-	db.ETOOLARGE:     fiber.StatusRequestEntityTooLarge,
-	db.EUNSUPPORTED:  fiber.StatusNotAcceptable,
-	db.EINTERNAL:     fiber.StatusInternalServerError,
+	spec.EINVALID:      fiber.StatusBadRequest,
+	spec.ENOTFOUND:     fiber.StatusNotFound,
+	spec.ECONFLICT:     fiber.StatusConflict,
+	spec.EUNAUTHORIZED: fiber.StatusUnauthorized,
+	spec.EFORBIDDEN:    fiber.StatusForbidden,
+	spec.ELIMIT:        fiber.StatusTooManyRequests,
+	spec.EUNAVAILABLE:  fiber.StatusServiceUnavailable,
+	spec.ETOOLARGE:     fiber.StatusRequestEntityTooLarge,
+	spec.EUNSUPPORTED:  fiber.StatusNotAcceptable,
+	spec.EINTERNAL:     fiber.StatusInternalServerError,
 }
 
 // HTTPStatus returns the HTTP status for err's code.
 func HTTPStatus(err error) int {
-	if s, ok := statusOf[db.ErrorCode(err)]; ok {
+	if s, ok := statusOf[spec.ErrorCode(err)]; ok {
 		return s
 	}
 	return fiber.StatusInternalServerError
@@ -45,15 +45,15 @@ type ErrorDetail struct {
 // jsonError writes err as the API's JSON error. Internal errors are logged
 // and shown only as a generic message.
 func (s *Server) jsonError(c *fiber.Ctx, err error) error {
-	code := db.ErrorCode(err)
+	code := spec.ErrorCode(err)
 	var fe *fiber.Error
 	if errors.As(err, &fe) {
 		return c.Status(fe.Code).JSON(ErrorBody{Error: ErrorDetail{Code: fiberCode(fe.Code), Message: fe.Message}})
 	}
-	if code == db.EINTERNAL {
+	if code == spec.EINTERNAL {
 		s.log.Error("internal error", "method", c.Method(), "path", c.Path(), "err", err)
 	}
-	return c.Status(HTTPStatus(err)).JSON(ErrorBody{Error: ErrorDetail{Code: code, Message: db.ErrorMessage(err), Field: db.ErrorField(err)}})
+	return c.Status(HTTPStatus(err)).JSON(ErrorBody{Error: ErrorDetail{Code: code, Message: spec.ErrorMessage(err), Field: spec.ErrorField(err)}})
 }
 
 func fiberCode(status int) string {
@@ -69,9 +69,9 @@ func fiberCode(status int) string {
 		return "unsupported_media_type"
 	}
 	if status >= 500 {
-		return db.EINTERNAL
+		return spec.EINTERNAL
 	}
-	return db.EINVALID
+	return spec.EINVALID
 }
 
 // errorHandler is Fiber's last-resort handler: JSON for the API, a plain
@@ -79,10 +79,10 @@ func fiberCode(status int) string {
 func (s *Server) errorHandler(c *fiber.Ctx, err error) error {
 	var fe *fiber.Error
 	status := HTTPStatus(err)
-	msg := db.ErrorMessage(err)
+	msg := spec.ErrorMessage(err)
 	if errors.As(err, &fe) {
 		status, msg = fe.Code, fe.Message
-	} else if db.ErrorCode(err) == db.EINTERNAL {
+	} else if spec.ErrorCode(err) == spec.EINTERNAL {
 		s.log.Error("unhandled error", "method", c.Method(), "path", c.Path(), "err", err)
 	}
 	if isAPI(c) {

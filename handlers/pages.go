@@ -2,15 +2,14 @@ package handlers
 
 import (
 	"errors"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
 
+	"homework/engine/spec"
+
 	"github.com/gofiber/fiber/v2"
 
-	"homework/db"
-	"homework/engine"
 	"homework/views"
 )
 
@@ -42,6 +41,7 @@ func (s *Server) pageRoutes(app *fiber.App) {
 	app.Post("/notifications/read-all", auth, s.readAllNotifications)
 	app.Post("/notifications/:nid/read", auth, s.readNotification)
 	app.Get("/reports", auth, s.reports)
+	s.tokenRoutes(app, auth)
 }
 
 // noStore keeps live fragments out of caches.
@@ -57,28 +57,25 @@ func (s *Server) pageError(c *fiber.Ctx, err error) error {
 	if errors.As(err, &fe) {
 		return s.renderError(c, fe.Code, fe.Message)
 	}
-	if db.ErrorCode(err) == db.EINTERNAL {
+	if spec.ErrorCode(err) == spec.EINTERNAL {
 		s.log.Error("page error", "method", c.Method(), "path", c.Path(), "err", err)
 	}
-	return s.renderError(c, HTTPStatus(err), db.ErrorMessage(err))
+	return s.renderError(c, HTTPStatus(err), spec.ErrorMessage(err))
 }
 
-// runListData loads the run list for the request's filter and cursor.
+// runListData loads the run list for the request's filters and cursor.
 func (s *Server) runListData(c *fiber.Ctx) (views.RunListData, error) {
 	u := userOf(c)
 	ctx := c.UserContext()
 	d := views.RunListData{Page: s.page(c, "Runs"), MaxRunning: s.opts.MaxRunsPerUser, Cursor: c.Query("cursor")}
-	if st := c.Query("status"); slices.Contains(db.Statuses, st) {
-		d.Status = st
+	var f spec.RunFilter
+	var err error
+	if d.Filter, f, err = runFilterQuery(c); err != nil {
+		return d, err
 	}
-	if t := c.Query("tag"); t != "" {
-		tag, err := engine.NormalizeTag("tag", t)
-		if err != nil {
-			return d, err
-		}
-		d.Tag = tag
-	}
-	page, err := s.db.ListRuns(ctx, u.ID, db.RunFilter{Status: d.Status, Tag: d.Tag, Cursor: d.Cursor, Limit: 25})
+	d.Status = d.Filter.Status
+	f.Limit = 25
+	page, err := s.db.ListRuns(ctx, u.ID, f)
 	if err != nil {
 		return d, err
 	}
@@ -86,7 +83,7 @@ func (s *Server) runListData(c *fiber.Ctx) (views.RunListData, error) {
 	if d.Counts, err = s.db.CountRunsByStatus(ctx, u.ID); err != nil {
 		return d, err
 	}
-	d.Running, d.Queued = d.Counts[db.StatusRunning], d.Counts[db.StatusQueued]
+	d.Running, d.Queued = d.Counts[spec.StatusRunning], d.Counts[spec.StatusQueued]
 	return d, nil
 }
 

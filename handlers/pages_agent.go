@@ -1,8 +1,6 @@
 package handlers
 
 import (
-	"strings"
-
 	"homework/engine/agentcmd"
 	"homework/views"
 )
@@ -15,17 +13,4 @@ func agentPresetViews() []views.AgentPreset {
 		out = append(out, views.AgentPreset{Name: p.Name, Label: p.Label, Argv: shellJoin(p.Argv), OutputFormat: p.OutputFormat})
 	}
 	return out
-}
-
-// shellJoin quotes argv so that shellSplit gives it back.
-func shellJoin(argv []string) string {
-	parts := make([]string, len(argv))
-	for i, a := range argv {
-		if a != "" && !strings.ContainsAny(a, " \t\n'\"\\$`|&;<>()*?[]#~!{}") {
-			parts[i] = a
-			continue
-		}
-		parts[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
-	}
-	return strings.Join(parts, " ")
 }

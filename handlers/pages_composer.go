@@ -9,7 +9,6 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 
-	"homework/db"
 	"homework/engine"
 	"homework/engine/agentcmd"
 	"homework/engine/spec"
@@ -26,29 +25,46 @@ func (s *Server) composerData(c *fiber.Ctx, f views.ComposerForm) views.Composer
 	return views.ComposerData{
 		Page: s.page(c, title), Form: f, Errors: map[string]string{},
 		LLMConfigured: s.opts.LLMConfigured, DefaultModel: s.opts.DefaultModel,
-		CommandRuns: s.opts.CommandRunsEnabled && u.IsAdmin, ScriptRuns: s.opts.ScriptRunsEnabled,
+		DefaultMinutes: int(s.engine.DefaultRunningTime().Minutes()),
+		CommandRuns:    s.opts.CommandRunsEnabled && u.IsAdmin, ScriptRuns: s.opts.ScriptRunsEnabled,
 		AgentPresets: agentPresetViews(), AgentFormats: agentcmd.OutputFormats(),
 	}
 }
 
+// composer shows the run composer: empty, or with ?from=ID the settings of
+// an earlier run ("Run again"), or with ?parent=ID its settings without the
+// objective, linked to it ("Ask follow-up").
 func (s *Server) composer(c *fiber.Ctx) error {
 	f := views.ComposerForm{Mode: spec.ModeAuto, WriteMode: spec.WriteAutopilot}
-	var parent *db.Run
+	var parent *spec.Run
+	from, asFollowUp := c.Query("from"), false
 	if id := c.Query("parent"); id != "" {
-		p, err := s.db.FindRun(c.UserContext(), userOf(c).ID, id)
+		from, asFollowUp = id, true
+	}
+	if from != "" {
+		src, err := s.db.FindRun(c.UserContext(), userOf(c).ID, from)
 		if err != nil {
 			return s.pageError(c, err)
 		}
-		parent = p
-		f.ParentRunID = p.ID
-		if cfg, err := engine.RunConfig(p); err == nil {
-			f.Mode, f.Model, f.WriteMode = cfg.Mode, cfg.Model, cfg.Permissions.WriteMode
-			f.Tags = strings.Join(cfg.Tags, ", ")
+		if cfg, err := engine.RunConfig(src); err == nil {
+			f = formFromConfig(cfg)
+		}
+		if asFollowUp {
+			parent = src
+			f.Objective, f.ParentRunID = "", src.ID
 		}
 	}
 	d := s.composerData(c, f)
 	d.Parent = parent
+	d.AdvancedOpen = from != "" && hasAdvanced(f)
 	return s.render(c, fiber.StatusOK, views.Composer(d))
+}
+
+// hasAdvanced reports whether any input inside the Advanced section is set.
+func hasAdvanced(f views.ComposerForm) bool {
+	return f.MaxIterations != "" || f.MaxMinutes != "" || f.MaxCostUSD != "" || f.MaxTokens != "" ||
+		f.CheckCommands != "" || f.Pattern != "" || f.DocExists != "" || f.Token != "" || f.TasksAllDone ||
+		f.NoProgress != "" || f.RepeatedError != "" || f.Script != "" || (f.WriteMode != "" && f.WriteMode != spec.WriteAutopilot)
 }
 
 // composerForm reads the composer's fields.
@@ -74,8 +90,13 @@ func (fe formErrors) int(name, val string) int64 {
 		return 0
 	}
 	n, err := strconv.ParseInt(val, 10, 64)
-	if err != nil || n < 0 {
+	switch {
+	case err != nil || n < 0:
 		fe[name] = "Enter a whole number, or leave it empty."
+		return 0
+	case n == 0:
+		// 0 would silently mean "not set"; say so instead.
+		fe[name] = "0 is not a limit: enter 1 or more, or leave it empty (no limit, or the stated default)."
 		return 0
 	}
 	return n
@@ -86,8 +107,12 @@ func (fe formErrors) money(name, val string) float64 {
 		return 0
 	}
 	f, err := strconv.ParseFloat(strings.TrimPrefix(val, "$"), 64)
-	if err != nil || f < 0 {
+	switch {
+	case err != nil || f < 0 || math.IsNaN(f) || math.IsInf(f, 0):
 		fe[name] = "Enter an amount in US dollars, such as 2.50, or leave it empty."
+		return 0
+	case f < 0.01:
+		fe[name] = "$0 is not a limit: enter at least 0.01, or leave it empty for no limit."
 		return 0
 	}
 	return f
@@ -112,7 +137,7 @@ func budgetsFromForm(fe formErrors, iterations, minutes, cost, tokens string) sp
 }
 
 // configFromForm builds a run configuration from the composer's form.
-func (s *Server) configFromForm(u *db.User, f views.ComposerForm) (spec.Config, formErrors) {
+func (s *Server) configFromForm(u *spec.User, f views.ComposerForm) (spec.Config, formErrors) {
 	fe := formErrors{}
 	cfg := spec.Config{
 		Objective: f.Objective, Mode: f.Mode, Model: f.Model, Executor: spec.ExecutorLLM,
@@ -191,7 +216,7 @@ func (s *Server) createRun(c *fiber.Ctx) error {
 	f := composerForm(c)
 	cfg, fe := s.configFromForm(u, f)
 	var err error
-	var run *db.Run
+	var run *spec.Run
 	if len(fe) == 0 {
 		run, err = s.engine.CreateRun(c.UserContext(), u, cfg)
 		if err == nil {
@@ -201,11 +226,11 @@ func (s *Server) createRun(c *fiber.Ctx) error {
 	d := s.composerData(c, f)
 	status := fiber.StatusBadRequest
 	if err != nil {
-		if code := db.ErrorCode(err); code == db.EINTERNAL {
+		if code := spec.ErrorCode(err); code == spec.EINTERNAL {
 			return s.pageError(c, err)
 		}
 		status = HTTPStatus(err)
-		field := db.ErrorField(err)
+		field := spec.ErrorField(err)
 		name, ok := formFields[field]
 		if strings.HasPrefix(field, "completion.checks") {
 			name, ok = "checks", true
@@ -217,9 +242,9 @@ func (s *Server) createRun(c *fiber.Ctx) error {
 			ok = false
 		}
 		if ok {
-			fe[name] = db.ErrorMessage(err)
+			fe[name] = spec.ErrorMessage(err)
 		} else {
-			d.Error = db.ErrorMessage(err)
+			d.Error = spec.ErrorMessage(err)
 		}
 	}
 	if f.ParentRunID != "" {

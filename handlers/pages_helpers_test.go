@@ -11,7 +11,6 @@ import (
 
 	"golang.org/x/crypto/bcrypt"
 
-	"homework/db"
 	"homework/engine"
 	"homework/engine/scripted"
 	"homework/engine/spec"
@@ -195,4 +194,4 @@ func (ts *testServer) userID(t testing.TB, email string) *testUser {
 	return &testUser{User: u}
 }
 
-func runConfigOf(r *db.Run) (*spec.Config, error) { return engine.RunConfig(r) }
+func runConfigOf(r *spec.Run) (*spec.Config, error) { return engine.RunConfig(r) }

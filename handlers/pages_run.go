@@ -8,7 +8,6 @@ import (
 	"github.com/a-h/templ"
 	"github.com/gofiber/fiber/v2"
 
-	"homework/db"
 	"homework/engine"
 	"homework/engine/spec"
 	"homework/views"
@@ -100,20 +99,20 @@ func (s *Server) runView(c *fiber.Ctx, runID string) (views.RunView, error) {
 // scratchpadAndBranch finds the run's scratchpad and the branch being
 // explored: the most recently updated document under branches/ (or of kind
 // branch).
-func scratchpadAndBranch(docs []*db.Document) (*db.Document, string) {
-	var pad, latest *db.Document
+func scratchpadAndBranch(docs []*spec.Document) (*spec.Document, string) {
+	var pad, latest *spec.Document
 	for _, d := range docs {
-		if d.Kind == db.DocScratchpad || d.Path == "scratchpad.md" {
+		if d.Kind == spec.DocScratchpad || d.Path == "scratchpad.md" {
 			pad = d
 		}
-		if (d.Kind == db.DocBranch || strings.HasPrefix(d.Path, "branches/")) && (latest == nil || d.UpdatedAt.After(latest.UpdatedAt)) {
+		if (d.Kind == spec.DocBranch || strings.HasPrefix(d.Path, "branches/")) && (latest == nil || d.UpdatedAt.After(latest.UpdatedAt)) {
 			latest = d
 		}
 	}
 	if latest == nil {
 		return pad, ""
 	}
-	if latest.Kind == db.DocBranch {
+	if latest.Kind == spec.DocBranch {
 		return pad, latest.Path
 	}
 	parts := strings.SplitN(latest.Path, "/", 3)
@@ -125,7 +124,7 @@ func scratchpadAndBranch(docs []*db.Document) (*db.Document, string) {
 
 // docTree arranges documents by parent_id. Documents whose parent is not in
 // the run are roots.
-func docTree(docs []*db.Document) []*views.DocNode {
+func docTree(docs []*spec.Document) []*views.DocNode {
 	nodes := make(map[string]*views.DocNode, len(docs))
 	for _, d := range docs {
 		nodes[d.ID] = &views.DocNode{Doc: d}
@@ -156,7 +155,7 @@ func docTree(docs []*db.Document) []*views.DocNode {
 }
 
 // iterationView shows an iteration row with its gate, checks and artifacts.
-func iterationView(it *db.Iteration) views.IterationView {
+func iterationView(it *spec.Iteration) views.IterationView {
 	iv := views.IterationView{
 		Iteration: it.Iteration, Attempt: it.Attempt, Status: it.Status, Summary: it.Summary, Error: it.Error,
 		StartedAt: it.StartedAt, EndedAt: it.EndedAt, Metrics: it.Metrics,
@@ -170,7 +169,7 @@ func iterationView(it *db.Iteration) views.IterationView {
 }
 
 // reportOf decodes a run's report; the zero Report when it has none.
-func reportOf(r *db.Run) spec.Report {
+func reportOf(r *spec.Run) spec.Report {
 	var rep spec.Report
 	if len(r.Report) > 0 {
 		json.Unmarshal(r.Report, &rep)
@@ -179,6 +178,11 @@ func reportOf(r *db.Run) spec.Report {
 }
 
 func (s *Server) runPage(c *fiber.Ctx) error {
+	// Opening a run reads its notifications, before the layout counts them.
+	// An unknown run changes nothing and is a 404 below.
+	if _, err := s.db.MarkRunNotificationsRead(c.UserContext(), userOf(c).ID, c.Params("id")); err != nil {
+		return s.pageError(c, err)
+	}
 	v, err := s.runView(c, c.Params("id"))
 	if err != nil {
 		return s.pageError(c, err)
@@ -209,15 +213,15 @@ func (s *Server) controlDone(c *fiber.Ctx, err error, done string) error {
 	if err == nil {
 		return c.Redirect("/runs/"+id+"?done="+done, fiber.StatusSeeOther)
 	}
-	code := db.ErrorCode(err)
-	if code == db.EINTERNAL || code == db.ENOTFOUND {
+	code := spec.ErrorCode(err)
+	if code == spec.EINTERNAL || code == spec.ENOTFOUND {
 		return s.pageError(c, err)
 	}
 	v, verr := s.runView(c, id)
 	if verr != nil {
 		return s.pageError(c, verr)
 	}
-	v.Error, v.ErrorField = db.ErrorMessage(err), db.ErrorField(err)
+	v.Error, v.ErrorField = spec.ErrorMessage(err), spec.ErrorField(err)
 	return s.render(c, HTTPStatus(err), views.RunPage(v))
 }
 
@@ -231,7 +235,7 @@ func (s *Server) continueRun(c *fiber.Ctx) error {
 	b := budgetsFromForm(fe, strings.TrimSpace(c.FormValue("max_iterations")), strings.TrimSpace(c.FormValue("max_minutes")),
 		strings.TrimSpace(c.FormValue("max_cost_usd")), strings.TrimSpace(c.FormValue("max_tokens")))
 	for name, msg := range fe {
-		return s.controlDone(c, db.FieldError(name, "%s", msg), "")
+		return s.controlDone(c, spec.FieldError(name, "%s", msg), "")
 	}
 	var raise *spec.Budgets
 	if b != (spec.Budgets{}) {
@@ -264,7 +268,7 @@ func (s *Server) documentPage(c *fiber.Ctx) error {
 	}
 	doc, err := s.db.FindDocument(ctx, u.ID, c.Params("doc"))
 	if err == nil && doc.RunID != run.ID {
-		err = db.Errorf(db.ENOTFOUND, "Document not found.")
+		err = spec.Errorf(spec.ENOTFOUND, "Document not found.")
 	}
 	if err != nil {
 		return s.pageError(c, err)

@@ -6,7 +6,6 @@ import (
 	"regexp"
 	"testing"
 
-	"homework/db"
 	"homework/engine/scripted"
 	"homework/engine/spec"
 )
@@ -29,7 +28,7 @@ func TestRunPage(t *testing.T) {
 	f := composeForm("Research <haiku>", richStep())
 	f.Set("max_cost_usd", "1")
 	id := pc.compose(t, f)
-	ts.waitStatus(t, u, id, db.StatusCompleted)
+	ts.waitStatus(t, u, id, spec.StatusCompleted)
 
 	resp, body := pc.get("/runs/" + id)
 	expectStatus(t, resp, body, http.StatusOK, "")
@@ -93,7 +92,7 @@ func TestRunControls(t *testing.T) {
 
 	t.Run("a waiting run shows its questions and takes an answer", func(t *testing.T) {
 		id := pc.compose(t, composeForm("Ask first", askStep("Which <colour>?"), doneStep("thanks")))
-		ts.waitStatus(t, u, id, db.StatusWaiting)
+		ts.waitStatus(t, u, id, spec.StatusWaiting)
 		_, body := pc.get("/runs/" + id)
 		expectContains(t, body, "Waiting for you", "Which &lt;colour&gt;?", `id="respond-form"`, `id="message-form"`, `id="cancel"`, `sse-connect="/api/runs/`+id+`/events?since_seq=`, `id="live-modal"`)
 		expectLacks(t, body, `id="continue-form"`)
@@ -105,7 +104,7 @@ func TestRunControls(t *testing.T) {
 		expectContains(t, b, "CSRF")
 		resp, b = pc.post("/runs/"+id+"/respond", url.Values{"answer": {"blue"}})
 		expectStatus(t, resp, b, http.StatusSeeOther, "/runs/"+id+"?done=answered")
-		r := ts.waitStatus(t, u, id, db.StatusCompleted)
+		r := ts.waitStatus(t, u, id, spec.StatusCompleted)
 		if r.Metrics.Iterations != 2 {
 			t.Fatalf("iterations %d", r.Metrics.Iterations)
 		}
@@ -114,7 +113,7 @@ func TestRunControls(t *testing.T) {
 	})
 	t.Run("a message is queued and a run is canceled once", func(t *testing.T) {
 		id := pc.compose(t, composeForm("Wait for me", askStep("?")))
-		ts.waitStatus(t, u, id, db.StatusWaiting)
+		ts.waitStatus(t, u, id, spec.StatusWaiting)
 		resp, b := pc.post("/runs/"+id+"/message", url.Values{"body": {""}})
 		expectStatus(t, resp, b, http.StatusBadRequest, "")
 		expectContains(t, b, "Message is empty.")
@@ -133,7 +132,7 @@ func TestRunControls(t *testing.T) {
 		f := composeForm("Two steps", scripted.Step{Summary: "step one"}, doneStep("step two"))
 		f.Set("max_iterations", "1")
 		id := pc.compose(t, f)
-		r := ts.waitStatus(t, u, id, db.StatusStopped)
+		r := ts.waitStatus(t, u, id, spec.StatusStopped)
 		if r.StopReason == nil || r.StopReason.Type != "max_iterations" {
 			t.Fatalf("stop reason %+v", r.StopReason)
 		}
@@ -147,7 +146,7 @@ func TestRunControls(t *testing.T) {
 		expectContains(t, b, "Enter a whole number")
 		resp, b = pc.post("/runs/"+id+"/continue", url.Values{"max_iterations": {"3"}})
 		expectStatus(t, resp, b, http.StatusSeeOther, "/runs/"+id+"?done=continued")
-		ts.waitStatus(t, u, id, db.StatusCompleted)
+		ts.waitStatus(t, u, id, spec.StatusCompleted)
 		resp, b = pc.post("/runs/"+id+"/continue", url.Values{"max_iterations": {"5"}})
 		expectStatus(t, resp, b, http.StatusConflict, "")
 		expectContains(t, b, "Only a stopped run can be continued")
@@ -161,7 +160,7 @@ func TestStalledRunShowsEvidence(t *testing.T) {
 	f := composeForm("Spin", scripted.Step{Summary: "spinning <again>", Progress: "same"})
 	f.Set("no_progress", "2")
 	id := pc.compose(t, f)
-	r := ts.waitStatus(t, u, id, db.StatusStopped)
+	r := ts.waitStatus(t, u, id, spec.StatusStopped)
 	if r.StopReason == nil || r.StopReason.Type != "no_progress" {
 		t.Fatalf("stop reason %+v", r.StopReason)
 	}
@@ -176,9 +175,9 @@ func TestNotificationPages(t *testing.T) {
 	pc := ts.signedIn(t, "ada@example.com")
 	u := ts.userID(t, "ada@example.com")
 	a := pc.compose(t, composeForm("First", doneStep("one")))
-	ts.waitStatus(t, u, a, db.StatusCompleted)
+	ts.waitStatus(t, u, a, spec.StatusCompleted)
 	b := pc.compose(t, composeForm("Second", doneStep("two")))
-	ts.waitStatus(t, u, b, db.StatusCompleted)
+	ts.waitStatus(t, u, b, spec.StatusCompleted)
 
 	resp, body := pc.get("/notifications")
 	expectStatus(t, resp, body, http.StatusOK, "")

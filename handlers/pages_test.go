@@ -6,7 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	"homework/db"
 	"homework/engine/scripted"
 	"homework/engine/spec"
 )
@@ -243,7 +242,7 @@ func TestCommandRunsOnlyForAdmins(t *testing.T) {
 	expectLacks(t, body, `name="agent_argv"`)
 }
 
-func mustConfig(t testing.TB, r *db.Run) *spec.Config {
+func mustConfig(t testing.TB, r *spec.Run) *spec.Config {
 	t.Helper()
 	cfg, err := runConfigOf(r)
 	if err != nil {
@@ -258,8 +257,8 @@ func TestRunListPage(t *testing.T) {
 	u := ts.userID(t, "ada@example.com")
 	done := pc.compose(t, composeForm("Finish <quickly>", doneStep("all done")))
 	waiting := pc.compose(t, composeForm("Ask me something", askStep("Which colour?")))
-	ts.waitStatus(t, u, done, db.StatusCompleted)
-	ts.waitStatus(t, u, waiting, db.StatusWaiting)
+	ts.waitStatus(t, u, done, spec.StatusCompleted)
+	ts.waitStatus(t, u, waiting, spec.StatusWaiting)
 
 	resp, body := pc.get("/")
 	expectStatus(t, resp, body, http.StatusOK, "")
@@ -298,7 +297,7 @@ func TestRunListPaging(t *testing.T) {
 	if n := strings.Count(body, `<tr id="run-`); n != 25 {
 		t.Fatalf("first page has %d runs, want 25", n)
 	}
-	expectContains(t, body, "Older →")
+	expectContains(t, body, "Next page →")
 	i := strings.Index(body, `href="/?cursor=`)
 	if i < 0 {
 		t.Fatal("no next-page link")
@@ -309,7 +308,7 @@ func TestRunListPaging(t *testing.T) {
 	if n := strings.Count(body, `<tr id="run-`); n != 1 {
 		t.Fatalf("second page has %d runs, want 1", n)
 	}
-	expectContains(t, body, "← Newest")
+	expectContains(t, body, "← First page")
 }
 
 // createRunAs creates a queued-or-waiting scripted run straight through the

@@ -5,7 +5,8 @@ import (
 	"net/url"
 	"testing"
 
-	"homework/db"
+	"homework/engine/spec"
+
 	"homework/engine/scripted"
 )
 
@@ -64,7 +65,7 @@ func TestBudgetMinutesThatOverflowAreRefused(t *testing.T) {
 		resp, body := pc.post("/runs", f)
 		expectStatus(t, resp, body, http.StatusBadRequest, "")
 		expectContains(t, body, `id="max_minutes-error"`, `value="`+hugeMinutes+`"`)
-		page, err := ts.DB.ListRuns(ts.ctx, u.ID, db.RunFilter{})
+		page, err := ts.DB.ListRuns(ts.ctx, u.ID, spec.RunFilter{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -76,7 +77,7 @@ func TestBudgetMinutesThatOverflowAreRefused(t *testing.T) {
 		f := composeForm("Two steps", scripted.Step{Summary: "step one"}, doneStep("step two"))
 		f.Set("max_iterations", "1")
 		id := pc.compose(t, f)
-		ts.waitStatus(t, u, id, db.StatusStopped)
+		ts.waitStatus(t, u, id, spec.StatusStopped)
 		pc.get("/runs/" + id)
 		resp, body := pc.post("/runs/"+id+"/continue", url.Values{"max_iterations": {"3"}, "max_minutes": {hugeMinutes}})
 		expectStatus(t, resp, body, http.StatusBadRequest, "")
@@ -85,7 +86,7 @@ func TestBudgetMinutesThatOverflowAreRefused(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if r.Status != db.StatusStopped {
+		if r.Status != spec.StatusStopped {
 			t.Fatalf("run is %s, want it still stopped", r.Status)
 		}
 	})
@@ -94,6 +95,6 @@ func TestBudgetMinutesThatOverflowAreRefused(t *testing.T) {
 func TestSearchWithANulByteIsABadRequest(t *testing.T) {
 	ts := newTestServer(t, nil)
 	u := ts.user(t, "ada@example.com")
-	ts.expectError(t, u, "GET", "/api/search?q=a%00b", nil, http.StatusBadRequest, db.EINVALID, "q")
+	ts.expectError(t, u, "GET", "/api/search?q=a%00b", nil, http.StatusBadRequest, spec.EINVALID, "q")
 	ts.expect(t, u, "GET", "/api/search?q=a%01b", nil, http.StatusOK, nil)
 }

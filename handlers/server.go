@@ -96,6 +96,7 @@ func New(opts Options) (*Server, error) {
 		ErrorHandler:          s.errorHandler,
 		StreamRequestBody:     false,
 	})
+	s.app.Use(s.requestLog)
 	s.app.Use(recover.New(recover.Config{EnableStackTrace: false}))
 	s.app.Use(s.securityHeaders)
 	s.routes()

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"homework/engine/spec"
+
 	"github.com/gofiber/fiber/v2"
 	"github.com/gofiber/fiber/v2/middleware/limiter"
 	"golang.org/x/crypto/bcrypt"
@@ -86,7 +88,8 @@ func (s *Server) setupForm(c *fiber.Ctx) error {
 	if n > 0 {
 		return c.Redirect("/login", fiber.StatusSeeOther)
 	}
-	return s.render(c, fiber.StatusOK, views.Setup(views.AuthData{Page: views.Page{Title: "Set up"}, FormCSRF: s.formToken(c)}))
+	return s.render(c, fiber.StatusOK, views.Setup(views.AuthData{Page: views.Page{Title: "Set up"}, FormCSRF: s.formToken(c),
+		Notice: s.cookieNotice(c)}))
 }
 
 func (s *Server) setup(c *fiber.Ctx) error {
@@ -101,8 +104,8 @@ func (s *Server) setup(c *fiber.Ctx) error {
 	email := strings.TrimSpace(c.FormValue("email"))
 	d := views.AuthData{Page: views.Page{Title: "Set up"}, Email: email, Errors: map[string]string{}}
 	if !formTokenOK(c) {
+		d.Error = s.formRefused(c, "Please submit it again.")
 		d.FormCSRF = s.formToken(c)
-		d.Error = "This form expired. Please submit it again."
 		return s.render(c, fiber.StatusForbidden, views.Setup(d))
 	}
 	d.FormCSRF = s.formToken(c)
@@ -125,7 +128,7 @@ func (s *Server) setup(c *fiber.Ctx) error {
 		return err
 	}
 	u, err := s.db.CreateFirstUser(ctx, email, string(hash))
-	if db.ErrorCode(err) == db.ECONFLICT {
+	if spec.ErrorCode(err) == spec.ECONFLICT {
 		return c.Redirect("/login", fiber.StatusSeeOther)
 	} else if err != nil {
 		return err
@@ -155,17 +158,17 @@ func (s *Server) loginForm(c *fiber.Ctx) error {
 
 func (s *Server) renderLogin(c *fiber.Ctx, status int, email, next, msg string) error {
 	return s.render(c, status, views.Login(views.AuthData{Page: views.Page{Title: "Sign in"},
-		Email: email, Next: localPath(next), FormCSRF: s.formToken(c), Error: msg}))
+		Email: email, Next: localPath(next), FormCSRF: s.formToken(c), Error: msg, Notice: s.cookieNotice(c)}))
 }
 
 func (s *Server) login(c *fiber.Ctx) error {
 	ctx := c.UserContext()
 	email, next := strings.TrimSpace(c.FormValue("email")), c.FormValue("next")
 	if !formTokenOK(c) {
-		return s.renderLogin(c, fiber.StatusForbidden, email, next, "This form expired. Please sign in again.")
+		return s.renderLogin(c, fiber.StatusForbidden, email, next, s.formRefused(c, "Please sign in again."))
 	}
 	u, err := s.db.FindUserByEmail(ctx, email)
-	if err != nil && db.ErrorCode(err) != db.ENOTFOUND {
+	if err != nil && spec.ErrorCode(err) != spec.ENOTFOUND {
 		return err
 	}
 	hash := dummyHash() // equal work for unknown emails
@@ -198,7 +201,7 @@ func (s *Server) logout(c *fiber.Ctx) error {
 }
 
 // startSession creates a session for u and sets its cookie.
-func (s *Server) startSession(c *fiber.Ctx, u *db.User) error {
+func (s *Server) startSession(c *fiber.Ctx, u *spec.User) error {
 	secret, sess, err := s.db.CreateSession(c.UserContext(), u.ID, sessionTTL)
 	if err != nil {
 		return err
@@ -225,14 +228,14 @@ func localPath(p string) string {
 // checks the session's CSRF token on every state-changing request.
 func (s *Server) requirePageUser(c *fiber.Ctx) error {
 	ctx := c.UserContext()
-	var sess *db.Session
-	var u *db.User
-	var err error = db.Errorf(db.EUNAUTHORIZED, "Not signed in.")
+	var sess *spec.Session
+	var u *spec.User
+	var err error = spec.Errorf(spec.EUNAUTHORIZED, "Not signed in.")
 	if secret := c.Cookies(SessionCookie); secret != "" {
 		sess, u, err = s.db.FindSession(ctx, secret)
 	}
 	if err != nil {
-		if db.ErrorCode(err) != db.EUNAUTHORIZED {
+		if spec.ErrorCode(err) != spec.EUNAUTHORIZED {
 			return err
 		}
 		to := "/login"

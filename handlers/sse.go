@@ -10,9 +10,10 @@ import (
 	"strings"
 	"time"
 
+	"homework/engine/spec"
+
 	"github.com/gofiber/fiber/v2"
 
-	"homework/db"
 	"homework/engine"
 )
 
@@ -49,9 +50,9 @@ type streamSource struct {
 	// subscribe subscribes to the stream's live events.
 	subscribe func() *engine.Subscription
 	// replay reads up to limit events after the cursor from the database.
-	replay func(ctx context.Context, after int64, limit int) ([]*db.Event, error)
+	replay func(ctx context.Context, after int64, limit int) ([]*spec.Event, error)
 	// key is the event's cursor value (seq or global id).
-	key func(*db.Event) int64
+	key func(*spec.Event) int64
 	// run streams are gap-free by seq and end after the run's terminal
 	// event; the user feed never ends by itself.
 	run bool
@@ -70,7 +71,7 @@ func streamCursor(c *fiber.Ctx, param string) (int64, error) {
 	if h := strings.TrimSpace(c.Get("Last-Event-ID")); h != "" {
 		n, err := strconv.ParseInt(h, 10, 64)
 		if err != nil || n < 0 {
-			return 0, db.FieldError("Last-Event-ID", "Last-Event-ID must be a non-negative whole number.")
+			return 0, spec.FieldError("Last-Event-ID", "Last-Event-ID must be a non-negative whole number.")
 		}
 		return n, nil
 	}
@@ -96,12 +97,12 @@ func (s *Server) apiRunEvents(c *fiber.Ctx) error {
 	}
 	src := &streamSource{
 		subscribe: func() *engine.Subscription { return s.engine.Bus().SubscribeRun(runID, sseBuffer) },
-		replay: func(ctx context.Context, after int64, limit int) ([]*db.Event, error) {
+		replay: func(ctx context.Context, after int64, limit int) ([]*spec.Event, error) {
 			return s.db.ListRunEvents(ctx, u.ID, runID, after, limit)
 		},
-		key:      func(e *db.Event) int64 { return e.Seq },
+		key:      func(e *spec.Event) int64 { return e.Seq },
 		run:      true,
-		finished: db.IsTerminalStatus(run.Status),
+		finished: spec.IsTerminalStatus(run.Status),
 	}
 	if src.finished {
 		// 204 tells an EventSource that there is nothing more, ever, so it
@@ -135,10 +136,10 @@ func (s *Server) apiUserEvents(c *fiber.Ctx) error {
 	}
 	src := &streamSource{
 		subscribe: func() *engine.Subscription { return s.engine.Bus().SubscribeUser(userID, sseBuffer) },
-		replay: func(ctx context.Context, after int64, limit int) ([]*db.Event, error) {
+		replay: func(ctx context.Context, after int64, limit int) ([]*spec.Event, error) {
 			return s.db.ListUserEvents(ctx, userID, after, limit)
 		},
-		key: func(e *db.Event) int64 { return e.ID },
+		key: func(e *spec.Event) int64 { return e.ID },
 	}
 	return s.startStream(c, src, cursor)
 }
@@ -297,7 +298,7 @@ func (st *streamer) live(ctx context.Context, sub *engine.Subscription, hb *time
 }
 
 // liveEvent sends one event from the bus unless it was already sent.
-func (st *streamer) liveEvent(ctx context.Context, e *db.Event) error {
+func (st *streamer) liveEvent(ctx context.Context, e *spec.Event) error {
 	k := st.src.key(e)
 	if k <= st.last {
 		if st.src.run && e.IsTerminal() {
@@ -359,7 +360,7 @@ func (st *streamer) replay(ctx context.Context) error {
 }
 
 // write buffers one event and advances the cursor.
-func (st *streamer) write(e *db.Event) error {
+func (st *streamer) write(e *spec.Event) error {
 	k := st.src.key(e)
 	st.buf = appendSSE(st.buf[:0], k, e)
 	if _, err := st.w.Write(st.buf); err != nil {
@@ -370,7 +371,7 @@ func (st *streamer) write(e *db.Event) error {
 }
 
 // appendSSE appends one SSE message for e with the given id to b.
-func appendSSE(b []byte, id int64, e *db.Event) []byte {
+func appendSSE(b []byte, id int64, e *spec.Event) []byte {
 	b = append(b, "id: "...)
 	b = strconv.AppendInt(b, id, 10)
 	b = append(b, "\nevent: "...)
@@ -381,7 +382,7 @@ func appendSSE(b []byte, id int64, e *db.Event) []byte {
 }
 
 // appendEventJSON appends e as one line of JSON in the EventJSON shape.
-func appendEventJSON(b []byte, e *db.Event) []byte {
+func appendEventJSON(b []byte, e *spec.Event) []byte {
 	b = append(b, `{"id":`...)
 	b = strconv.AppendInt(b, e.ID, 10)
 	b = append(b, `,"run_id":`...)

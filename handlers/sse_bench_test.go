@@ -27,6 +27,8 @@ import (
 	"testing"
 	"time"
 
+	"homework/engine/spec"
+
 	"homework/db"
 )
 
@@ -239,7 +241,7 @@ func BenchmarkSSEPublishLatency(b *testing.B) {
 		ts := newTestServer(b, nil)
 		u := ts.user(b, "bench@example.com")
 		id := ts.createRun(b, u, askStep("q"))
-		ts.waitStatus(b, u, id, db.StatusWaiting)
+		ts.waitStatus(b, u, id, spec.StatusWaiting)
 		last := lastSeqTB(b, ts, id)
 		addr := ts.URL[len("http://"):]
 		path := fmt.Sprintf("/api/runs/%s/events?since_seq=%d", id, last)
@@ -259,7 +261,7 @@ func BenchmarkSSEPublishLatency(b *testing.B) {
 			func() (*benchConn, error) { return dialBench(m.addr, "/", "", 4096) },
 			func() bool { return m.n.Load() >= int64(subs) },
 			func(t int64) {
-				e := &db.Event{ID: seq.Add(1), RunID: id, Seq: seq.Load(), Type: "bench", CreatedAt: time.Now(),
+				e := &spec.Event{ID: seq.Add(1), RunID: id, Seq: seq.Load(), Type: "bench", CreatedAt: time.Now(),
 					Data: []byte(fmt.Sprintf(`{"t":%d}`, t))}
 				m.publish(appendSSE(nil, e.Seq, e))
 			})
@@ -286,7 +288,7 @@ func BenchmarkSSEReplay(b *testing.B) {
 		ts := newTestServer(b, nil)
 		u := ts.user(b, "bench@example.com")
 		id := ts.createRun(b, u, askStep("q"))
-		ts.waitStatus(b, u, id, db.StatusWaiting)
+		ts.waitStatus(b, u, id, spec.StatusWaiting)
 		ctx := context.Background()
 		for done := 0; done < n; {
 			k := min(1000, n-done)
@@ -311,7 +313,7 @@ func BenchmarkSSEReplay(b *testing.B) {
 		// The raw ordered scan.
 		start := time.Now()
 		var scanned int64
-		var all []*db.Event
+		var all []*spec.Event
 		for after := int64(0); ; {
 			evs, err := ts.DB.ListRunEvents(ctx, u.ID, id, after, sseReplayPage)
 			if err != nil {
@@ -429,7 +431,7 @@ func BenchmarkSSEIdleMemory(b *testing.B) {
 		ts := newTestServer(b, func(o *Options) { o.Heartbeat = time.Hour })
 		u := ts.user(b, "bench@example.com")
 		id := ts.createRun(b, u, askStep("q"))
-		ts.waitStatus(b, u, id, db.StatusWaiting)
+		ts.waitStatus(b, u, id, spec.StatusWaiting)
 		last := lastSeqTB(b, ts, id)
 		addr := ts.URL[len("http://"):]
 		path := fmt.Sprintf("/api/runs/%s/events?since_seq=%d", id, last)

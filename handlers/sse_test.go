@@ -13,10 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"homework/engine/spec"
+
 	"github.com/r3labs/sse/v2"
 	"gopkg.in/cenkalti/backoff.v1"
-
-	"homework/db"
 )
 
 // seqOf returns the SSE id of m as a number.
@@ -49,7 +49,7 @@ func TestSSEReplay(t *testing.T) {
 	alice := ts.user(t, "alice@example.com")
 	bob := ts.user(t, "bob@example.com")
 	id := ts.createRun(t, alice, doneStep("done"))
-	ts.waitStatus(t, alice, id, db.StatusCompleted)
+	ts.waitStatus(t, alice, id, spec.StatusCompleted)
 	n, err := ts.DB.LastSeq(ts.ctx, id)
 	if err != nil || n < 5 {
 		t.Fatalf("last seq %d, %v", n, err)
@@ -91,12 +91,12 @@ func TestSSEReplay(t *testing.T) {
 	})
 	t.Run("a malformed Last-Event-ID is 400", func(t *testing.T) {
 		for _, v := range []string{"x", "-1", "1.5"} {
-			ts.expectError(t, alice, "GET", path, nil, 400, db.EINVALID, "Last-Event-ID", "Accept", "text/event-stream", "Last-Event-ID", v)
+			ts.expectError(t, alice, "GET", path, nil, 400, spec.EINVALID, "Last-Event-ID", "Accept", "text/event-stream", "Last-Event-ID", v)
 		}
-		ts.expectError(t, alice, "GET", path+"?since_seq=-2", nil, 400, db.EINVALID, "since_seq", "Accept", "text/event-stream")
+		ts.expectError(t, alice, "GET", path+"?since_seq=-2", nil, 400, spec.EINVALID, "since_seq", "Accept", "text/event-stream")
 	})
 	t.Run("another user's stream is 404", func(t *testing.T) {
-		ts.expectError(t, bob, "GET", path, nil, 404, db.ENOTFOUND, "", "Accept", "text/event-stream")
+		ts.expectError(t, bob, "GET", path, nil, 404, spec.ENOTFOUND, "", "Accept", "text/event-stream")
 	})
 }
 
@@ -106,7 +106,7 @@ func TestSSENoGapNoDuplicateDuringSwitch(t *testing.T) {
 			ts := newTestServer(t, func(o *Options) { o.Heartbeat = 20 * time.Millisecond })
 			alice := ts.user(t, "alice@example.com")
 			id := ts.createRun(t, alice, askStep("q"))
-			ts.waitStatus(t, alice, id, db.StatusWaiting)
+			ts.waitStatus(t, alice, id, spec.StatusWaiting)
 			for i := range before {
 				if _, err := ts.DB.AppendEvent(ts.ctx, id, "test_event", map[string]int{"before": i}); err != nil {
 					t.Fatal(err)
@@ -196,7 +196,7 @@ func TestSSELiveFollowsRunToItsEnd(t *testing.T) {
 	ts := newTestServer(t, nil)
 	alice := ts.user(t, "alice@example.com")
 	id := ts.createRun(t, alice, askStep("which?"), doneStep("done"))
-	ts.waitStatus(t, alice, id, db.StatusWaiting)
+	ts.waitStatus(t, alice, id, spec.StatusWaiting)
 	c := ts.openSSE(t, alice, "/api/runs/"+id+"/events")
 	var msgs []sseMsg
 	for !hasType(msgs, "run_waiting_on_user") {
@@ -237,7 +237,7 @@ func TestSSEClientGoneUnsubscribes(t *testing.T) {
 	ts := newTestServer(t, func(o *Options) { o.Heartbeat = 10 * time.Millisecond })
 	alice := ts.user(t, "alice@example.com")
 	id := ts.createRun(t, alice, askStep("q"))
-	ts.waitStatus(t, alice, id, db.StatusWaiting)
+	ts.waitStatus(t, alice, id, spec.StatusWaiting)
 	base := ts.Bus.Subscribers()
 	run := ts.openSSE(t, alice, "/api/runs/"+id+"/events")
 	feed := ts.openSSE(t, alice, "/api/events")
@@ -281,9 +281,9 @@ func TestSSEUserFeed(t *testing.T) {
 	alice := ts.user(t, "alice@example.com")
 	bob := ts.user(t, "bob@example.com")
 	a1 := ts.createRun(t, alice, doneStep("done"))
-	ts.waitStatus(t, alice, a1, db.StatusCompleted)
+	ts.waitStatus(t, alice, a1, spec.StatusCompleted)
 	b1 := ts.createRun(t, bob, doneStep("done"))
-	ts.waitStatus(t, bob, b1, db.StatusCompleted)
+	ts.waitStatus(t, bob, b1, spec.StatusCompleted)
 
 	c := ts.openSSE(t, alice, "/api/events")
 	var msgs []sseMsg
@@ -362,7 +362,7 @@ func newTCPProxy(t testing.TB, target string) *tcpProxy {
 	t.Cleanup(func() {
 		ln.Close()
 		p.cut()
-		p.wg.Wait()
+		waitWithin(t, "the proxy's connections to close", 10*time.Second, p.wg.Wait)
 	})
 	return p
 }
@@ -406,7 +406,7 @@ func TestR3labsClientFollowsRunAcrossDrop(t *testing.T) {
 	ts := newTestServer(t, nil)
 	alice := ts.user(t, "alice@example.com")
 	id := ts.createRun(t, alice, askStep("which?"), doneStep("done"))
-	ts.waitStatus(t, alice, id, db.StatusWaiting)
+	ts.waitStatus(t, alice, id, spec.StatusWaiting)
 	proxy := newTCPProxy(t, ts.URL[len("http://"):])
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

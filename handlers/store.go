@@ -26,6 +26,9 @@ type Store interface {
 	CreateSession(ctx context.Context, userID int64, ttl time.Duration) (string, *spec.Session, error)
 	FindSession(ctx context.Context, secret string) (*spec.Session, *spec.User, error)
 	DeleteSession(ctx context.Context, secret string) error
+	CreateAPIToken(ctx context.Context, userID int64, name string) (string, *spec.APIToken, error)
+	ListAPITokens(ctx context.Context, userID int64) ([]*spec.APIToken, error)
+	RevokeAPIToken(ctx context.Context, userID, tokenID int64) error
 
 	// Runs and their iterations.
 	FindRun(ctx context.Context, userID int64, id string) (*spec.Run, error)
@@ -56,4 +59,7 @@ type Store interface {
 	ListNotifications(ctx context.Context, userID int64, beforeID int64, limit int) ([]*spec.Notification, error)
 	CountUnread(ctx context.Context, userID int64) (int, error)
 	MarkNotificationRead(ctx context.Context, userID, id int64) error
+	// MarkRunNotificationsRead marks every notification of the run read and
+	// returns how many changed.
+	MarkRunNotificationsRead(ctx context.Context, userID int64, runID string) (int, error)
 }

@@ -334,3 +334,34 @@ func safeAction(u string) string {
 	}
 	return "/notifications"
 }
+
+// toggleSort returns the order a column header links to: first when the
+// list is not sorted by this column's first order, else second.
+func toggleSort(current, first, second string) string {
+	if current == first {
+		return second
+	}
+	return first
+}
+
+// sortArrow marks the column the list is sorted by.
+func sortArrow(current, desc, asc string) string {
+	switch current {
+	case desc:
+		return " ↓"
+	case asc:
+		return " ↑"
+	}
+	return ""
+}
+
+// ariaSort is a column header's aria-sort value.
+func ariaSort(current, desc, asc string) string {
+	switch current {
+	case desc:
+		return "descending"
+	case asc:
+		return "ascending"
+	}
+	return "none"
+}

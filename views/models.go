@@ -2,6 +2,7 @@ package views
 
 import (
 	"sort"
+	"strings"
 	"time"
 
 	"homework/engine/spec"
@@ -16,11 +17,15 @@ type AuthData struct {
 	FormCSRF string
 	Error    string
 	Errors   map[string]string
+	// Notice warns before the form is sent, such as when the browser will
+	// not return its cookies.
+	Notice string
 }
 
 // RunListData is the run list page and its live fragment.
 type RunListData struct {
 	Page
+	Filter     RunListFilter
 	Runs       []*spec.Run
 	Status     string // the status filter; "" for all
 	Tag        string // the tag filter; "" for all
@@ -32,9 +37,73 @@ type RunListData struct {
 	Queued     int
 }
 
+// RunListFilter is the run list's search, filters and order as typed in
+// the query string.
+type RunListFilter struct {
+	Query    string
+	Status   string
+	Executor string
+	StopType string
+	From, To string // YYYY-MM-DD
+	Sort     string
+	Tag      string
+}
+
+// params returns the filter's non-empty query parameters in a fixed order.
+func (f RunListFilter) params() [][2]string {
+	var out [][2]string
+	for _, p := range [][2]string{{"status", f.Status}, {"q", f.Query}, {"executor", f.Executor}, {"stop", f.StopType},
+		{"from", f.From}, {"to", f.To}, {"tag", f.Tag}, {"sort", f.Sort}} {
+		if p[1] != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// URL returns path with the filter's parameters and, when set, a cursor.
+func (f RunListFilter) URL(path, cursor string) string {
+	params := f.params()
+	if cursor != "" {
+		params = append(params, [2]string{"cursor", cursor})
+	}
+	var b strings.Builder
+	b.WriteString(path)
+	for i, p := range params {
+		if i == 0 {
+			b.WriteByte('?')
+		} else {
+			b.WriteByte('&')
+		}
+		b.WriteString(p[0] + "=" + queryEscape(p[1]))
+	}
+	return b.String()
+}
+
+// With returns the filter with one more parameter changed.
+func (f RunListFilter) With(name, value string) RunListFilter {
+	switch name {
+	case "status":
+		f.Status = value
+	case "sort":
+		f.Sort = value
+	}
+	return f
+}
+
+// Active reports whether anything narrows the list.
+func (f RunListFilter) Active() bool {
+	return f.Query != "" || f.Status != "" || f.Executor != "" || f.StopType != "" || f.From != "" || f.To != ""
+}
+
 // FragmentURL is the URL the live run list re-fetches.
 func (d RunListData) FragmentURL() string {
 	u := "/runs/fragment?status=" + queryEscape(d.Status)
+	for _, p := range d.Filter.params() {
+		if p[0] != "status" {
+			u += "&" + p[0] + "=" + queryEscape(p[1])
+		}
+	}
 	if d.Cursor != "" {
 		u += "&cursor=" + queryEscape(d.Cursor)
 	}
@@ -83,9 +152,11 @@ type ComposerData struct {
 	Error         string            // a problem not tied to one field
 	LLMConfigured bool
 	DefaultModel  string
-	CommandRuns   bool // the user may start command runs
-	ScriptRuns    bool // the scripted test executor is available
-	Parent        *spec.Run
+	// DefaultMinutes is the running-time budget of a run that sets none.
+	DefaultMinutes int
+	CommandRuns    bool // the user may start command runs
+	ScriptRuns     bool // the scripted test executor is available
+	Parent         *spec.Run
 	// AdvancedOpen opens the Advanced section (a field in it was refused).
 	AdvancedOpen bool
 	// AgentPresets and AgentFormats are the command agent's choices.

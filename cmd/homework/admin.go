@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"homework/engine/spec"
+
 	"golang.org/x/crypto/bcrypt"
 
 	"homework/db"
@@ -51,13 +53,9 @@ func userAdd(ctx context.Context, args []string, env func(string) string, stdin 
 	if *email == "" || err != nil || addr.Address != strings.TrimSpace(*email) {
 		return usagef("user add: --email must be a valid email address")
 	}
-	line, err := bufio.NewReader(stdin).ReadString('\n')
-	if err != nil && !errors.Is(err, io.EOF) {
-		return fmt.Errorf("read password from stdin: %w", err)
-	}
-	hash, err := HashPassword(strings.TrimRight(line, "\r\n"))
+	hash, err := readPassword(fs.Name(), stdin)
 	if err != nil {
-		return usagef("user add: %v (the password is read from stdin)", err)
+		return err
 	}
 	d, err := openShort(ctx, *dbPath)
 	if err != nil {
@@ -66,13 +64,92 @@ func userAdd(ctx context.Context, args []string, env func(string) string, stdin 
 	defer d.Close()
 	u, err := d.CreateUser(ctx, addr.Address, hash, *admin)
 	if err != nil {
-		return errors.New(db.ErrorMessage(err))
+		return errors.New(spec.ErrorMessage(err))
 	}
 	role := "user"
 	if u.IsAdmin {
 		role = "admin"
 	}
 	fmt.Fprintf(stdout, "created %s %s (id %d)\n", role, u.Email, u.ID)
+	return nil
+}
+
+// readPassword reads one line from stdin and hashes it; a password too
+// short or too long is a usage error.
+func readPassword(cmd string, stdin io.Reader) (string, error) {
+	if stdin == nil {
+		stdin = strings.NewReader("")
+	}
+	line, err := bufio.NewReader(stdin).ReadString('\n')
+	if err != nil && !errors.Is(err, io.EOF) {
+		return "", fmt.Errorf("read password from stdin: %w", err)
+	}
+	hash, err := HashPassword(strings.TrimRight(line, "\r\n"))
+	if err != nil {
+		return "", usagef("%s: %v (the password is read from stdin)", cmd, err)
+	}
+	return hash, nil
+}
+
+func userList(ctx context.Context, args []string, env func(string) string, stdout io.Writer) error {
+	fs := newFlagSet("user list")
+	dbPath := dbFlag(fs, env)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usagef("user list: unexpected argument %q", fs.Arg(0))
+	}
+	d, err := openShort(ctx, *dbPath)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	users, err := d.ListUsers(ctx)
+	if err != nil {
+		return err
+	}
+	if len(users) == 0 {
+		fmt.Fprintln(stdout, "no accounts yet: create one with `homework user add --email E --admin` (password on stdin) or open /setup")
+		return nil
+	}
+	for _, u := range users {
+		role := "user"
+		if u.IsAdmin {
+			role = "admin"
+		}
+		fmt.Fprintf(stdout, "%d\t%s\t%s\tcreated %s\n", u.ID, u.Email, role, u.CreatedAt.Format(time.RFC3339))
+	}
+	return nil
+}
+
+func userPasswd(ctx context.Context, args []string, env func(string) string, stdin io.Reader, stdout io.Writer) error {
+	fs := newFlagSet("user passwd")
+	email := fs.String("email", "", "the account's email")
+	dbPath := dbFlag(fs, env)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *email == "" {
+		return usagef("user passwd: --email is required")
+	}
+	hash, err := readPassword(fs.Name(), stdin)
+	if err != nil {
+		return err
+	}
+	d, err := openShort(ctx, *dbPath)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	u, err := d.SetPassword(ctx, *email, hash)
+	if err != nil {
+		if spec.ErrorCode(err) == spec.ENOTFOUND {
+			return fmt.Errorf("no user with email %s", *email)
+		}
+		return err
+	}
+	fmt.Fprintf(stdout, "changed the password of %s and signed out its browser sessions\n", u.Email)
 	return nil
 }
 
@@ -108,7 +185,7 @@ func tokenCreate(ctx context.Context, args []string, env func(string) string, st
 }
 
 // openForUser parses --email and --db, opens the database and finds the user.
-func openForUser(ctx context.Context, fs *flag.FlagSet, args []string, env func(string) string) (*db.DB, *db.User, error) {
+func openForUser(ctx context.Context, fs *flag.FlagSet, args []string, env func(string) string) (*db.DB, *spec.User, error) {
 	email := fs.String("email", "", "the account's email")
 	dbPath := dbFlag(fs, env)
 	if err := parseFlags(fs, args); err != nil {
@@ -164,7 +241,7 @@ func tokenRevoke(ctx context.Context, args []string, env func(string) string, st
 		return usagef("token revoke: --id is required (see homework token list)")
 	}
 	if err := d.RevokeAPIToken(ctx, u.ID, *id); err != nil {
-		return errors.New(db.ErrorMessage(err))
+		return errors.New(spec.ErrorMessage(err))
 	}
 	fmt.Fprintf(stdout, "revoked token %d of %s\n", *id, u.Email)
 	return nil

@@ -49,7 +49,11 @@ func (m *Main) Run(ctx context.Context) error {
 	cfg := m.Config
 	m.Bus = engine.NewBus()
 	var err error
-	m.DB, err = db.Open(ctx, db.Options{Path: cfg.DBPath, Lock: true, OnEvents: m.Bus.Publish})
+	logLifecycle := engine.LifecycleLogger(m.Logger)
+	m.DB, err = db.Open(ctx, db.Options{Path: cfg.DBPath, Lock: true, OnEvents: func(evs []*spec.Event) {
+		logLifecycle(evs)
+		m.Bus.Publish(evs)
+	}})
 	if err != nil {
 		if errors.Is(err, db.ErrLocked) {
 			return fmt.Errorf("%w: another `homework serve` is using %s; stop it first", err, cfg.DBPath)
@@ -76,7 +80,7 @@ func (m *Main) Run(ctx context.Context) error {
 		return err
 	}
 	m.Server, err = handlers.New(handlers.Options{
-		DB: m.DB, Engine: m.Engine, Logger: m.Logger, Version: version, Registry: reg,
+		DB: m.DB, Engine: m.Engine, Logger: m.Logger, Version: buildVersion(), Registry: reg,
 		InsecureCookies: cfg.InsecureCookies, LLMConfigured: llmConfigured, DefaultModel: cfg.LLMModel,
 		CommandRunsEnabled: cfg.AllowCommandRuns != "", MaxRunsPerUser: cfg.MaxRunsPerUser,
 		ScriptRunsEnabled: cfg.ScriptExecutor,
@@ -100,8 +104,36 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 	m.Logger.Info("homework listening", "addr", "http://"+m.ln.Addr().String(), "db", cfg.DBPath,
 		"workers", cfg.Workers, "model_endpoint", endpoint, "base_url", cfg.LLMBaseURL, "model", cfg.LLMModel,
-		"command_runs", cfg.AllowCommandRuns != "", "version", version)
+		"command_runs", cfg.AllowCommandRuns != "", "version", buildVersion())
+	if msg := cookieWarning(cfg); msg != "" {
+		m.Logger.Warn(msg, "addr", cfg.Addr)
+	}
 	return nil
+}
+
+// cookieWarning is the start-up warning for a server that browsers on other
+// machines cannot sign in to: it listens beyond loopback and sends Secure
+// cookies, which browsers return only over HTTPS. "" when there is nothing
+// to warn about.
+func cookieWarning(cfg *Config) string {
+	if cfg.InsecureCookies || loopbackOnly(cfg.Addr) {
+		return ""
+	}
+	return "session cookies are Secure, so browsers reaching this server over plain HTTP (not localhost) cannot sign in: " +
+		"put a TLS proxy in front (HTTPS), or on a trusted network start with --insecure-cookies (HOMEWORK_INSECURE_COOKIES=1)"
+}
+
+// loopbackOnly reports whether addr listens on loopback only.
+func loopbackOnly(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // Addr returns the address the server listens on.
@@ -110,8 +142,8 @@ func (m *Main) Addr() string { return m.ln.Addr().String() }
 // executors builds the executors this server offers.
 func (m *Main) executors() (map[string]engine.Executor, bool, error) {
 	out := map[string]engine.Executor{}
-	var prices llm.PriceTable
-	if m.Config.PricesFile != "" {
+	prices := m.Config.Prices
+	if prices == nil && m.Config.PricesFile != "" {
 		p, err := llm.LoadPrices(m.Config.PricesFile)
 		if err != nil {
 			return nil, false, fmt.Errorf("price table: %w", err)
@@ -122,7 +154,7 @@ func (m *Main) executors() (map[string]engine.Executor, bool, error) {
 		DB: m.DB, BaseURL: m.Config.LLMBaseURL, APIKey: m.Config.LLMAPIKey, DefaultModel: m.Config.LLMModel,
 		Prices: prices, Logger: m.Logger,
 		WebFetch: llm.WebFetchOptions{Enabled: len(m.Config.WebFetchHosts) > 0, AllowHosts: m.Config.WebFetchHosts},
-		RecordNarration: func(ctx context.Context, run *db.Run, c spec.LLMCall) error {
+		RecordNarration: func(ctx context.Context, run *spec.Run, c spec.LLMCall) error {
 			return m.Engine.RecordLLMCall(ctx, run, c)
 		},
 	})
@@ -163,7 +195,11 @@ func (m *Main) Close() error {
 				m.ln.Close()
 			}
 			if m.serveDone != nil {
-				<-m.serveDone
+				select {
+				case <-m.serveDone:
+				case <-time.After(timeout / 2):
+					errs = append(errs, errors.New("http server did not stop serving in time"))
+				}
 			}
 		}
 		if m.Engine != nil {

@@ -5,10 +5,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
+	"net"
 	"os"
 	"strconv"
 	"strings"
 	"time"
+
+	"homework/engine/llm"
 )
 
 // Config is the server's configuration from flags and environment. Flags
@@ -28,6 +32,13 @@ type Config struct {
 	InsecureCookies  bool
 	ShutdownTimeout  time.Duration
 	LeaseTTL         time.Duration
+	LogFormat        string // "text" or "json"
+	LogLevel         slog.Level
+
+	// Prices is the price table read from PricesFile when the flags were
+	// parsed (nil: the built-in table), so a broken file is a usage error
+	// before anything starts.
+	Prices llm.PriceTable
 }
 
 // usageError is a bad flag or value: one line, exit code 2.
@@ -62,56 +73,149 @@ func newFlagSet(name string) *flag.FlagSet {
 	return fs
 }
 
+// parseFlags parses args. Asked for help (-h, --help) it returns a
+// *helpShown with the command's synopsis, summary and flags; a bad flag is
+// a one-line usage error.
 func parseFlags(fs *flag.FlagSet, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fs.SetOutput(os.Stderr)
-			fs.PrintDefaults()
-			return err
+			return &helpShown{flagHelp(fs)}
 		}
-		return usagef("%s: %v", fs.Name(), err)
+		return usagef("%s: %v (see homework %s --help)", fs.Name(), err, fs.Name())
 	}
 	return nil
 }
 
-// parseServeConfig reads serve's flags and environment.
+// flagHelp is a command's help: synopsis, summary and every flag with its
+// default and environment variable.
+func flagHelp(fs *flag.FlagSet) string {
+	var b strings.Builder
+	synopsis, text := summary(fs.Name())
+	fmt.Fprintf(&b, "usage: homework %s %s\n", fs.Name(), synopsis)
+	if text != "" {
+		fmt.Fprintf(&b, "\n%s.\n", strings.ToUpper(text[:1])+text[1:])
+	}
+	n := 0
+	fs.VisitAll(func(*flag.Flag) { n++ })
+	if n > 0 {
+		b.WriteString("\nflags:\n")
+		fs.SetOutput(&b)
+		fs.PrintDefaults()
+		fs.SetOutput(io.Discard)
+	}
+	return b.String()
+}
+
+// envValues reads typed environment values, keeping the first bad one as a
+// usage error naming the variable.
+type envValues struct {
+	env func(string) string
+	err error
+}
+
+func (e *envValues) fail(key, want, got string) {
+	if e.err == nil {
+		e.err = usagef("%s must be %s, got %q", key, want, got)
+	}
+}
+
+func (e *envValues) int(key string, def, lo, hi int) int {
+	v := e.env(key)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < lo || n > hi {
+		e.fail(key, fmt.Sprintf("a whole number from %d to %d", lo, hi), v)
+		return def
+	}
+	return n
+}
+
+func (e *envValues) duration(key string, def time.Duration) time.Duration {
+	v := e.env(key)
+	if v == "" {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		e.fail(key, "a positive duration such as 30s", v)
+		return def
+	}
+	return d
+}
+
+func (e *envValues) bool(key string) bool {
+	v := e.env(key)
+	if v == "" {
+		return false
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		e.fail(key, "true or false (or 1 or 0)", v)
+	}
+	return b
+}
+
+// checkAddr refuses a listen address net.Listen would refuse later, so a
+// typo fails before the database is opened.
+func checkAddr(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return usagef("--addr must be host:port such as 127.0.0.1:8080 or :8080, got %q", addr)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		return usagef("--addr: the port must be a number from 0 to 65535, got %q", port)
+	}
+	if strings.ContainsAny(host, " /?#@") {
+		return usagef("--addr: %q is not a host name or IP address", host)
+	}
+	return nil
+}
+
+// parseLogLevel reads debug, info, warn or error.
+func parseLogLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return 0, usagef("--log-level must be debug, info, warn or error, got %q", s)
+	}
+	return l, nil
+}
+
+// newLogger returns the server's logger in cfg's format and level.
+func newLogger(w io.Writer, cfg *Config) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: cfg.LogLevel}
+	if cfg.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// parseServeConfig reads serve's flags and environment. Every bad value is
+// a one-line usage error, found before anything starts.
 func parseServeConfig(args []string, env func(string) string) (*Config, error) {
 	fs := newFlagSet("serve")
 	cfg := &Config{}
-	addr := getenv(env, "HOMEWORK_ADDR")
-	if addr == "" {
-		addr = "127.0.0.1:8080"
-	}
-	fs.StringVar(&cfg.Addr, "addr", addr, "listen address (env HOMEWORK_ADDR)")
+	ev := &envValues{env: env}
+	fs.StringVar(&cfg.Addr, "addr", orDefault(env("HOMEWORK_ADDR"), "127.0.0.1:8080"), "listen address host:port (env HOMEWORK_ADDR)")
 	dbPath := dbFlag(fs, env)
-	workersDef := 4
-	if v := env("HOMEWORK_WORKERS"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 256 {
-			return nil, usagef("HOMEWORK_WORKERS must be a whole number from 1 to 256, got %q", v)
-		}
-		workersDef = n
-	}
-	fs.IntVar(&cfg.Workers, "workers", workersDef, "iterations worked at once (env HOMEWORK_WORKERS)")
+	fs.IntVar(&cfg.Workers, "workers", ev.int("HOMEWORK_WORKERS", 4, 1, 256), "iterations worked at once, 1 to 256 (env HOMEWORK_WORKERS)")
 	fs.StringVar(&cfg.LLMBaseURL, "llm-base-url", getenv(env, "HOMEWORK_LLM_BASE_URL", "OPENAI_BASE_URL"), "OpenAI-compatible endpoint, ending in /v1 (env HOMEWORK_LLM_BASE_URL, OPENAI_BASE_URL)")
 	fs.StringVar(&cfg.LLMAPIKey, "llm-api-key", getenv(env, "HOMEWORK_LLM_API_KEY", "OPENAI_API_KEY"), "API key (env HOMEWORK_LLM_API_KEY, OPENAI_API_KEY)")
 	fs.StringVar(&cfg.LLMModel, "llm-model", getenv(env, "HOMEWORK_LLM_MODEL"), "default model (env HOMEWORK_LLM_MODEL)")
 	fs.StringVar(&cfg.PricesFile, "prices", getenv(env, "HOMEWORK_PRICES"), "JSON price table overriding the built-in one (env HOMEWORK_PRICES)")
-	fs.StringVar(&cfg.AllowCommandRuns, "allow-command-runs", getenv(env, "HOMEWORK_ALLOW_COMMAND_RUNS"), "enable command runs for admins in work directories under this root")
-	maxRuns := 3
-	if v := env("HOMEWORK_MAX_RUNS_PER_USER"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			return nil, usagef("HOMEWORK_MAX_RUNS_PER_USER must be a positive whole number, got %q", v)
-		}
-		maxRuns = n
+	fs.StringVar(&cfg.AllowCommandRuns, "allow-command-runs", getenv(env, "HOMEWORK_ALLOW_COMMAND_RUNS"), "enable command runs for admins in work directories under this root (env HOMEWORK_ALLOW_COMMAND_RUNS)")
+	fs.IntVar(&cfg.MaxRunsPerUser, "max-runs-per-user", ev.int("HOMEWORK_MAX_RUNS_PER_USER", 3, 1, 1000), "runs running at once per user; the rest queue (env HOMEWORK_MAX_RUNS_PER_USER)")
+	webHosts := fs.String("web-fetch-hosts", getenv(env, "HOMEWORK_WEB_FETCH_HOSTS"), "comma-separated hosts the web_fetch tool may read, off when empty (env HOMEWORK_WEB_FETCH_HOSTS)")
+	fs.BoolVar(&cfg.ScriptExecutor, "script-executor", ev.bool("HOMEWORK_SCRIPT_EXECUTOR"), "enable the scripted executor, for testing (env HOMEWORK_SCRIPT_EXECUTOR)")
+	fs.BoolVar(&cfg.InsecureCookies, "insecure-cookies", ev.bool("HOMEWORK_INSECURE_COOKIES"), "send session cookies without Secure, for plain HTTP on a LAN; prefer TLS in front (env HOMEWORK_INSECURE_COOKIES)")
+	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", ev.duration("HOMEWORK_SHUTDOWN_TIMEOUT", 20*time.Second), "how long shutdown may take (env HOMEWORK_SHUTDOWN_TIMEOUT)")
+	fs.DurationVar(&cfg.LeaseTTL, "lease-ttl", ev.duration("HOMEWORK_LEASE_TTL", 15*time.Second), "run lease length; a crashed server's runs are recovered at the next start (env HOMEWORK_LEASE_TTL)")
+	fs.StringVar(&cfg.LogFormat, "log-format", orDefault(env("HOMEWORK_LOG_FORMAT"), "text"), "log format: text or json (env HOMEWORK_LOG_FORMAT)")
+	logLevel := fs.String("log-level", orDefault(env("HOMEWORK_LOG_LEVEL"), "info"), "log level: debug, info, warn or error (env HOMEWORK_LOG_LEVEL)")
+	if ev.err != nil {
+		return nil, ev.err
 	}
-	fs.IntVar(&cfg.MaxRunsPerUser, "max-runs-per-user", maxRuns, "runs running at once per user; the rest queue")
-	webHosts := fs.String("web-fetch-hosts", getenv(env, "HOMEWORK_WEB_FETCH_HOSTS"), "comma-separated hosts the web_fetch tool may read (off when empty)")
-	fs.BoolVar(&cfg.ScriptExecutor, "script-executor", env("HOMEWORK_SCRIPT_EXECUTOR") == "1", "enable the scripted executor (testing)")
-	fs.BoolVar(&cfg.InsecureCookies, "insecure-cookies", false, "send session cookies without Secure (plain-HTTP development only)")
-	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 20*time.Second, "how long shutdown may take")
-	fs.DurationVar(&cfg.LeaseTTL, "lease-ttl", 15*time.Second, "run lease length; a crashed server's runs are recovered at the next start")
 	if err := parseFlags(fs, args); err != nil {
 		return nil, err
 	}
@@ -119,8 +223,8 @@ func parseServeConfig(args []string, env func(string) string) (*Config, error) {
 		return nil, usagef("serve: unexpected argument %q", fs.Arg(0))
 	}
 	cfg.DBPath = *dbPath
-	if cfg.Addr == "" {
-		return nil, usagef("--addr must not be empty")
+	if err := checkAddr(cfg.Addr); err != nil {
+		return nil, err
 	}
 	if cfg.DBPath == "" {
 		return nil, usagef("--db must not be empty")
@@ -131,11 +235,21 @@ func parseServeConfig(args []string, env func(string) string) (*Config, error) {
 	if cfg.MaxRunsPerUser < 1 || cfg.MaxRunsPerUser > 1000 {
 		return nil, usagef("--max-runs-per-user must be from 1 to 1000, got %d", cfg.MaxRunsPerUser)
 	}
-	if cfg.ShutdownTimeout <= 0 || cfg.LeaseTTL < time.Second {
-		return nil, usagef("--shutdown-timeout must be positive and --lease-ttl at least 1s")
+	if cfg.ShutdownTimeout <= 0 {
+		return nil, usagef("--shutdown-timeout must be positive, got %v", cfg.ShutdownTimeout)
+	}
+	if cfg.LeaseTTL < time.Second {
+		return nil, usagef("--lease-ttl must be at least 1s, got %v", cfg.LeaseTTL)
 	}
 	if u := cfg.LLMBaseURL; u != "" && !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
 		return nil, usagef("--llm-base-url must start with http:// or https://, got %q", u)
+	}
+	if cfg.LogFormat != "text" && cfg.LogFormat != "json" {
+		return nil, usagef("--log-format must be text or json, got %q", cfg.LogFormat)
+	}
+	var err error
+	if cfg.LogLevel, err = parseLogLevel(*logLevel); err != nil {
+		return nil, err
 	}
 	if *webHosts != "" {
 		for _, h := range strings.Split(*webHosts, ",") {
@@ -149,6 +263,13 @@ func parseServeConfig(args []string, env func(string) string) (*Config, error) {
 		if err != nil || !st.IsDir() {
 			return nil, usagef("--allow-command-runs: %q is not a directory", cfg.AllowCommandRuns)
 		}
+	}
+	if cfg.PricesFile != "" {
+		p, err := llm.LoadPrices(cfg.PricesFile)
+		if err != nil {
+			return nil, usagef("--prices: %s", oneLine(err.Error(), 300))
+		}
+		cfg.Prices = p
 	}
 	return cfg, nil
 }

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"homework/db"
+	"homework/engine/spec"
 )
 
 // startMain starts the whole server on 127.0.0.1:0 with a database under
@@ -222,7 +222,7 @@ func TestASecondServerOnTheSameDatabaseRefusesToStart(t *testing.T) {
 
 func TestShutdownReturnsWithinItsBoundWhileARequestIsInFlight(t *testing.T) {
 	m, base := startMain(t, func(c *Config) { c.ShutdownTimeout = 4 * time.Second })
-	secret, _, err := func() (string, *db.APIToken, error) {
+	secret, _, err := func() (string, *spec.APIToken, error) {
 		u, err := m.DB.CreateUser(context.Background(), "a@example.com", "x", false)
 		if err != nil {
 			return "", nil, err
@@ -269,4 +269,17 @@ func TestMigrateCommand(t *testing.T) {
 		t.Fatalf("migrate twice: %d %s", code, errb.String())
 	}
 	fmt.Fprint(io.Discard, out.String())
+}
+
+// waitWithin calls wait and fails the test when it has not returned within
+// d, so no cleanup can hang the test binary.
+func waitWithin(t testing.TB, what string, d time.Duration, wait func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(d):
+		t.Errorf("waiting for %s: not done after %v", what, d)
+	}
 }

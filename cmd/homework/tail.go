@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -47,19 +46,20 @@ func tail(ctx context.Context, args []string, env func(string) string, stdout, s
 		runID, args = args[0], args[1:]
 	}
 	if err := parseFlags(fs, args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(stdout, tailUsage)
+		var hs *helpShown
+		if errors.As(err, &hs) {
+			return &helpShown{tailUsage + "\n"}
 		}
 		return err
 	}
 	if runID == "" && fs.NArg() > 0 {
 		runID = fs.Arg(0)
 	} else if fs.NArg() > 0 {
-		return usagef("tail: unexpected argument %q\n%s", fs.Arg(0), tailUsage)
+		return usagef("tail: unexpected argument %q (usage: homework tail RUN_ID [--since N] [--server URL] [--token T])", fs.Arg(0))
 	}
 	switch {
 	case runID == "":
-		return usagef("tail: missing RUN_ID\n%s", tailUsage)
+		return usagef("tail: missing RUN_ID (usage: homework tail RUN_ID [--since N] [--server URL] [--token T])")
 	case *since < 0:
 		return usagef("tail: --since must not be negative")
 	case *token == "":
@@ -86,9 +86,13 @@ type tailer struct {
 	out                io.Writer
 	http               *http.Client
 
-	lastSeq  int64
+	lastSeq int64
+	// cost and tokens are the run's totals as of the last printed event;
+	// known is false until an event has said what they are (following from
+	// --since N, the totals at event N are not known).
 	cost     float64
 	tokens   int64
+	known    bool
 	terminal string // the terminal event type, once seen
 }
 
@@ -162,7 +166,9 @@ func (t *tailer) follow(ctx context.Context, since int64) error {
 		return err
 	}
 	fmt.Fprintf(t.out, "following run %s (%s, iteration %d): %s\n", run.ID, run.Status, run.Iteration, oneLine(run.Objective, 100))
-	t.cost, t.tokens = run.Metrics.CostTotalUSD, run.Metrics.TokensTotal
+	// Totals run along with the events printed: from the start they begin
+	// at zero, not at the run's present (possibly final) totals.
+	t.known = since == 0
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -273,6 +279,14 @@ func (t *tailer) print(raw *sse.Event) {
 		Title      string   `json:"title"`
 		Model      string   `json:"model"`
 		Body       string   `json:"body"`
+		Text       string   `json:"text"`
+		Truncated  bool     `json:"truncated"`
+		ExitCode   *int     `json:"exit_code"`
+		TimedOut   bool     `json:"timed_out"`
+		Role       string   `json:"role"`
+		CostUSD    float64  `json:"cost_usd"`
+		Prompt     int64    `json:"prompt_tokens"`
+		Completion int64    `json:"completion_tokens"`
 		StopReason *struct {
 			Type   string `json:"type"`
 			Detail string `json:"detail"`
@@ -283,6 +297,10 @@ func (t *tailer) print(raw *sse.Event) {
 			TokensTotal  int64   `json:"tokens_total"`
 			CostTotalUSD float64 `json:"cost_total_usd"`
 		} `json:"run_metrics"`
+		Metrics *struct { // run status events: the run's totals
+			TokensTotal  int64   `json:"tokens_total"`
+			CostTotalUSD float64 `json:"cost_total_usd"`
+		} `json:"metrics"`
 		Check *struct {
 			Name    string `json:"name"`
 			Passed  bool   `json:"passed"`
@@ -290,16 +308,19 @@ func (t *tailer) print(raw *sse.Event) {
 		} `json:"check"`
 	}
 	json.Unmarshal(e.Data, &d)
-	if d.CostTotal != nil {
-		t.cost = *d.CostTotal
+	// Cumulative totals, where an event carries them.
+	switch {
+	case d.CostTotal != nil && d.TokensTotal != nil:
+		t.cost, t.tokens, t.known = *d.CostTotal, *d.TokensTotal, true
+	case d.RunMetrics != nil:
+		t.cost, t.tokens, t.known = d.RunMetrics.CostTotalUSD, d.RunMetrics.TokensTotal, true
+	case d.Metrics != nil && strings.HasPrefix(e.Type, "run_"):
+		t.cost, t.tokens, t.known = d.Metrics.CostTotalUSD, d.Metrics.TokensTotal, true
 	}
-	if d.TokensTotal != nil {
-		t.tokens = *d.TokensTotal
+	costSoFar := "cost so far unknown (following from the middle)"
+	if t.known {
+		costSoFar = fmt.Sprintf("cost so far $%.4f, %d tokens", t.cost, t.tokens)
 	}
-	if d.RunMetrics != nil {
-		t.cost, t.tokens = d.RunMetrics.CostTotalUSD, d.RunMetrics.TokensTotal
-	}
-	costSoFar := fmt.Sprintf("cost so far $%.4f, %d tokens", t.cost, t.tokens)
 	var detail string
 	switch e.Type {
 	case spec.EventIterationStarted:
@@ -312,11 +333,25 @@ func (t *tailer) print(raw *sse.Event) {
 		detail += "; " + costSoFar
 	case spec.EventGateDecision:
 		detail = fmt.Sprintf("iteration %d decision %s: %s; %s", d.Iteration, d.Decision, oneLine(strings.Join(d.Reasons, "; "), 200), costSoFar)
-	case spec.EventIterationCostUpdate, spec.EventLLMCall:
-		if d.Model != "" {
-			detail = "model " + d.Model + "; "
+	case spec.EventIterationCostUpdate:
+		detail = costSoFar
+	case spec.EventLLMCall:
+		detail = fmt.Sprintf("%s model %s: %d+%d tokens, $%.4f", d.Role, d.Model, d.Prompt, d.Completion, d.CostUSD)
+		if d.Error != "" {
+			detail += "; FAILED: " + oneLine(d.Error, 300)
 		}
-		detail += costSoFar
+	case spec.EventAgentOutput:
+		detail = fmt.Sprintf("iteration %d", d.Iteration)
+		if d.Truncated {
+			detail += " (output cap reached; the rest is not streamed)"
+		}
+	case spec.EventAgentExit:
+		switch {
+		case d.TimedOut:
+			detail = "timed out"
+		case d.ExitCode != nil:
+			detail = fmt.Sprintf("exit code %d", *d.ExitCode)
+		}
 	case spec.EventCheckResult:
 		if d.Check != nil {
 			verdict := "failed"
@@ -354,6 +389,12 @@ func (t *tailer) print(raw *sse.Event) {
 		fmt.Fprintf(t.out, "%s #%-4d %-22s %s\n", ts, e.Seq, e.Type, detail)
 	} else {
 		fmt.Fprintf(t.out, "%s #%-4d %s\n", ts, e.Seq, e.Type)
+	}
+	if e.Type == "agent_output" {
+		// The agent's own words, one indented line each.
+		for _, line := range strings.Split(strings.TrimRight(d.Text, "\n"), "\n") {
+			fmt.Fprintf(t.out, "    │ %s\n", printable(strings.TrimRight(line, "\r")))
+		}
 	}
 	switch e.Type {
 	case spec.EventRunCompleted, spec.EventRunCanceled, spec.EventRunFailed:

@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"homework/db"
+	"homework/engine/spec"
 )
 
 // testMain starts the whole server (Main) on a loopback port with the
@@ -192,7 +192,11 @@ func newProxy(t *testing.T, target string) *proxy {
 			go func() { defer p.wg.Done(); io.Copy(in, out); in.Close() }()
 		}
 	}()
-	t.Cleanup(func() { ln.Close(); p.cut(); p.wg.Wait() })
+	t.Cleanup(func() {
+		ln.Close()
+		p.cut()
+		waitWithin(t, "the proxy's connections to close", 10*time.Second, p.wg.Wait)
+	})
 	return p
 }
 
@@ -208,7 +212,7 @@ func (p *proxy) cut() {
 func TestTailFollowsRunAcrossDrop(t *testing.T) {
 	m, token := testMain(t)
 	id := createRun(t, m, token, askThenDone)
-	waitStatus(t, m, id, db.StatusWaiting)
+	waitStatus(t, m, id, spec.StatusWaiting)
 	px := newProxy(t, m.Addr())
 
 	out, errOut := newLines(), newLines()
@@ -236,6 +240,13 @@ func TestTailFollowsRunAcrossDrop(t *testing.T) {
 			t.Errorf("output lacks %q:\n%s", want, got)
 		}
 	}
+	// Running totals: the first iteration (before any model call) shows
+	// zero, not the run's final cost.
+	for _, l := range strings.Split(got, "\n") {
+		if strings.Contains(l, " iteration_completed ") && strings.Contains(l, "iteration 1 ") && !strings.Contains(l, "cost so far $0.0000") {
+			t.Errorf("iteration 1 shows later totals: %q", l)
+		}
+	}
 	if n := strings.Count(got, " run_completed "); n != 1 {
 		t.Errorf("run_completed printed %d times:\n%s", n, got)
 	}
@@ -247,7 +258,7 @@ func TestTailFollowsRunAcrossDrop(t *testing.T) {
 func TestTailFinishedRun(t *testing.T) {
 	m, token := testMain(t)
 	id := createRun(t, m, token, `{"objective":"x","executor":"script","script":{"steps":[{"status":{"exit_signal":true,"completion_evidence":["ok"]}}]}}`)
-	waitStatus(t, m, id, db.StatusCompleted)
+	waitStatus(t, m, id, spec.StatusCompleted)
 	last, err := m.DB.LastSeq(context.Background(), id)
 	if err != nil {
 		t.Fatal(err)

@@ -71,7 +71,10 @@ type Notification struct {
 	ActionURL string          `json:"action_url"`
 	Data      json.RawMessage `json:"data"`
 	ReadAt    time.Time       `json:"-"`
-	CreatedAt time.Time       `json:"created_at"`
+	// ResolvedAt is when the run moved on from what this notification
+	// asked of the person (answered, continued, canceled); zero if not.
+	ResolvedAt time.Time `json:"-"`
+	CreatedAt  time.Time `json:"created_at"`
 }
 
 // User is an account.

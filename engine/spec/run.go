@@ -217,13 +217,33 @@ type GateRecord struct {
 	RemainingWork []string `json:"remaining_work,omitempty"`
 }
 
-// RunFilter selects runs for ListRuns.
+// RunFilter selects runs for a run list. Every field is optional.
 type RunFilter struct {
-	Status string // optional
-	Tag    string // optional: only runs carrying this tag
-	Limit  int    // 1..200, default 50
-	Cursor string // opaque, from the previous page's NextCursor
+	Status   string
+	Executor string
+	StopType string // the stop reason's type, e.g. max_iterations
+	Tag      string // only runs carrying this tag
+	// Query is free text matched (every word, stemmed) against the
+	// objective and the run's documents.
+	Query string
+	// CreatedFrom and CreatedBefore bound the creation time: from inclusive,
+	// before exclusive.
+	CreatedFrom, CreatedBefore time.Time
+	Sort                       string // one of RunSorts; "" is newest first
+	Limit                      int    // 1..200, default 50
+	Cursor                     string // opaque, from the previous page's NextCursor with the same Sort
 }
+
+// Run list orders.
+const (
+	SortNewest   = "newest"
+	SortOldest   = "oldest"
+	SortCostDesc = "cost"
+	SortCostAsc  = "cost_asc"
+)
+
+// RunSorts lists the orders a run list accepts.
+var RunSorts = []string{SortNewest, SortOldest, SortCostDesc, SortCostAsc}
 
 // RunPage is one page of runs, newest first.
 type RunPage struct {
