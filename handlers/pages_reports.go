@@ -45,6 +45,7 @@ func (s *Server) effectData(c *fiber.Ctx) *views.EffectData {
 	if err != nil {
 		return fail(err)
 	}
+	sel.Filter.Detail = sel.GroupBy == db.GroupByModel
 	rows, err := s.db.StatsRows(ctx, u.ID, sel.Filter)
 	if err != nil {
 		return fail(err)
