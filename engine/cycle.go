@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"strings"
 
-	"homework/db"
 	"homework/engine/spec"
 )
 
@@ -97,7 +96,7 @@ func cycleBreaker(in gateInput) (string, string, *Evidence) {
 // 2..MaxCycles.
 func validateCycles(b spec.Breakers) error {
 	if c := b.Cycles; c != 0 && c != -1 && (c < 2 || c > MaxCycles) {
-		return db.FieldError("breakers.cycles", "breakers.cycles must be between 2 and %d (or -1 to turn the cycle breaker off).", MaxCycles)
+		return spec.FieldError("breakers.cycles", "breakers.cycles must be between 2 and %d (or -1 to turn the cycle breaker off).", MaxCycles)
 	}
 	return nil
 }

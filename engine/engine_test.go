@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"homework/db"
 	"homework/engine/scripted"
 	"homework/engine/spec"
 )
@@ -24,10 +23,10 @@ func TestRunCompletesWithGapFreeEventsAndMetricsThatAddUp(t *testing.T) {
 			LLM: []spec.LLMCall{{Role: "planner", Model: "m2", PromptTokens: 10, CompletionTokens: 5, Priced: false}}},
 		done("three"),
 	)})
-	if r.Status != db.StatusRunning {
+	if r.Status != spec.StatusRunning {
 		t.Fatalf("a run with a free slot starts at once; got %s", r.Status)
 	}
-	r = h.waitStatus(u, r.ID, db.StatusCompleted)
+	r = h.waitStatus(u, r.ID, spec.StatusCompleted)
 	if r.Metrics.Iterations != 3 || r.Metrics.ToolCallsTotal != 3 || r.Metrics.TokensTotal != 135 || r.Metrics.UnpricedCalls != 1 {
 		t.Fatalf("metrics = %+v", r.Metrics)
 	}
@@ -48,7 +47,7 @@ func TestRunCompletesWithGapFreeEventsAndMetricsThatAddUp(t *testing.T) {
 		t.Fatalf("stop reason %+v", r.StopReason)
 	}
 	var rep spec.Report
-	if err := json.Unmarshal(r.Report, &rep); err != nil || rep.Status != db.StatusCompleted || rep.Metrics.Iterations != 3 {
+	if err := json.Unmarshal(r.Report, &rep); err != nil || rep.Status != spec.StatusCompleted || rep.Metrics.Iterations != 3 {
 		t.Fatalf("report %s: %v", r.Report, err)
 	}
 	ns, _ := h.db.ListNotifications(h.ctx, u.ID, 0, 10)
@@ -74,7 +73,7 @@ func TestFalseCompletionIsBlockedAndFedBack(t *testing.T) {
 			scripted.Step{Summary: "writes the report", Status: &spec.Status{ExitSignal: true, CompletionEvidence: []string{"report.md written"}},
 				Docs: []scripted.Doc{{Path: "report.md", Content: "# Report"}}},
 		)})
-	r = h.waitStatus(u, r.ID, db.StatusCompleted)
+	r = h.waitStatus(u, r.ID, spec.StatusCompleted)
 	if r.Metrics.FalseCompletionsBlocked != 1 || r.Metrics.Iterations != 2 {
 		t.Fatalf("metrics %+v", r.Metrics)
 	}
@@ -101,25 +100,25 @@ func TestWaitRespondContinuesWithTheAnswer(t *testing.T) {
 		scripted.Step{Summary: "asks", Status: &spec.Status{NeedsUserInput: true, BlockingQuestions: []string{"Which database?"}}},
 		done("answered"),
 	)})
-	r = h.waitStatus(u, r.ID, db.StatusWaiting)
+	r = h.waitStatus(u, r.ID, spec.StatusWaiting)
 	if r.Waiting == nil || r.Waiting.Reason != "needs_input" || r.Waiting.Questions[0] != "Which database?" {
 		t.Fatalf("waiting = %+v", r.Waiting)
 	}
-	if _, err := h.e.Continue(h.ctx, u.ID, r.ID, nil); db.ErrorCode(err) != db.ECONFLICT {
+	if _, err := h.e.Continue(h.ctx, u.ID, r.ID, nil); spec.ErrorCode(err) != spec.ECONFLICT {
 		t.Fatalf("continue on a waiting run: %v", err)
 	}
-	if _, err := h.e.Respond(h.ctx, u.ID, r.ID, []string{"  "}); db.ErrorCode(err) != db.EINVALID {
+	if _, err := h.e.Respond(h.ctx, u.ID, r.ID, []string{"  "}); spec.ErrorCode(err) != spec.EINVALID {
 		t.Fatalf("empty answer: %v", err)
 	}
 	if _, err := h.e.Respond(h.ctx, u.ID, r.ID, []string{"SQLite"}); err != nil {
 		t.Fatal(err)
 	}
-	r = h.waitStatus(u, r.ID, db.StatusCompleted)
+	r = h.waitStatus(u, r.ID, spec.StatusCompleted)
 	its, _ := h.db.ListIterations(h.ctx, u.ID, r.ID)
 	if len(its) != 2 || !strings.Contains(its[1].Summary, "answer: SQLite") {
 		t.Fatalf("the answer did not reach the next iteration: %+v", its[len(its)-1].Summary)
 	}
-	if _, err := h.e.Respond(h.ctx, u.ID, r.ID, []string{"again"}); db.ErrorCode(err) != db.ECONFLICT {
+	if _, err := h.e.Respond(h.ctx, u.ID, r.ID, []string{"again"}); spec.ErrorCode(err) != spec.ECONFLICT {
 		t.Fatalf("respond to a completed run: %v", err)
 	}
 	ns, _ := h.db.ListNotifications(h.ctx, u.ID, 0, 10)
@@ -132,7 +131,7 @@ func TestInteractiveModeWaitsAfterEachTurnAndMessagesReachTheNext(t *testing.T) 
 	h := newHarness(t, nil)
 	u := h.user("a@example.com")
 	r := h.create(u, spec.Config{Mode: spec.ModeInteractive, Script: script(work("turn 1"), done("turn 2"))})
-	r = h.waitStatus(u, r.ID, db.StatusWaiting)
+	r = h.waitStatus(u, r.ID, spec.StatusWaiting)
 	if r.Waiting.Reason != "turn_ended" {
 		t.Fatalf("waiting %+v", r.Waiting)
 	}
@@ -142,7 +141,7 @@ func TestInteractiveModeWaitsAfterEachTurnAndMessagesReachTheNext(t *testing.T) 
 	if _, err := h.e.Respond(h.ctx, u.ID, r.ID, []string{"go on"}); err != nil {
 		t.Fatal(err)
 	}
-	r = h.waitStatus(u, r.ID, db.StatusCompleted)
+	r = h.waitStatus(u, r.ID, spec.StatusCompleted)
 	its, _ := h.db.ListIterations(h.ctx, u.ID, r.ID)
 	if s := its[1].Summary; !strings.Contains(s, "message: also check the docs") || !strings.Contains(s, "answer: go on") {
 		t.Fatalf("inbox not seen: %q", s)
@@ -153,7 +152,7 @@ func TestCancelDuringASlowIterationReturnsPromptly(t *testing.T) {
 	h := newHarness(t, nil)
 	u := h.user("a@example.com")
 	r := h.create(u, spec.Config{Script: script(scripted.Step{SleepMS: 60_000})})
-	h.waitFor(u, r.ID, "iteration started", func(r *db.Run) bool { return r.LeaseOwner != "" })
+	h.waitFor(u, r.ID, "iteration started", func(r *spec.Run) bool { return r.LeaseOwner != "" })
 	start := time.Now()
 	if _, err := h.e.Cancel(h.ctx, u.ID, r.ID); err != nil {
 		t.Fatal(err)
@@ -161,9 +160,9 @@ func TestCancelDuringASlowIterationReturnsPromptly(t *testing.T) {
 	if d := time.Since(start); d > time.Second {
 		t.Fatalf("cancel returned after %s", d)
 	}
-	r = h.waitFor(u, r.ID, "iteration recorded", func(r *db.Run) bool {
+	r = h.waitFor(u, r.ID, "iteration recorded", func(r *spec.Run) bool {
 		its, _ := h.db.ListIterations(h.ctx, u.ID, r.ID)
-		return r.Status == db.StatusCanceled && len(its) == 1 && its[0].Status != db.IterRunning
+		return r.Status == spec.StatusCanceled && len(its) == 1 && its[0].Status != spec.IterRunning
 	})
 	if d := time.Since(start); d > 2*time.Second {
 		t.Fatalf("the canceled iteration was recorded only after %s", d)
@@ -171,13 +170,13 @@ func TestCancelDuringASlowIterationReturnsPromptly(t *testing.T) {
 		t.Logf("canceled iteration recorded %s after the cancel", d)
 	}
 	its, _ := h.db.ListIterations(h.ctx, u.ID, r.ID)
-	if len(its) != 1 || its[0].Status != db.IterCanceled {
+	if len(its) != 1 || its[0].Status != spec.IterCanceled {
 		t.Fatalf("iterations %+v", its)
 	}
-	if _, err := h.e.Cancel(h.ctx, u.ID, r.ID); db.ErrorCode(err) != db.ECONFLICT {
+	if _, err := h.e.Cancel(h.ctx, u.ID, r.ID); spec.ErrorCode(err) != spec.ECONFLICT {
 		t.Fatalf("second cancel: %v", err)
 	}
-	if _, err := h.e.Continue(h.ctx, u.ID, r.ID, nil); db.ErrorCode(err) != db.ECONFLICT {
+	if _, err := h.e.Continue(h.ctx, u.ID, r.ID, nil); spec.ErrorCode(err) != spec.ECONFLICT {
 		t.Fatalf("continue a canceled run: %v", err)
 	}
 	evs := h.events(u, r.ID)
@@ -196,17 +195,17 @@ func TestBudgetStopAndContinueCarryCountersOver(t *testing.T) {
 		scripted.Step{Summary: "3", Status: &spec.Status{}, LLM: []spec.LLMCall{{Model: "m", PromptTokens: 10, CostUSD: 0.1, Priced: true}}},
 		done("4"),
 	)})
-	r = h.waitStatus(u, r.ID, db.StatusStopped)
+	r = h.waitStatus(u, r.ID, spec.StatusStopped)
 	if r.StopReason.Type != StopMaxIterations || r.Metrics.Iterations != 2 {
 		t.Fatalf("stop %+v metrics %+v", r.StopReason, r.Metrics)
 	}
-	if _, err := h.e.Continue(h.ctx, u.ID, r.ID, nil); db.ErrorCode(err) != db.EINVALID || db.ErrorField(err) != "budgets.max_iterations" {
+	if _, err := h.e.Continue(h.ctx, u.ID, r.ID, nil); spec.ErrorCode(err) != spec.EINVALID || spec.ErrorField(err) != "budgets.max_iterations" {
 		t.Fatalf("continue without raising the exhausted budget: %v", err)
 	}
 	if _, err := h.e.Continue(h.ctx, u.ID, r.ID, &spec.Budgets{MaxIterations: 10}); err != nil {
 		t.Fatal(err)
 	}
-	r = h.waitStatus(u, r.ID, db.StatusCompleted)
+	r = h.waitStatus(u, r.ID, spec.StatusCompleted)
 	if r.Metrics.Iterations != 4 || r.Metrics.TokensTotal != 30 || !closeEnough(r.Metrics.CostTotalUSD, 0.3) {
 		t.Fatalf("counters did not carry over: %+v", r.Metrics)
 	}
@@ -220,13 +219,13 @@ func TestCostAndTokenBudgetsStop(t *testing.T) {
 	cost := h.create(u, spec.Config{Budgets: spec.Budgets{MaxCostUSD: 1}, Script: script(step)})
 	tokens := h.create(u, spec.Config{Budgets: spec.Budgets{MaxTotalTokens: 1500}, Script: script(step)})
 	tools := h.create(u, spec.Config{Budgets: spec.Budgets{MaxToolCalls: 5}, Script: script(scripted.Step{Status: &spec.Status{}, Tools: 3})})
-	if r := h.waitStatus(u, cost.ID, db.StatusStopped); r.StopReason.Type != StopBudgetCost || r.Metrics.Iterations != 3 {
+	if r := h.waitStatus(u, cost.ID, spec.StatusStopped); r.StopReason.Type != StopBudgetCost || r.Metrics.Iterations != 3 {
 		t.Fatalf("cost: %+v %+v", r.StopReason, r.Metrics)
 	}
-	if r := h.waitStatus(u, tokens.ID, db.StatusStopped); r.StopReason.Type != StopBudgetTokens || r.Metrics.Iterations != 2 {
+	if r := h.waitStatus(u, tokens.ID, spec.StatusStopped); r.StopReason.Type != StopBudgetTokens || r.Metrics.Iterations != 2 {
 		t.Fatalf("tokens: %+v %+v", r.StopReason, r.Metrics)
 	}
-	if r := h.waitStatus(u, tools.ID, db.StatusStopped); r.StopReason.Type != StopBudgetToolCalls || r.Metrics.Iterations != 2 {
+	if r := h.waitStatus(u, tools.ID, spec.StatusStopped); r.StopReason.Type != StopBudgetToolCalls || r.Metrics.Iterations != 2 {
 		t.Fatalf("tools: %+v %+v", r.StopReason, r.Metrics)
 	}
 }
@@ -237,7 +236,7 @@ func TestBreakersStopRunsWithEvidence(t *testing.T) {
 	stall := h.create(u, spec.Config{Script: script(scripted.Step{Summary: "same", Progress: "p", Status: &spec.Status{}})})
 	errs := h.create(u, spec.Config{Breakers: spec.Breakers{RepeatedError: 2}, Script: script(scripted.Step{Fail: "connection refused to 10.0.0.1:5432 after 3012ms"})})
 	panics := h.create(u, spec.Config{Breakers: spec.Breakers{RepeatedError: 2}, Script: script(scripted.Step{Panic: "nil map"})})
-	r := h.waitStatus(u, stall.ID, db.StatusStopped)
+	r := h.waitStatus(u, stall.ID, spec.StatusStopped)
 	if r.StopReason.Type != StopNoProgress || r.Metrics.Iterations != 3 {
 		t.Fatalf("stall: %+v", r.StopReason)
 	}
@@ -248,20 +247,20 @@ func TestBreakersStopRunsWithEvidence(t *testing.T) {
 	if countType(h.events(u, r.ID), "run_stalled") != 1 {
 		t.Fatalf("no run_stalled event")
 	}
-	r = h.waitStatus(u, errs.ID, db.StatusStopped)
+	r = h.waitStatus(u, errs.ID, spec.StatusStopped)
 	if r.StopReason.Type != StopRepeatedError {
 		t.Fatalf("errors: %+v", r.StopReason)
 	}
-	r = h.waitStatus(u, panics.ID, db.StatusStopped)
+	r = h.waitStatus(u, panics.ID, spec.StatusStopped)
 	its, _ := h.db.ListIterations(h.ctx, u.ID, r.ID)
-	if r.StopReason.Type != StopRepeatedError || its[0].Status != db.IterFailed || !strings.Contains(its[0].Error, "panicked") {
+	if r.StopReason.Type != StopRepeatedError || its[0].Status != spec.IterFailed || !strings.Contains(its[0].Error, "panicked") {
 		t.Fatalf("panics: %+v %+v", r.StopReason, its[0])
 	}
 	// Continue after a breaker trip gets a fresh window.
 	if _, err := h.e.Continue(h.ctx, u.ID, stall.ID, nil); err != nil {
 		t.Fatal(err)
 	}
-	r = h.waitFor(u, stall.ID, "stopped again", func(r *db.Run) bool { return r.Status == db.StatusStopped && r.Metrics.Iterations > 3 })
+	r = h.waitFor(u, stall.ID, "stopped again", func(r *spec.Run) bool { return r.Status == spec.StatusStopped && r.Metrics.Iterations > 3 })
 	if r.Metrics.Iterations != 6 {
 		t.Fatalf("after continue the breaker should allow a fresh window of 3; iterations = %d", r.Metrics.Iterations)
 	}
@@ -271,7 +270,7 @@ func TestFatalErrorStopsTheRun(t *testing.T) {
 	h := newHarness(t, nil)
 	u := h.user("a@example.com")
 	r := h.create(u, spec.Config{Script: script(scripted.Step{Fatal: &spec.Fatal{Type: "error", Detail: "The model endpoint refused the API key (401)."}})})
-	r = h.waitStatus(u, r.ID, db.StatusStopped)
+	r = h.waitStatus(u, r.ID, spec.StatusStopped)
 	if r.StopReason.Type != StopError || !strings.Contains(r.StopReason.Detail, "API key") || r.Metrics.Iterations != 1 {
 		t.Fatalf("%+v", r.StopReason)
 	}
@@ -281,14 +280,14 @@ func TestPerUserConcurrencyLimitAndFairness(t *testing.T) {
 	h := newHarness(t, func(o *Options) { o.MaxConcurrentPerUser = 2 })
 	a, b := h.user("a@example.com"), h.user("b@example.com")
 	slow := script(scripted.Step{SleepMS: 150, Status: &spec.Status{}}, scripted.Step{SleepMS: 150, Status: &spec.Status{}}, done("3"))
-	var runsA, runsB []*db.Run
+	var runsA, runsB []*spec.Run
 	for i := 0; i < 5; i++ {
 		runsA = append(runsA, h.create(a, spec.Config{Objective: fmt.Sprint("a", i), Script: slow}))
 	}
 	for i := 0; i < 2; i++ {
 		runsB = append(runsB, h.create(b, spec.Config{Objective: fmt.Sprint("b", i), Script: slow}))
 	}
-	if runsA[2].Status != db.StatusQueued || runsA[1].Status != db.StatusRunning || runsB[1].Status != db.StatusRunning {
+	if runsA[2].Status != spec.StatusQueued || runsA[1].Status != spec.StatusRunning || runsB[1].Status != spec.StatusRunning {
 		t.Fatalf("statuses at creation: %s %s %s", runsA[1].Status, runsA[2].Status, runsB[1].Status)
 	}
 	// Watch the limit hold while everything runs to completion.
@@ -305,19 +304,19 @@ func TestPerUserConcurrencyLimitAndFairness(t *testing.T) {
 				return
 			case <-time.After(10 * time.Millisecond):
 			}
-			for _, u := range []*db.User{a, b} {
+			for _, u := range []*spec.User{a, b} {
 				c, _ := h.db.CountRunsByStatus(h.ctx, u.ID)
 				mu.Lock()
-				maxRunning[u.ID] = max(maxRunning[u.ID], c[db.StatusRunning])
+				maxRunning[u.ID] = max(maxRunning[u.ID], c[spec.StatusRunning])
 				mu.Unlock()
 			}
 		}
 	}()
 	for _, r := range runsB {
-		h.waitStatus(b, r.ID, db.StatusCompleted)
+		h.waitStatus(b, r.ID, spec.StatusCompleted)
 	}
 	for _, r := range runsA {
-		h.waitStatus(a, r.ID, db.StatusCompleted)
+		h.waitStatus(a, r.ID, spec.StatusCompleted)
 	}
 	close(stop)
 	wg.Wait()
@@ -344,38 +343,38 @@ func TestWaitingAndStoppedRunsHoldNoSlot(t *testing.T) {
 	// the second queues; once the first waits, the second runs.
 	waiting := h.create(u, spec.Config{Script: script(scripted.Step{SleepMS: 500, Status: &spec.Status{NeedsUserInput: true, BlockingQuestions: []string{"?"}}})})
 	second := h.create(u, spec.Config{Script: script(done("x"))})
-	if second.Status != db.StatusQueued {
+	if second.Status != spec.StatusQueued {
 		t.Fatalf("second = %s", second.Status)
 	}
-	h.waitStatus(u, waiting.ID, db.StatusWaiting)
-	h.waitStatus(u, second.ID, db.StatusCompleted)
+	h.waitStatus(u, waiting.ID, spec.StatusWaiting)
+	h.waitStatus(u, second.ID, spec.StatusCompleted)
 }
 
 func TestTransitionsAreRefusedClearly(t *testing.T) {
 	h := newHarness(t, nil)
 	u, other := h.user("a@example.com"), h.user("b@example.com")
 	r := h.create(u, spec.Config{Script: script(done("x"))})
-	h.waitStatus(u, r.ID, db.StatusCompleted)
+	h.waitStatus(u, r.ID, spec.StatusCompleted)
 	cases := []struct {
 		name string
 		err  error
 		code string
 	}{
-		{"continue a completed run", errOf(h.e.Continue(h.ctx, u.ID, r.ID, nil)), db.ECONFLICT},
-		{"respond to a completed run", errOf(h.e.Respond(h.ctx, u.ID, r.ID, []string{"x"})), db.ECONFLICT},
-		{"message a completed run", errOf(h.e.Message(h.ctx, u.ID, r.ID, "x")), db.ECONFLICT},
-		{"cancel a completed run", errOf(h.e.Cancel(h.ctx, u.ID, r.ID)), db.ECONFLICT},
-		{"cancel another user's run", errOf(h.e.Cancel(h.ctx, other.ID, r.ID)), db.ENOTFOUND},
-		{"respond to another user's run", errOf(h.e.Respond(h.ctx, other.ID, r.ID, []string{"x"})), db.ENOTFOUND},
-		{"cancel an unknown run", errOf(h.e.Cancel(h.ctx, u.ID, "nope")), db.ENOTFOUND},
+		{"continue a completed run", errOf(h.e.Continue(h.ctx, u.ID, r.ID, nil)), spec.ECONFLICT},
+		{"respond to a completed run", errOf(h.e.Respond(h.ctx, u.ID, r.ID, []string{"x"})), spec.ECONFLICT},
+		{"message a completed run", errOf(h.e.Message(h.ctx, u.ID, r.ID, "x")), spec.ECONFLICT},
+		{"cancel a completed run", errOf(h.e.Cancel(h.ctx, u.ID, r.ID)), spec.ECONFLICT},
+		{"cancel another user's run", errOf(h.e.Cancel(h.ctx, other.ID, r.ID)), spec.ENOTFOUND},
+		{"respond to another user's run", errOf(h.e.Respond(h.ctx, other.ID, r.ID, []string{"x"})), spec.ENOTFOUND},
+		{"cancel an unknown run", errOf(h.e.Cancel(h.ctx, u.ID, "nope")), spec.ENOTFOUND},
 	}
 	for _, c := range cases {
-		if db.ErrorCode(c.err) != c.code {
+		if spec.ErrorCode(c.err) != c.code {
 			t.Errorf("%s: got %v, want code %s", c.name, c.err, c.code)
 		}
 	}
 	running := h.create(u, spec.Config{Script: script(scripted.Step{SleepMS: 30_000})})
-	if _, err := h.e.Respond(h.ctx, u.ID, running.ID, []string{"x"}); db.ErrorCode(err) != db.ECONFLICT {
+	if _, err := h.e.Respond(h.ctx, u.ID, running.ID, []string{"x"}); spec.ErrorCode(err) != spec.ECONFLICT {
 		t.Errorf("respond to a running run: %v", err)
 	}
 	if _, err := h.e.Message(h.ctx, u.ID, running.ID, "hello"); err != nil {
@@ -386,7 +385,7 @@ func TestTransitionsAreRefusedClearly(t *testing.T) {
 	}
 }
 
-func errOf(_ *db.Run, err error) error { return err }
+func errOf(_ *spec.Run, err error) error { return err }
 
 func TestCreateRunValidation(t *testing.T) {
 	h := newHarness(t, nil)
@@ -417,8 +416,8 @@ func TestCreateRunValidation(t *testing.T) {
 			if err == nil {
 				t.Fatal("accepted")
 			}
-			if db.ErrorField(err) != c.field {
-				t.Fatalf("field = %q (%v), want %q", db.ErrorField(err), err, c.field)
+			if spec.ErrorField(err) != c.field {
+				t.Fatalf("field = %q (%v), want %q", spec.ErrorField(err), err, c.field)
 			}
 		})
 	}
@@ -433,7 +432,7 @@ func TestBusDropsASlowSubscriberWithoutBlocking(t *testing.T) {
 	slow := bus.SubscribeRun("r", 2)
 	fast := bus.SubscribeRun("r", 100)
 	for i := 1; i <= 10; i++ {
-		bus.Publish([]*db.Event{{RunID: "r", Seq: int64(i)}})
+		bus.Publish([]*spec.Event{{RunID: "r", Seq: int64(i)}})
 	}
 	n := 0
 	for range slow.C {
@@ -458,7 +457,7 @@ func TestShutdownLeavesInFlightRunsRecoverable(t *testing.T) {
 	r := h.create(u, spec.Config{Budgets: spec.Budgets{MaxIterations: 2}, Script: script(
 		scripted.Step{SleepFirstMS: 60_000, Status: &spec.Status{RemainingWork: []string{"more"}}},
 		scripted.Step{Status: &spec.Status{RemainingWork: []string{"more"}}})})
-	h.waitFor(u, r.ID, "leased", func(r *db.Run) bool { return r.LeaseOwner != "" })
+	h.waitFor(u, r.ID, "leased", func(r *spec.Run) bool { return r.LeaseOwner != "" })
 	start := time.Now()
 	if err := h.e.Stop(h.ctx); err != nil {
 		t.Fatal(err)
@@ -467,7 +466,7 @@ func TestShutdownLeavesInFlightRunsRecoverable(t *testing.T) {
 		t.Fatalf("stop took %s", d)
 	}
 	got, _ := h.db.FindRun(h.ctx, u.ID, r.ID)
-	if got.Status != db.StatusRunning || got.LeaseOwner == "" {
+	if got.Status != spec.StatusRunning || got.LeaseOwner == "" {
 		t.Fatalf("after shutdown the run should stay running with its lease: %s %q", got.Status, got.LeaseOwner)
 	}
 	// A new engine on the same database recovers it at start.
@@ -484,7 +483,7 @@ func TestShutdownLeavesInFlightRunsRecoverable(t *testing.T) {
 		t.Fatalf("attempt = %d", got.Attempt)
 	}
 	its, _ := h.db.ListIterations(h.ctx, u.ID, r.ID)
-	if its[0].Status != db.IterInterrupted {
+	if its[0].Status != spec.IterInterrupted {
 		t.Fatalf("iteration status %s", its[0].Status)
 	}
 	// Started, it works the recovered attempt and counts the interrupted
@@ -497,7 +496,7 @@ func TestShutdownLeavesInFlightRunsRecoverable(t *testing.T) {
 		defer cancel()
 		e2.Stop(ctx)
 	})
-	got = h.waitStatus(u, r.ID, db.StatusStopped)
+	got = h.waitStatus(u, r.ID, spec.StatusStopped)
 	if got.StopReason.Type != StopMaxIterations || got.Metrics.Iterations != 2 {
 		t.Fatalf("after recovery: %+v, %d iterations", got.StopReason, got.Metrics.Iterations)
 	}

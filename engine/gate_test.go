@@ -4,7 +4,6 @@ import (
 	"strings"
 	"testing"
 
-	"homework/db"
 	"homework/engine/spec"
 )
 
@@ -23,7 +22,7 @@ func TestGateDecisions(t *testing.T) {
 		cfg         *spec.Config
 		res         spec.Result
 		checks      []spec.CheckResult
-		metrics     db.Metrics
+		metrics     spec.Metrics
 		want        string
 		stop        string
 		wait        string
@@ -45,12 +44,12 @@ func TestGateDecisions(t *testing.T) {
 		{name: "no report_status continues and says so", cfg: llm(), res: spec.Result{}, want: spec.DecisionContinue, reasonMatch: "without report_status"},
 		{name: "interactive mode waits after the turn", cfg: &spec.Config{Executor: spec.ExecutorLLM, Mode: spec.ModeInteractive}, res: spec.Result{Status: &spec.Status{}}, want: spec.DecisionWait, wait: "turn_ended"},
 		{name: "fatal error stops with its reason", cfg: llm(), res: spec.Result{Fatal: &spec.Fatal{Type: "error", Detail: "invalid API key"}}, want: spec.DecisionStop, stop: StopError, reasonMatch: "invalid API key"},
-		{name: "iteration budget stops", cfg: &spec.Config{Executor: spec.ExecutorLLM, Budgets: spec.Budgets{MaxIterations: 3}}, res: spec.Result{Status: &spec.Status{}}, metrics: db.Metrics{Iterations: 3}, want: spec.DecisionStop, stop: StopMaxIterations},
-		{name: "time budget stops", cfg: &spec.Config{Executor: spec.ExecutorLLM, Budgets: spec.Budgets{MaxRunningMS: 1000}}, res: spec.Result{Status: &spec.Status{}}, metrics: db.Metrics{RunningMS: 1000}, want: spec.DecisionStop, stop: StopBudgetTime},
-		{name: "token budget stops", cfg: &spec.Config{Executor: spec.ExecutorLLM, Budgets: spec.Budgets{MaxTotalTokens: 100}}, res: spec.Result{Status: &spec.Status{}}, metrics: db.Metrics{TokensTotal: 150}, want: spec.DecisionStop, stop: StopBudgetTokens},
-		{name: "cost budget stops", cfg: &spec.Config{Executor: spec.ExecutorLLM, Budgets: spec.Budgets{MaxCostUSD: 0.5}}, res: spec.Result{Status: &spec.Status{}}, metrics: db.Metrics{CostTotalUSD: 0.51}, want: spec.DecisionStop, stop: StopBudgetCost},
-		{name: "tool-call budget stops", cfg: &spec.Config{Executor: spec.ExecutorLLM, Budgets: spec.Budgets{MaxToolCalls: 10}}, res: spec.Result{Status: &spec.Status{}}, metrics: db.Metrics{ToolCallsTotal: 10}, want: spec.DecisionStop, stop: StopBudgetToolCalls},
-		{name: "completion wins over an exhausted budget", cfg: &spec.Config{Executor: spec.ExecutorLLM, Budgets: spec.Budgets{MaxIterations: 1}}, res: spec.Result{Status: exit}, metrics: db.Metrics{Iterations: 1}, want: spec.DecisionComplete},
+		{name: "iteration budget stops", cfg: &spec.Config{Executor: spec.ExecutorLLM, Budgets: spec.Budgets{MaxIterations: 3}}, res: spec.Result{Status: &spec.Status{}}, metrics: spec.Metrics{Iterations: 3}, want: spec.DecisionStop, stop: StopMaxIterations},
+		{name: "time budget stops", cfg: &spec.Config{Executor: spec.ExecutorLLM, Budgets: spec.Budgets{MaxRunningMS: 1000}}, res: spec.Result{Status: &spec.Status{}}, metrics: spec.Metrics{RunningMS: 1000}, want: spec.DecisionStop, stop: StopBudgetTime},
+		{name: "token budget stops", cfg: &spec.Config{Executor: spec.ExecutorLLM, Budgets: spec.Budgets{MaxTotalTokens: 100}}, res: spec.Result{Status: &spec.Status{}}, metrics: spec.Metrics{TokensTotal: 150}, want: spec.DecisionStop, stop: StopBudgetTokens},
+		{name: "cost budget stops", cfg: &spec.Config{Executor: spec.ExecutorLLM, Budgets: spec.Budgets{MaxCostUSD: 0.5}}, res: spec.Result{Status: &spec.Status{}}, metrics: spec.Metrics{CostTotalUSD: 0.51}, want: spec.DecisionStop, stop: StopBudgetCost},
+		{name: "tool-call budget stops", cfg: &spec.Config{Executor: spec.ExecutorLLM, Budgets: spec.Budgets{MaxToolCalls: 10}}, res: spec.Result{Status: &spec.Status{}}, metrics: spec.Metrics{ToolCallsTotal: 10}, want: spec.DecisionStop, stop: StopBudgetToolCalls},
+		{name: "completion wins over an exhausted budget", cfg: &spec.Config{Executor: spec.ExecutorLLM, Budgets: spec.Budgets{MaxIterations: 1}}, res: spec.Result{Status: exit}, metrics: spec.Metrics{Iterations: 1}, want: spec.DecisionComplete},
 		{name: "stuck tool loop stops", cfg: llm(), res: spec.Result{Status: &spec.Status{}, Stuck: "same action and observation 4 times"}, want: spec.DecisionStop, stop: StopStuck},
 		{name: "work remaining continues", cfg: llm(), res: spec.Result{Status: &spec.Status{RemainingWork: []string{"write report"}}}, want: spec.DecisionContinue, reasonMatch: "write report"},
 	}

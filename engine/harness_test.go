@@ -54,7 +54,7 @@ func newHarness(t *testing.T, mod func(*Options)) *harness {
 	return h
 }
 
-func (h *harness) user(email string) *db.User {
+func (h *harness) user(email string) *spec.User {
 	h.t.Helper()
 	u, err := h.db.CreateUser(h.ctx, email, "x", false)
 	if err != nil {
@@ -68,7 +68,7 @@ func script(steps ...scripted.Step) json.RawMessage {
 	return b
 }
 
-func (h *harness) create(u *db.User, cfg spec.Config) *db.Run {
+func (h *harness) create(u *spec.User, cfg spec.Config) *spec.Run {
 	h.t.Helper()
 	if cfg.Objective == "" {
 		cfg.Objective = "test objective"
@@ -82,7 +82,7 @@ func (h *harness) create(u *db.User, cfg spec.Config) *db.Run {
 }
 
 // waitFor waits, on the run's event stream, until cond holds for the run.
-func (h *harness) waitFor(u *db.User, runID string, what string, cond func(*db.Run) bool) *db.Run {
+func (h *harness) waitFor(u *spec.User, runID string, what string, cond func(*spec.Run) bool) *spec.Run {
 	h.t.Helper()
 	sub := h.bus.SubscribeRun(runID, 1024)
 	defer sub.Close()
@@ -106,13 +106,13 @@ func (h *harness) waitFor(u *db.User, runID string, what string, cond func(*db.R
 	}
 }
 
-func (h *harness) waitStatus(u *db.User, runID, status string) *db.Run {
+func (h *harness) waitStatus(u *spec.User, runID, status string) *spec.Run {
 	h.t.Helper()
-	return h.waitFor(u, runID, "status "+status, func(r *db.Run) bool { return r.Status == status })
+	return h.waitFor(u, runID, "status "+status, func(r *spec.Run) bool { return r.Status == status })
 }
 
 // events returns all the run's events and checks seq is gap-free.
-func (h *harness) events(u *db.User, runID string) []*db.Event {
+func (h *harness) events(u *spec.User, runID string) []*spec.Event {
 	h.t.Helper()
 	evs, err := h.db.ListRunEvents(h.ctx, u.ID, runID, 0, 100000)
 	if err != nil {
@@ -126,7 +126,7 @@ func (h *harness) events(u *db.User, runID string) []*db.Event {
 	return evs
 }
 
-func countType(evs []*db.Event, typ string) int {
+func countType(evs []*spec.Event, typ string) int {
 	n := 0
 	for _, e := range evs {
 		if e.Type == typ {
@@ -137,7 +137,7 @@ func countType(evs []*db.Event, typ string) int {
 }
 
 // checkMetricsAddUp asserts the run's metrics equal the sum over its iterations.
-func (h *harness) checkMetricsAddUp(u *db.User, runID string) {
+func (h *harness) checkMetricsAddUp(u *spec.User, runID string) {
 	h.t.Helper()
 	r, err := h.db.FindRun(h.ctx, u.ID, runID)
 	if err != nil {
@@ -147,7 +147,7 @@ func (h *harness) checkMetricsAddUp(u *db.User, runID string) {
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	var sum db.Metrics
+	var sum spec.Metrics
 	for _, it := range its {
 		sum.Add(it.Metrics)
 	}

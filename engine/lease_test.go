@@ -16,12 +16,12 @@ import (
 
 // snapshot is everything a finishing attempt could write for a run.
 type snapshot struct {
-	run    db.Run
+	run    spec.Run
 	events int
-	iters  []db.Iteration
+	iters  []spec.Iteration
 }
 
-func (h *harness) snapshot(u *db.User, runID string) snapshot {
+func (h *harness) snapshot(u *spec.User, runID string) snapshot {
 	h.t.Helper()
 	r, err := h.db.FindRun(h.ctx, u.ID, runID)
 	if err != nil {
@@ -60,15 +60,15 @@ func unstartedEngine(t *testing.T) *harness {
 func TestStaleAttemptFinishWritesNothing(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
-		moveOn  func(h *harness, u *db.User, runID string)
+		moveOn  func(h *harness, u *spec.User, runID string)
 		wantEnd string
 	}{
-		{"recovered", func(h *harness, u *db.User, runID string) {
+		{"recovered", func(h *harness, u *spec.User, runID string) {
 			if ok, err := h.e.recoverRun(h.ctx, runID, h.e.id, false); err != nil || !ok {
 				h.t.Fatalf("recover: %v %v", ok, err)
 			}
 		}, "run_recovered"},
-		{"canceled", func(h *harness, u *db.User, runID string) {
+		{"canceled", func(h *harness, u *spec.User, runID string) {
 			if _, err := h.e.Cancel(h.ctx, u.ID, runID); err != nil {
 				h.t.Fatal(err)
 			}
@@ -82,9 +82,9 @@ func TestStaleAttemptFinishWritesNothing(t *testing.T) {
 			if err != nil || it == nil {
 				t.Fatalf("begin: %v", err)
 			}
-			out := &outcome{res: &spec.Result{Summary: "late"}, status: db.IterSucceeded,
+			out := &outcome{res: &spec.Result{Summary: "late"}, status: spec.IterSucceeded,
 				decision:  spec.Decision{Decision: spec.DecisionComplete, Reasons: []string{"late"}},
-				metrics:   db.Metrics{Iterations: 1, ToolCallsTotal: 7, RunningMS: 5},
+				metrics:   spec.Metrics{Iterations: 1, ToolCallsTotal: 7, RunningMS: 5},
 				narrative: "a late narrative"}
 
 			tc.moveOn(h, u, r.ID)
@@ -133,7 +133,7 @@ func TestCancelDuringAnIterationEndsWithTheTerminalEvent(t *testing.T) {
 			if tc.cfg.Agent != nil {
 				waitFile(t, filepath.Join(dir, "check-started"))
 			} else {
-				h.waitFor(u, r.ID, "iteration started", func(r *db.Run) bool { return r.LeaseOwner != "" })
+				h.waitFor(u, r.ID, "iteration started", func(r *spec.Run) bool { return r.LeaseOwner != "" })
 			}
 			if _, err := h.e.Cancel(h.ctx, u.ID, r.ID); err != nil {
 				t.Fatal(err)
@@ -153,7 +153,7 @@ func TestCancelDuringAnIterationEndsWithTheTerminalEvent(t *testing.T) {
 				}
 				t.Fatalf("last event %s: %s", last, strings.Join(types, " "))
 			}
-			if len(after.iters) != 1 || after.iters[0].Status != db.IterCanceled {
+			if len(after.iters) != 1 || after.iters[0].Status != spec.IterCanceled {
 				t.Fatalf("iterations %+v", after.iters)
 			}
 			if tc.cfg.Agent != nil && after.run.Metrics.TokensTotal != 15 {

@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"log/slog"
 
-	"homework/db"
+	"homework/engine/spec"
 )
 
 // LifecycleLogger returns an event hook that logs each run's lifecycle —
@@ -14,23 +14,23 @@ import (
 // db.Options.OnEvents, which runs after the events' transaction commits,
 // so a line is only logged for what really happened. Objectives and answers
 // are not logged: they are the person's text.
-func LifecycleLogger(log *slog.Logger) func([]*db.Event) {
-	return func(evs []*db.Event) {
+func LifecycleLogger(log *slog.Logger) func([]*spec.Event) {
+	return func(evs []*spec.Event) {
 		for _, ev := range evs {
 			logLifecycle(log, ev)
 		}
 	}
 }
 
-func logLifecycle(log *slog.Logger, ev *db.Event) {
+func logLifecycle(log *slog.Logger, ev *spec.Event) {
 	var d struct {
-		Executor   string         `json:"executor"`
-		Mode       string         `json:"mode"`
-		Iteration  int            `json:"iteration"`
-		Resumed    bool           `json:"resumed"`
-		Reason     string         `json:"reason"`
-		StopReason *db.StopReason `json:"stop_reason"`
-		Metrics    *db.Metrics    `json:"metrics"`
+		Executor   string           `json:"executor"`
+		Mode       string           `json:"mode"`
+		Iteration  int              `json:"iteration"`
+		Resumed    bool             `json:"resumed"`
+		Reason     string           `json:"reason"`
+		StopReason *spec.StopReason `json:"stop_reason"`
+		Metrics    *spec.Metrics    `json:"metrics"`
 	}
 	msg, level := "", slog.LevelInfo
 	switch ev.Type {

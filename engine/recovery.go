@@ -2,8 +2,9 @@ package engine
 
 import (
 	"context"
-	"homework/engine/spec"
 	"time"
+
+	"homework/engine/spec"
 
 	"homework/db"
 )

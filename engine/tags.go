@@ -5,7 +5,7 @@ import (
 	"strings"
 	"unicode"
 
-	"homework/db"
+	"homework/engine/spec"
 )
 
 // Tag limits.
@@ -21,7 +21,7 @@ const (
 // "tag" for a filter). Problems are EINVALID with the field.
 func NormalizeTags(field string, tags []string) ([]string, error) {
 	if len(tags) > MaxTags {
-		return nil, db.FieldError(field, "At most %d tags.", MaxTags)
+		return nil, spec.FieldError(field, "At most %d tags.", MaxTags)
 	}
 	var out []string
 	seen := map[string]bool{}
@@ -48,13 +48,13 @@ func NormalizeTag(field, t string) (string, error) {
 func checkTag(field, t string) error {
 	switch {
 	case t == "":
-		return db.FieldError(field, "A tag must not be empty.")
+		return spec.FieldError(field, "A tag must not be empty.")
 	case len(t) > MaxTagBytes:
-		return db.FieldError(field, "A tag is at most %d bytes.", MaxTagBytes)
+		return spec.FieldError(field, "A tag is at most %d bytes.", MaxTagBytes)
 	case strings.ContainsFunc(t, func(r rune) bool {
 		return !unicode.IsLetter(r) && !unicode.IsDigit(r) && !strings.ContainsRune("-_.:/", r)
 	}):
-		return db.FieldError(field, "A tag may hold letters, digits and - _ . : / only.")
+		return spec.FieldError(field, "A tag may hold letters, digits and - _ . : / only.")
 	}
 	return nil
 }

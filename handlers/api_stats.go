@@ -149,6 +149,7 @@ func (s *Server) apiStats(c *fiber.Ctx) error {
 	if err != nil {
 		return s.jsonError(c, err)
 	}
+	q.Filter.Detail = q.GroupBy == spec.GroupByModel
 	rows, err := s.db.StatsRows(c.UserContext(), userOf(c).ID, q.Filter)
 	if err != nil {
 		return s.jsonError(c, err)
@@ -167,6 +168,7 @@ func (s *Server) apiStatsRuns(c *fiber.Ctx) error {
 	if format != "json" && format != "csv" {
 		return s.jsonError(c, spec.FieldError("format", "format must be json or csv."))
 	}
+	q.Filter.Detail = true
 	rows, err := s.db.StatsRows(c.UserContext(), userOf(c).ID, q.Filter)
 	if err != nil {
 		return s.jsonError(c, err)

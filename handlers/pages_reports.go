@@ -46,6 +46,7 @@ func (s *Server) effectData(c *fiber.Ctx) *views.EffectData {
 	if err != nil {
 		return fail(err)
 	}
+	sel.Filter.Detail = sel.GroupBy == spec.GroupByModel
 	rows, err := s.db.StatsRows(ctx, u.ID, sel.Filter)
 	if err != nil {
 		return fail(err)

@@ -34,6 +34,11 @@ type StatsFilter struct {
 	Tag          string
 	// Limit caps the rows (0: no cap); used by the what-if selection.
 	Limit int
+	// Detail fills StatsRow.Model and StatsRow.Objective. The model is
+	// read from each run's configuration, the costliest part of the query,
+	// so this is off unless asked for (the model grouping and the exports
+	// need it).
+	Detail bool
 }
 
 // StatsRow is one run behind the report's figures, as the CSV and JSON
@@ -124,65 +129,91 @@ type StatsGroup struct {
 
 // Summarize computes the figures of rows.
 func Summarize(rows []StatsRow) Figures {
-	f := Figures{StopReasons: map[string]int{}, Outcomes: map[string]int{}}
-	var iters, running []float64
+	a := newAccumulator()
 	for i := range rows {
-		r := &rows[i]
-		f.Runs++
-		f.Outcomes[r.Status]++
-		if r.Status == StatusCompleted {
-			f.Completed++
-		}
-		if r.Ended() {
-			f.Ended++
-			f.StopReasons[r.StopReason]++
-			iters = append(iters, float64(r.Iterations))
-			running = append(running, float64(r.RunningMS))
-		}
-		f.FalseCompletionsBlocked += r.FalseCompletionsBlocked
-		if r.Escalated {
-			f.Escalated++
-		}
-		f.CostUSD.Total += r.CostUSD
-		f.TokensTotal += r.TokensTotal
-		f.ToolCalls.Total += r.ToolCalls
+		a.add(&rows[i])
 	}
+	return a.figures()
+}
+
+// accumulator sums the figures of rows added one at a time.
+type accumulator struct {
+	f              Figures
+	iters, running []float64
+}
+
+func newAccumulator() *accumulator {
+	return &accumulator{f: Figures{StopReasons: map[string]int{}, Outcomes: map[string]int{}}}
+}
+
+func (a *accumulator) add(r *StatsRow) {
+	f := &a.f
+	f.Runs++
+	f.Outcomes[r.Status]++
+	if r.Status == StatusCompleted {
+		f.Completed++
+	}
+	if r.Ended() {
+		f.Ended++
+		f.StopReasons[r.StopReason]++
+		a.iters = append(a.iters, float64(r.Iterations))
+		a.running = append(a.running, float64(r.RunningMS))
+	}
+	f.FalseCompletionsBlocked += r.FalseCompletionsBlocked
+	if r.Escalated {
+		f.Escalated++
+	}
+	f.CostUSD.Total += r.CostUSD
+	f.TokensTotal += r.TokensTotal
+	f.ToolCalls.Total += r.ToolCalls
+}
+
+func (a *accumulator) figures() Figures {
+	f := a.f
 	f.CompletionClaims = f.Completed + f.FalseCompletionsBlocked
 	f.CompletionRate = ratio(float64(f.Completed), float64(f.Ended))
 	f.FalseCompletionRate = ratio(float64(f.FalseCompletionsBlocked), float64(f.CompletionClaims))
 	f.EscalationRate = ratio(float64(f.Escalated), float64(f.Runs))
 	f.CostUSD.PerCompletedRun = ratio(f.CostUSD.Total, float64(f.Completed))
 	f.ToolCalls.PerRun = ratio(float64(f.ToolCalls.Total), float64(f.Runs))
-	f.Iterations = Percentiles{P50: Percentile(iters, 50), P95: Percentile(iters, 95)}
-	f.RunningMS = Percentiles{P50: Percentile(running, 50), P95: Percentile(running, 95)}
+	f.Iterations = Percentiles{P50: Percentile(a.iters, 50), P95: Percentile(a.iters, 95)}
+	f.RunningMS = Percentiles{P50: Percentile(a.running, 50), P95: Percentile(a.running, 95)}
 	f.CostUSD.Total = roundMicros(f.CostUSD.Total)
 	f.CostUSD.PerCompletedRun = roundMicros(f.CostUSD.PerCompletedRun)
 	return f
 }
 
-// GroupRows splits rows by groupBy (one of GroupBys), keys in ascending
-// order. With group_by=tag a run with several tags is in each of their
-// groups, and a run without tags in the "" group.
+// groupKeys returns the keys of r's groups by groupBy (one of GroupBys).
+// With group_by=tag a run with several tags is in each of their groups, and
+// a run without tags in the "" group.
+func groupKeys(r *StatsRow, groupBy string, buf []string) []string {
+	switch groupBy {
+	case GroupByExecutor:
+		return append(buf, r.Executor)
+	case GroupByModel:
+		return append(buf, r.Model)
+	case GroupByMode:
+		return append(buf, r.Mode)
+	case GroupByWeek:
+		return append(buf, WeekKey(r.CreatedAt))
+	case GroupByTag:
+		if len(r.Tags) == 0 {
+			return append(buf, "")
+		}
+		return append(buf, r.Tags...)
+	}
+	return buf
+}
+
+// GroupRows splits rows by groupBy (see groupKeys), keys in ascending
+// order.
 func GroupRows(rows []StatsRow, groupBy string) ([]string, map[string][]StatsRow) {
 	groups := map[string][]StatsRow{}
-	for _, r := range rows {
-		switch groupBy {
-		case GroupByExecutor:
-			groups[r.Executor] = append(groups[r.Executor], r)
-		case GroupByModel:
-			groups[r.Model] = append(groups[r.Model], r)
-		case GroupByMode:
-			groups[r.Mode] = append(groups[r.Mode], r)
-		case GroupByWeek:
-			k := WeekKey(r.CreatedAt)
-			groups[k] = append(groups[k], r)
-		case GroupByTag:
-			if len(r.Tags) == 0 {
-				groups[""] = append(groups[""], r)
-			}
-			for _, t := range r.Tags {
-				groups[t] = append(groups[t], r)
-			}
+	var buf []string
+	for i := range rows {
+		buf = groupKeys(&rows[i], groupBy, buf[:0])
+		for _, k := range buf {
+			groups[k] = append(groups[k], rows[i])
 		}
 	}
 	keys := make([]string, 0, len(groups))
@@ -193,12 +224,30 @@ func GroupRows(rows []StatsRow, groupBy string) ([]string, map[string][]StatsRow
 	return keys, groups
 }
 
-// SummarizeGroups returns the figures of every group of rows by groupBy.
+// SummarizeGroups returns the figures of every group of rows by groupBy,
+// keys in ascending order.
 func SummarizeGroups(rows []StatsRow, groupBy string) []StatsGroup {
-	keys, groups := GroupRows(rows, groupBy)
+	groups := map[string]*accumulator{}
+	var buf []string
+	for i := range rows {
+		buf = groupKeys(&rows[i], groupBy, buf[:0])
+		for _, k := range buf {
+			a := groups[k]
+			if a == nil {
+				a = newAccumulator()
+				groups[k] = a
+			}
+			a.add(&rows[i])
+		}
+	}
+	keys := make([]string, 0, len(groups))
+	for k := range groups {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
 	out := make([]StatsGroup, 0, len(keys))
 	for _, k := range keys {
-		out = append(out, StatsGroup{Key: k, Figures: Summarize(groups[k])})
+		out = append(out, StatsGroup{Key: k, Figures: groups[k].figures()})
 	}
 	return out
 }

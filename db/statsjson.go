@@ -1,0 +1,165 @@
+package db
+
+import (
+	"encoding/json"
+	"strconv"
+)
+
+// scanMetrics reads the report's fields from a run's metrics JSON. The
+// report reads every run in its window, and encoding/json spends most of
+// that time skipping the per-model usage; this reads the top-level members
+// only and skips other values without decoding them. Anything it does not
+// expect (escapes in a key, a non-integer count) falls back to
+// encoding/json, so the answer is always what json.Unmarshal gives.
+func scanMetrics(b []byte, m *statsMetrics) error {
+	if fastMetrics(b, m) {
+		return nil
+	}
+	*m = statsMetrics{}
+	return json.Unmarshal(b, m)
+}
+
+func fastMetrics(b []byte, m *statsMetrics) bool {
+	i := skipWS(b, 0)
+	if i >= len(b) || b[i] != '{' {
+		return false
+	}
+	i = skipWS(b, i+1)
+	if i < len(b) && b[i] == '}' {
+		return skipWS(b, i+1) == len(b)
+	}
+	for {
+		if i >= len(b) || b[i] != '"' {
+			return false
+		}
+		j := i + 1
+		for j < len(b) && b[j] != '"' {
+			if b[j] == '\\' {
+				return false
+			}
+			j++
+		}
+		if j >= len(b) {
+			return false
+		}
+		key := b[i+1 : j]
+		i = skipWS(b, j+1)
+		if i >= len(b) || b[i] != ':' {
+			return false
+		}
+		i = skipWS(b, i+1)
+		var ok bool
+		switch string(key) {
+		case "iterations":
+			var v int64
+			v, i, ok = scanInt(b, i)
+			m.Iterations = int(v)
+		case "running_ms":
+			m.RunningMS, i, ok = scanInt(b, i)
+		case "tokens_total":
+			m.TokensTotal, i, ok = scanInt(b, i)
+		case "tool_calls_total":
+			var v int64
+			v, i, ok = scanInt(b, i)
+			m.ToolCallsTotal = int(v)
+		case "false_completions_blocked":
+			var v int64
+			v, i, ok = scanInt(b, i)
+			m.FalseCompletionsBlocked = int(v)
+		case "cost_total_usd":
+			j := scanNumber(b, i)
+			var err error
+			m.CostTotalUSD, err = strconv.ParseFloat(string(b[i:j]), 64)
+			i, ok = j, err == nil
+		default:
+			i, ok = skipValue(b, i)
+		}
+		if !ok {
+			return false
+		}
+		i = skipWS(b, i)
+		if i >= len(b) {
+			return false
+		}
+		switch b[i] {
+		case ',':
+			i = skipWS(b, i+1)
+		case '}':
+			return skipWS(b, i+1) == len(b)
+		default:
+			return false
+		}
+	}
+}
+
+func skipWS(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\n' || b[i] == '\t' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+func scanNumber(b []byte, i int) int {
+	for i < len(b) && (b[i] >= '0' && b[i] <= '9' || b[i] == '-' || b[i] == '+' || b[i] == '.' || b[i] == 'e' || b[i] == 'E') {
+		i++
+	}
+	return i
+}
+
+func scanInt(b []byte, i int) (int64, int, bool) {
+	j := scanNumber(b, i)
+	v, err := strconv.ParseInt(string(b[i:j]), 10, 64)
+	return v, j, err == nil
+}
+
+// skipValue skips one JSON value starting at i and returns the index after
+// it. It checks structure (balanced brackets, closed strings), not every
+// detail of the grammar: the document came from our own json.Marshal.
+func skipValue(b []byte, i int) (int, bool) {
+	if i >= len(b) {
+		return i, false
+	}
+	switch b[i] {
+	case '"':
+		return skipString(b, i)
+	case '{', '[':
+		depth := 0
+		for i < len(b) {
+			switch b[i] {
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return i + 1, true
+				}
+			case '"':
+				j, ok := skipString(b, i)
+				if !ok {
+					return j, false
+				}
+				i = j
+				continue
+			}
+			i++
+		}
+		return i, false
+	}
+	j := i
+	for j < len(b) && b[j] != ',' && b[j] != '}' && b[j] != ']' && b[j] != ' ' && b[j] != '\n' && b[j] != '\t' && b[j] != '\r' {
+		j++
+	}
+	return j, j > i
+}
+
+func skipString(b []byte, i int) (int, bool) {
+	for j := i + 1; j < len(b); j++ {
+		switch b[j] {
+		case '\\':
+			j++
+		case '"':
+			return j + 1, true
+		}
+	}
+	return len(b), false
+}
