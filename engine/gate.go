@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -138,7 +139,7 @@ func decide(in gateInput) spec.Decision {
 	}
 
 	if res.Fatal != nil {
-		return spec.Decision{Decision: spec.DecisionStop, StopReason: orDefault(res.Fatal.Type, StopError),
+		return spec.Decision{Decision: spec.DecisionStop, StopReason: cmp.Or(res.Fatal.Type, StopError),
 			Reasons: []string{res.Fatal.Detail}}
 	}
 
@@ -329,13 +330,6 @@ func orInt(v, d int) int {
 	return v
 }
 
-func orDefault(v, d string) string {
-	if v == "" {
-		return d
-	}
-	return v
-}
-
 func nonEmpty(ss []string) []string {
 	var out []string
 	for _, s := range ss {
@@ -360,15 +354,4 @@ func containsAny(ss []string, sub string) bool {
 		}
 	}
 	return false
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	cut := n
-	for cut > 0 && cut < len(s) && (s[cut]&0xC0) == 0x80 {
-		cut--
-	}
-	return s[:cut] + "…"
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -18,6 +19,7 @@ import (
 	"gopkg.in/cenkalti/backoff.v1"
 
 	"homework/engine/spec"
+	"homework/internal/text"
 )
 
 const tailUsage = `usage: homework tail RUN_ID [--since N] [--server URL] [--token T]
@@ -39,7 +41,7 @@ var errRunFinished = errors.New("run finished")
 func tail(ctx context.Context, args []string, env func(string) string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("tail")
 	since := fs.Int64("since", 0, "start after this event seq")
-	server := fs.String("server", orDefault(getenv(env, "HOMEWORK_SERVER"), "http://127.0.0.1:8080"), "server base URL (env HOMEWORK_SERVER)")
+	server := fs.String("server", cmp.Or(getenv(env, "HOMEWORK_SERVER"), "http://127.0.0.1:8080"), "server base URL (env HOMEWORK_SERVER)")
 	token := fs.String("token", getenv(env, "HOMEWORK_TOKEN"), "API token (env HOMEWORK_TOKEN)")
 	// The run id may come before or after the flags.
 	var runID string
@@ -71,13 +73,6 @@ func tail(ctx context.Context, args []string, env func(string) string, stdout, s
 	}
 	t := &tailer{base: base, runID: runID, token: *token, out: stdout, http: &http.Client{Timeout: 30 * time.Second}}
 	return t.follow(ctx, *since)
-}
-
-func orDefault(v, def string) string {
-	if v == "" {
-		return def
-	}
-	return v
 }
 
 // tailer follows one run.
@@ -363,11 +358,7 @@ func (t *tailer) print(raw *sse.Event) {
 
 // oneLine shortens s to n runes on one line, without control characters.
 func oneLine(s string, n int) string {
-	s = printable(strings.Join(strings.Fields(s), " "))
-	if r := []rune(s); len(r) > n {
-		return string(r[:n-1]) + "…"
-	}
-	return s
+	return text.Truncate(printable(text.Collapse(s)), n)
 }
 
 // printable replaces control characters (escape sequences, line breaks) in s
