@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -277,7 +278,7 @@ func ReplayRun(run *spec.Run, cfg *spec.Config, iters []*spec.Iteration, rules W
 		case spec.DecisionWait:
 			history = nil
 		case spec.DecisionComplete, spec.DecisionFail:
-			stopAt(i, orDefault(d.StopReason, d.Decision), joinReasons(d.Reasons))
+			stopAt(i, cmp.Or(d.StopReason, d.Decision), joinReasons(d.Reasons))
 			return w
 		case spec.DecisionStop:
 			if !rule {

@@ -14,6 +14,8 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/google/renameio/v2"
+
 	"homework/engine/spec"
 )
 
@@ -83,7 +85,7 @@ func ensureStateDir(wd, runID string) string {
 	}
 	ignore := filepath.Join(filepath.Dir(dir), ".gitignore")
 	if _, err := os.Stat(ignore); errors.Is(err, fs.ErrNotExist) {
-		writeFileAtomic(ignore, []byte("# Homework's per-run state: not part of the work.\n*\n"), 0o644)
+		renameio.WriteFile(ignore, []byte("# Homework's per-run state: not part of the work.\n*\n"), 0o644)
 	}
 	return dir
 }
@@ -105,7 +107,7 @@ func saveSnapshot(name string, s *snapshot) error {
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(name, b, 0o644)
+	return renameio.WriteFile(name, b, 0o644)
 }
 
 // takeSnapshot records dir's files, reusing prev's hashes for files whose

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/google/renameio/v2"
+
 	"homework/db"
 	"homework/engine/spec"
 )
@@ -20,7 +22,7 @@ func (e *Executor) saveLastSummary(wd, runID, summary string) {
 		return
 	}
 	if dir := ensureStateDir(wd, runID); dir != "" {
-		writeFileAtomic(filepath.Join(dir, lastSummaryFile), []byte(truncate(strings.TrimSpace(summary), 4000)), 0o644)
+		renameio.WriteFile(filepath.Join(dir, lastSummaryFile), []byte(truncate(strings.TrimSpace(summary), 4000)), 0o644)
 	}
 }
 

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/renameio/v2"
+
 	"homework/engine/spec"
 )
 
@@ -84,7 +86,7 @@ func (e *Executor) readStructured(ctx context.Context, in *spec.Input, output st
 
 func (e *Executor) saveSession(wd, runID, id string) {
 	if dir := ensureStateDir(wd, runID); dir != "" {
-		writeFileAtomic(filepath.Join(dir, sessionFile), []byte(id), 0o644)
+		renameio.WriteFile(filepath.Join(dir, sessionFile), []byte(id), 0o644)
 	}
 }
 
