@@ -13,7 +13,7 @@ import (
 	"github.com/cenkalti/backoff/v4"
 
 	"homework/engine/spec"
-	"homework/internal/text"
+	"homework/engine/text"
 )
 
 // Stop reasons, re-exported from spec for the engine's own code; other

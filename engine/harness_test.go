@@ -10,7 +10,7 @@ import (
 	"homework/db"
 	"homework/engine/scripted"
 	"homework/engine/spec"
-	"homework/internal/waitfor"
+	"homework/engine/waitfor"
 )
 
 // harness is a real engine over a real SQLite file with the scripted executor.

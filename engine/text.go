@@ -1,6 +1,6 @@
 package engine
 
-import "homework/internal/text"
+import "homework/engine/text"
 
 // The engine's names for the shared text helpers.
 var (

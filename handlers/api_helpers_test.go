@@ -21,7 +21,7 @@ import (
 	"homework/engine"
 	"homework/engine/scripted"
 	"homework/engine/spec"
-	"homework/internal/waitfor"
+	"homework/engine/waitfor"
 )
 
 // testServer is the real thing on a loopback port: a SQLite file under

@@ -17,7 +17,7 @@ import (
 	"homework/engine"
 	"homework/engine/agentcmd"
 	"homework/engine/spec"
-	"homework/internal/waitfor"
+	"homework/engine/waitfor"
 )
 
 // e2e is a real engine over a real SQLite file with the real command

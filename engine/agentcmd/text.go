@@ -1,6 +1,6 @@
 package agentcmd
 
-import "homework/internal/text"
+import "homework/engine/text"
 
 // The package's names for the shared text helpers.
 var (

@@ -18,7 +18,7 @@ import (
 	"homework/engine/llm"
 	"homework/engine/llm/llmtest"
 	"homework/engine/spec"
-	"homework/internal/waitfor"
+	"homework/engine/waitfor"
 )
 
 // e2e is a real engine over a real SQLite file with the LLM executor

@@ -3,7 +3,7 @@ package llm
 import (
 	"cmp"
 
-	"homework/internal/text"
+	"homework/engine/text"
 )
 
 // The package's names for the shared text helpers.
