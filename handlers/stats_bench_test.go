@@ -1,13 +1,14 @@
 package handlers
 
 import (
-	"homework/engine/spec"
 	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"testing"
 	"time"
+
+	"homework/engine/spec"
 
 	"homework/db"
 )
