@@ -1,9 +1,11 @@
 package engine
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
+	"homework/db"
 	"homework/engine/spec"
 )
 
@@ -75,5 +77,18 @@ func testCycleBreaker(t *testing.T, executor string) {
 	cfg.Breakers.Cycles = -1
 	if d := decide(in); d.Decision != spec.DecisionContinue {
 		t.Errorf("with the cycle breaker off: %+v, want continue", d)
+	}
+}
+
+func TestValidateCycles(t *testing.T) {
+	for c, ok := range map[int]bool{0: true, -1: true, 2: true, MaxCycles: true, 1: false, -2: false, MaxCycles + 1: false} {
+		err := validateCycles(spec.Breakers{Cycles: c})
+		if (err == nil) != ok {
+			t.Errorf("cycles %d: err %v, want ok %v", c, err, ok)
+		}
+		var de *db.Error
+		if err != nil && (!errors.As(err, &de) || de.Code != db.EINVALID || de.Field != "breakers.cycles") {
+			t.Errorf("cycles %d: error %#v is not an EINVALID field error on breakers.cycles", c, err)
+		}
 	}
 }

@@ -304,3 +304,51 @@ func TestAgentPresetsAndFormatsAtCreation(t *testing.T) {
 		})
 	}
 }
+
+func TestToolUsesStreamLive(t *testing.T) {
+	for _, tc := range []struct {
+		format, first, rest string
+	}{
+		{agentcmd.FormatClaudeStreamJSON,
+			`{"type":"system","subtype":"init","session_id":"s-live","model":"claude-sonnet-4-5"}
+{"type":"assistant","message":{"id":"m1","content":[{"type":"tool_use","id":"toolu_live","name":"Bash","input":{"command":"make test"}}],"usage":{"input_tokens":10,"output_tokens":5}}}`,
+			`{"type":"user","message":{"content":[{"type":"tool_result","tool_use_id":"toolu_live","content":"ok"}]}}
+{"type":"result","subtype":"success","is_error":false,"num_turns":1,"result":"Done. <promise>COMPLETE</promise>","session_id":"s-live","total_cost_usd":0.001,"usage":{"input_tokens":10,"output_tokens":5}}`},
+		{agentcmd.FormatCodexJSON,
+			`{"type":"thread.started","thread_id":"t-live"}
+{"type":"item.started","item":{"id":"toolu_live","type":"command_execution","command":"make test","aggregated_output":"","status":"in_progress"}}`,
+			`{"type":"item.completed","item":{"id":"toolu_live","type":"command_execution","command":"make test","aggregated_output":"ok","exit_code":0,"status":"completed"}}
+{"type":"item.completed","item":{"id":"msg","type":"agent_message","text":"Done. <promise>COMPLETE</promise>"}}
+{"type":"turn.completed","usage":{"input_tokens":10,"cached_input_tokens":0,"output_tokens":5}}`},
+	} {
+		t.Run("a "+tc.format+" tool call is an event while the agent still runs, and only once", func(t *testing.T) {
+			h := newE2E(t, e2eConfig{})
+			wd := h.workdir("live")
+			script, state := agent(t, `cat >/dev/null
+cat "$STATE/first"
+i=0
+while [ ! -e "$STATE/go" ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done
+cat "$STATE/rest"`)
+			writeFile(t, state, "first", tc.first+"\n")
+			writeFile(t, state, "rest", tc.rest+"\n")
+			cfg := commandRun(script, wd)
+			cfg.Agent.OutputFormat = tc.format
+			run := h.create(cfg)
+			h.waitEvent(run.ID, "the live tool_call", func(e *db.Event) bool {
+				return e.Type == "tool_call" && strings.Contains(string(e.Data), "toolu_live")
+			})
+			if n := len(ofType(h.rawEvents(run.ID), agentcmd.EventExit)); n != 0 {
+				t.Errorf("the agent had exited before its tool call was seen")
+			}
+			writeFile(t, state, "go", "")
+			run = h.settled(run.ID)
+			if run.Status != db.StatusCompleted {
+				t.Fatalf("run is %s (%+v)\n%s", run.Status, run.StopReason, h.eventDump(run.ID))
+			}
+			evs := h.requireBasics(run.ID)
+			if c, r := len(ofType(evs, "tool_call")), len(ofType(evs, "tool_result")); c != 1 || r != 1 {
+				t.Errorf("%d tool_call and %d tool_result events, want one each\n%s", c, r, h.eventDump(run.ID))
+			}
+		})
+	}
+}

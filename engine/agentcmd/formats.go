@@ -132,22 +132,25 @@ type codexLine struct {
 	Error *struct {
 		Message string `json:"message"`
 	} `json:"error"`
-	Item *struct {
-		ID               string          `json:"id"`
-		Type             string          `json:"type"`
-		Text             string          `json:"text"`
-		Message          string          `json:"message"`
-		Command          string          `json:"command"`
-		AggregatedOutput string          `json:"aggregated_output"`
-		ExitCode         *int            `json:"exit_code"`
-		Status           string          `json:"status"`
-		Changes          json.RawMessage `json:"changes"`
-		Server           string          `json:"server"`
-		Tool             string          `json:"tool"`
-		Arguments        json.RawMessage `json:"arguments"`
-		Query            string          `json:"query"`
-		Error            json.RawMessage `json:"error"`
-	} `json:"item"`
+	Item *codexItem `json:"item"`
+}
+
+// codexItem is the item of codex's item.* events.
+type codexItem struct {
+	ID               string          `json:"id"`
+	Type             string          `json:"type"`
+	Text             string          `json:"text"`
+	Message          string          `json:"message"`
+	Command          string          `json:"command"`
+	AggregatedOutput string          `json:"aggregated_output"`
+	ExitCode         *int            `json:"exit_code"`
+	Status           string          `json:"status"`
+	Changes          json.RawMessage `json:"changes"`
+	Server           string          `json:"server"`
+	Tool             string          `json:"tool"`
+	Arguments        json.RawMessage `json:"arguments"`
+	Query            string          `json:"query"`
+	Error            json.RawMessage `json:"error"`
 }
 
 // AgentUsage is what an agent CLI reported it spent in one iteration.
@@ -454,19 +457,10 @@ func parseCodex(p *ParsedOutput, output string) {
 				if strings.TrimSpace(it.Text) != "" {
 					p.FinalText = it.Text
 				}
-			case iCommand:
-				tu := ToolUse{ID: it.ID, Name: "shell", Arguments: truncate(it.Command, maxToolArgBytes),
-					Output: truncate(it.AggregatedOutput, maxToolOutBytes), HasResult: true,
-					IsError: it.Status == "failed" || it.Status == "declined" || (it.ExitCode != nil && *it.ExitCode != 0)}
-				p.ToolUses = append(p.ToolUses, tu)
-			case iFileChange:
-				p.ToolUses = append(p.ToolUses, ToolUse{ID: it.ID, Name: "file_change", Arguments: truncate(string(it.Changes), maxToolArgBytes),
-					HasResult: true, IsError: it.Status == "failed"})
-			case iMCPToolCall:
-				p.ToolUses = append(p.ToolUses, ToolUse{ID: it.ID, Name: it.Server + "/" + it.Tool, Arguments: truncate(string(it.Arguments), maxToolArgBytes),
-					HasResult: it.Status != "", IsError: it.Status == "failed"})
-			case iWebSearch:
-				p.ToolUses = append(p.ToolUses, ToolUse{ID: it.ID, Name: "web_search", Arguments: truncate(it.Query, maxToolArgBytes)})
+			case iCommand, iFileChange, iMCPToolCall, iWebSearch:
+				if tu, ok := codexToolUse(it); ok {
+					p.ToolUses = append(p.ToolUses, tu)
+				}
 			case iError:
 				// A non-fatal error the agent carried on after.
 				p.Warnings = append(p.Warnings, "the agent reported: "+oneLine(orStr(it.Message, it.Text), 300))
@@ -491,4 +485,24 @@ func orStr(s, d string) string {
 		return d
 	}
 	return s
+}
+
+// codexToolUse returns the tool use a codex item stands for: a command, a
+// file change, an MCP tool call or a web search.
+func codexToolUse(it *codexItem) (ToolUse, bool) {
+	switch it.Type {
+	case iCommand:
+		return ToolUse{ID: it.ID, Name: "shell", Arguments: truncate(it.Command, maxToolArgBytes),
+			Output: truncate(it.AggregatedOutput, maxToolOutBytes), HasResult: it.Status != "in_progress",
+			IsError: it.Status == "failed" || it.Status == "declined" || (it.ExitCode != nil && *it.ExitCode != 0)}, true
+	case iFileChange:
+		return ToolUse{ID: it.ID, Name: "file_change", Arguments: truncate(string(it.Changes), maxToolArgBytes),
+			HasResult: it.Status != "in_progress", IsError: it.Status == "failed"}, true
+	case iMCPToolCall:
+		return ToolUse{ID: it.ID, Name: it.Server + "/" + it.Tool, Arguments: truncate(string(it.Arguments), maxToolArgBytes),
+			HasResult: it.Status != "" && it.Status != "in_progress", IsError: it.Status == "failed"}, true
+	case iWebSearch:
+		return ToolUse{ID: it.ID, Name: "web_search", Arguments: truncate(it.Query, maxToolArgBytes)}, true
+	}
+	return ToolUse{}, false
 }

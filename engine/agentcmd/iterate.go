@@ -118,7 +118,7 @@ func (e *Executor) Iterate(ctx context.Context, in *spec.Input) (*spec.Result, e
 	// The output is stored and sent as text; a binary-spewing agent must not
 	// make it invalid UTF-8.
 	res.Output = strings.ToValidUTF8(run.output, "\uFFFD")
-	parsed := e.readStructured(ctx, in, res.Output, run.duration)
+	parsed := e.readStructured(ctx, in, res.Output, run.duration, run.live)
 	if parsed != nil && parsed.OK {
 		// Promises and content checks read the agent's final answer.
 		res.Output = parsed.FinalText
@@ -193,6 +193,7 @@ type agentRun struct {
 	dropped  int64
 	duration time.Duration
 	startErr error
+	live     *liveTools // nil unless the output format streams
 }
 
 // runAgent runs the agent process to its end. Every goroutine it starts has
@@ -254,6 +255,15 @@ func (e *Executor) runAgent(ctx context.Context, in *spec.Input, wd, prompt stri
 		defer wg.Done()
 		st.run(ctx, e.opts.FlushInterval, streamDone)
 	}()
+	live := newLiveTools(in.Config.Agent.OutputFormat)
+	if live != nil {
+		wg.Add(1)
+		go func() {
+			// Exits when live.lines is closed, after the reader's end.
+			defer wg.Done()
+			live.run(ctx, in.Host, in.Iteration)
+		}()
+	}
 	readDone := make(chan struct{})
 	go func() {
 		// Exits at EOF (every holder of the pipe gone) or when outR is
@@ -265,6 +275,9 @@ func (e *Executor) runAgent(ctx context.Context, in *spec.Input, wd, prompt stri
 			if n > 0 {
 				capt.Write(buf[:n])
 				st.add(buf[:n])
+				if live != nil {
+					live.write(buf[:n])
+				}
 			}
 			if err != nil {
 				return
@@ -283,12 +296,16 @@ func (e *Executor) runAgent(ctx context.Context, in *spec.Input, wd, prompt stri
 	g.Stop()
 	outR.Close()
 	<-readDone
+	if live != nil {
+		live.write([]byte("\n")) // a last line without its newline
+		close(live.lines)
+	}
 	stdinW.Close()
 	close(streamDone)
 	wg.Wait()
 
 	output, dropped := capt.result()
-	return &agentRun{state: state, reason: reason, output: output, total: capt.total, dropped: dropped, duration: duration}, nil
+	return &agentRun{state: state, reason: reason, output: output, total: capt.total, dropped: dropped, duration: duration, live: live}, nil
 }
 
 // capture keeps the first quarter and the last three quarters of a capped

@@ -32,10 +32,11 @@ type CostFunc func(model string, prompt, completion int64) (usd float64, ok bool
 // readStructured reads the iteration's output in the run's output format:
 // it records the usage the agent reported (through Host.RecordLLMCall, so
 // it counts toward the run's totals and budgets), emits a tool_call (and
-// tool_result) event per tool use, and returns what it read. It returns nil
+// tool_result) event per tool use not already emitted live, and returns
+// what it read. It returns nil
 // for text output, and a ParsedOutput with OK false when the output held
 // nothing of its format (after a warning event).
-func (e *Executor) readStructured(ctx context.Context, in *spec.Input, output string, duration time.Duration) *ParsedOutput {
+func (e *Executor) readStructured(ctx context.Context, in *spec.Input, output string, duration time.Duration, live *liveTools) *ParsedOutput {
 	a := in.Config.Agent
 	if a.OutputFormat == "" || a.OutputFormat == FormatText {
 		return nil
@@ -49,9 +50,12 @@ func (e *Executor) readStructured(ctx context.Context, in *spec.Input, output st
 		return p
 	}
 	for _, tu := range p.ToolUses {
-		e.emit(ctx, in, "tool_call", map[string]any{"iteration": in.Iteration, "tool": tu.Name, "call_id": tu.ID,
-			"arguments": tu.Arguments, "role": RoleAgent})
-		if tu.HasResult {
+		sentCall, sentResult := live.sent(tu.ID)
+		if !sentCall {
+			e.emit(ctx, in, "tool_call", map[string]any{"iteration": in.Iteration, "tool": tu.Name, "call_id": tu.ID,
+				"arguments": tu.Arguments, "role": RoleAgent})
+		}
+		if tu.HasResult && !sentResult {
 			e.emit(ctx, in, "tool_result", map[string]any{"iteration": in.Iteration, "tool": tu.Name, "call_id": tu.ID,
 				"ok": !tu.IsError, "result": tu.Output, "role": RoleAgent})
 		}
