@@ -294,18 +294,8 @@ func notDoneReasons(in gateInput, failing []spec.CheckResult, claimed bool) []st
 	return reasons
 }
 
-// Evidence is what a breaker trip records.
-type Evidence struct {
-	Breaker        string    `json:"breaker"`
-	Threshold      int       `json:"threshold"`
-	Fingerprints   []string  `json:"fingerprints,omitempty"`
-	LastFailures   []string  `json:"last_failures,omitempty"`
-	LastSummaries  []string  `json:"last_summaries,omitempty"`
-	Scores         []float64 `json:"scores,omitempty"`
-	LastOutputHash string    `json:"last_output_hash,omitempty"`
-	LastDiffHash   string    `json:"last_diff_hash,omitempty"`
-	Pattern        string    `json:"pattern,omitempty"`
-}
+// Evidence is what a tripped breaker saw; see spec.Evidence.
+type Evidence = spec.Evidence
 
 // breakers returns the stop reason of the first tripped breaker with its
 // evidence, or "".

@@ -188,7 +188,7 @@ type IterationView struct {
 	Updated   []spec.Ref
 }
 
-// Evidence is a breaker's evidence (engine.Evidence) as shown on a stopped
+// Evidence is a breaker's evidence (spec.Evidence) as shown on a stopped
 // run.
 type Evidence struct {
 	Breaker       string   `json:"breaker"`

@@ -250,3 +250,16 @@ type RunPage struct {
 	Runs       []*Run
 	NextCursor string
 }
+
+// Evidence is what a breaker trip records.
+type Evidence struct {
+	Breaker        string    `json:"breaker"`
+	Threshold      int       `json:"threshold"`
+	Fingerprints   []string  `json:"fingerprints,omitempty"`
+	LastFailures   []string  `json:"last_failures,omitempty"`
+	LastSummaries  []string  `json:"last_summaries,omitempty"`
+	Scores         []float64 `json:"scores,omitempty"`
+	LastOutputHash string    `json:"last_output_hash,omitempty"`
+	LastDiffHash   string    `json:"last_diff_hash,omitempty"`
+	Pattern        string    `json:"pattern,omitempty"`
+}
