@@ -550,6 +550,7 @@ func TestPriceLookup(t *testing.T) {
 		{"openai/gpt-4o-mini", "gpt-4o-mini"},
 		{"gpt-4o-mini-2024-07-18", "gpt-4o-mini"},
 		{"gpt-4o-2024-08-06", "gpt-4o"},
+		{"gpt-4o-2024-05-13", "gpt-4o-2024-05-13"}, // a dated model with its own price
 		{"openai/gpt-4.1-nano-2025-04-14", "gpt-4.1-nano"},
 		{"gpt-4.1", "gpt-4.1"},
 		{"o3-mini", "o3-mini"},
@@ -557,6 +558,16 @@ func TestPriceLookup(t *testing.T) {
 		{"anthropic/claude-3.5-sonnet", "anthropic/claude-3.5-sonnet"},
 		{"claude-3.5-sonnet", "anthropic/claude-3.5-sonnet"},
 		{"anthropic/claude-3.5-sonnet:beta", "anthropic/claude-3.5-sonnet"},
+		{"claude-sonnet-4-20250514", "anthropic/claude-sonnet-4"},
+		// Pro models are priced as themselves, never as their base model.
+		{"o1-pro", "o1-pro"},
+		{"o3-pro-2025-06-10", "o3-pro"},
+		{"gpt-5-pro", "gpt-5-pro"},
+		// No prefix matching: close names are unpriced.
+		{"o3-pro-preview", ""},
+		{"gpt-4o-mini-2099-01-01", ""},
+		{"gpt-4o-search-preview", ""},
+		{"gpt-5-codex", ""},
 		{"gpt-4", ""},
 		{"gpt-4oo", ""},
 		{"llama3.1:8b", ""},
@@ -579,6 +590,18 @@ func TestPriceLookup(t *testing.T) {
 	}
 	if c, ok := table.Cost("mystery", 10, 10); ok || c != 0 {
 		t.Errorf("unpriced Cost = %v %v", c, ok)
+	}
+	for model, want := range map[string]Price{"o1-pro": {150, 600}, "o3-pro": {20, 80}, "gpt-5-pro": {15, 120}} {
+		if got := table[model]; got != want {
+			t.Errorf("%s priced %+v, want %+v", model, got, want)
+		}
+		base := strings.TrimSuffix(model, "-pro")
+		if table[model].Input <= table[base].Input {
+			t.Errorf("%s is priced no higher than %s", model, base)
+		}
+	}
+	if src, asOf := PricesSource(); src == "" || len(asOf) != len("2006-01-02") {
+		t.Errorf("the built-in prices name no source or date: %q %q", src, asOf)
 	}
 }
 
