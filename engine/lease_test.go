@@ -196,3 +196,27 @@ func waitFile(t *testing.T, path string) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// TestShutdownLetsAnIterationWithinTheGraceFinish: Stop stops taking jobs
+// but an iteration that ends within the grace is recorded as it ended, and
+// the run's next iteration waits for the next start.
+func TestShutdownLetsAnIterationWithinTheGraceFinish(t *testing.T) {
+	h := newHarness(t, func(o *Options) { o.ShutdownGrace = 20 * time.Second })
+	u := h.user("grace@example.com")
+	dir := t.TempDir()
+	r := h.create(u, spec.Config{Script: script(work("one"), work("two")), Agent: &spec.Agent{Workdir: dir},
+		Completion: spec.Completion{Checks: []spec.CheckSpec{{Type: spec.CheckCommand, Name: "short",
+			Argv: []string{"sh", "-c", "touch started; sleep 1"}}}}})
+	waitFile(t, filepath.Join(dir, "started"))
+	if err := h.e.Stop(h.ctx); err != nil {
+		t.Fatal(err)
+	}
+	its, _ := h.db.ListIterations(h.ctx, u.ID, r.ID)
+	if len(its) != 1 || its[0].Status != db.IterSucceeded {
+		t.Fatalf("the in-flight iteration did not finish within the grace: %+v", its)
+	}
+	got, _ := h.db.FindRun(h.ctx, u.ID, r.ID)
+	if got.Status != db.StatusRunning || got.Iteration != 2 || got.LeaseOwner != "" {
+		t.Fatalf("run after shutdown: %s iteration %d owner %q", got.Status, got.Iteration, got.LeaseOwner)
+	}
+}

@@ -27,6 +27,7 @@ type Config struct {
 	ScriptExecutor   bool // testing: enable the scripted executor
 	InsecureCookies  bool
 	ShutdownTimeout  time.Duration
+	ShutdownGrace    time.Duration // in-flight iterations get this long to finish on shutdown
 	LeaseTTL         time.Duration
 }
 
@@ -111,6 +112,7 @@ func parseServeConfig(args []string, env func(string) string) (*Config, error) {
 	fs.BoolVar(&cfg.ScriptExecutor, "script-executor", env("HOMEWORK_SCRIPT_EXECUTOR") == "1", "enable the scripted executor (testing)")
 	fs.BoolVar(&cfg.InsecureCookies, "insecure-cookies", false, "send session cookies without Secure (plain-HTTP development only)")
 	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 20*time.Second, "how long shutdown may take")
+	fs.DurationVar(&cfg.ShutdownGrace, "shutdown-grace", 10*time.Second, "how long in-flight iterations may finish on shutdown before they are canceled and left to recovery (within --shutdown-timeout)")
 	fs.DurationVar(&cfg.LeaseTTL, "lease-ttl", 15*time.Second, "run lease length; a crashed server's runs are recovered at the next start")
 	if err := parseFlags(fs, args); err != nil {
 		return nil, err
@@ -133,6 +135,15 @@ func parseServeConfig(args []string, env func(string) string) (*Config, error) {
 	}
 	if cfg.ShutdownTimeout <= 0 || cfg.LeaseTTL < time.Second {
 		return nil, usagef("--shutdown-timeout must be positive and --lease-ttl at least 1s")
+	}
+	graceSet := false
+	fs.Visit(func(f *flag.Flag) { graceSet = graceSet || f.Name == "shutdown-grace" })
+	if !graceSet {
+		// The default grace fits any shutdown bound.
+		cfg.ShutdownGrace = min(cfg.ShutdownGrace, cfg.ShutdownTimeout/2)
+	}
+	if cfg.ShutdownGrace <= 0 || cfg.ShutdownGrace >= cfg.ShutdownTimeout {
+		return nil, usagef("--shutdown-grace must be positive and shorter than --shutdown-timeout (%s), got %s", cfg.ShutdownTimeout, cfg.ShutdownGrace)
 	}
 	if u := cfg.LLMBaseURL; u != "" && !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
 		return nil, usagef("--llm-base-url must start with http:// or https://, got %q", u)
