@@ -66,6 +66,9 @@ type Server struct {
 	// ctx is cancelled at shutdown so stream writers end promptly.
 	ctx    context.Context
 	cancel context.CancelFunc
+	// streams are the open event streams, ended when their credential is
+	// revoked.
+	streams streamRegistry
 }
 
 // New returns a server with every route registered.
