@@ -321,6 +321,9 @@ func (e *Engine) Respond(ctx context.Context, userID int64, runID string, answer
 		return nil, db.FieldError("answers", "At least one non-empty answer is required.")
 	}
 	joined := strings.Join(body, "\n\n")
+	if err := checkText("answers", "Answers", joined); err != nil {
+		return nil, err
+	}
 	if len(joined) > 100_000 {
 		return nil, db.FieldError("answers", "Answers are too long (limit 100,000 bytes).")
 	}
@@ -348,6 +351,9 @@ func (e *Engine) Message(ctx context.Context, userID int64, runID, body string) 
 	}
 	if len(body) > 100_000 {
 		return nil, db.FieldError("body", "Message is too long (limit 100,000 bytes).")
+	}
+	if err := checkText("body", "Message", body); err != nil {
+		return nil, err
 	}
 	return e.transition(ctx, userID, runID, func(tx *db.Tx, run *db.Run) error {
 		switch run.Status {

@@ -21,10 +21,8 @@ func (e *Engine) validateConfig(ctx context.Context, user *db.User, cfg *spec.Co
 		return db.FieldError("objective", "Objective is required.")
 	case len(cfg.Objective) > e.opts.MaxObjectiveBytes:
 		return db.FieldError("objective", "Objective is too long (%d bytes; the limit is %d).", len(cfg.Objective), e.opts.MaxObjectiveBytes)
-	case !utf8.ValidString(cfg.Objective):
-		return db.FieldError("objective", "Objective must be valid UTF-8 text.")
-	case strings.ContainsFunc(cfg.Objective, isControl):
-		return db.FieldError("objective", "Objective must not contain control characters.")
+	case checkText("objective", "Objective", cfg.Objective) != nil:
+		return checkText("objective", "Objective", cfg.Objective)
 	case strings.ContainsFunc(cfg.Model, isControl) || strings.ContainsFunc(cfg.Completion.Token, isControl):
 		return db.FieldError("model", "Model and completion token must not contain control characters.")
 	}
@@ -38,6 +36,12 @@ func (e *Engine) validateConfig(ctx context.Context, user *db.User, cfg *spec.Co
 		cfg.Executor = spec.ExecutorLLM
 	}
 	x, ok := e.executor(cfg.Executor)
+	if len(cfg.Script) > 0 && string(cfg.Script) != "null" && cfg.Executor != spec.ExecutorScript {
+		if _, enabled := e.executor(spec.ExecutorScript); !enabled {
+			return db.FieldError("script", "This server does not run scripts (the script executor is not enabled); leave out script.")
+		}
+		return db.FieldError("script", "script is only used by script runs (executor %q).", spec.ExecutorScript)
+	}
 	if !ok {
 		if cfg.Executor == spec.ExecutorLLM || cfg.Executor == spec.ExecutorCommand {
 			return &db.Error{Code: db.EUNAVAILABLE, Field: "executor", Message: fmt.Sprintf("The %s executor is not available on this server.", cfg.Executor)}
@@ -163,7 +167,30 @@ func (e *Engine) raiseBudgets(old spec.Budgets, raise *spec.Budgets) (spec.Budge
 }
 
 // isControl reports control characters other than tab, newline and carriage
-// return, which have no place in an objective or a name.
+// return (C0, DEL and C1), and the bidirectional embedding, override and
+// isolate controls (U+202A–U+202E, U+2066–U+2069) that make text read
+// differently from what it says: none has a place in an objective, a
+// message, an answer or a name.
 func isControl(r rune) bool {
-	return r < 0x20 && r != '\t' && r != '\n' && r != '\r' || r == 0x7f
+	switch {
+	case r < 0x20:
+		return r != '\t' && r != '\n' && r != '\r'
+	case r >= 0x7f && r <= 0x9f:
+		return true
+	case r >= 0x202a && r <= 0x202e, r >= 0x2066 && r <= 0x2069:
+		return true
+	}
+	return false
+}
+
+// checkText refuses text that is not valid UTF-8 or holds control
+// characters, on field.
+func checkText(field, what, text string) error {
+	if !utf8.ValidString(text) {
+		return db.FieldError(field, "%s must be valid UTF-8 text.", what)
+	}
+	if strings.ContainsFunc(text, isControl) {
+		return db.FieldError(field, "%s must not contain control characters or bidirectional overrides.", what)
+	}
+	return nil
 }
