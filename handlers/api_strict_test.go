@@ -11,9 +11,9 @@ func TestJSONKeysAreExactAndUnknownNestedFieldsNamedByPath(t *testing.T) {
 	ts := newTestServer(t, nil)
 	alice := ts.user(t, "alice@example.com")
 	for body, field := range map[string]string{
-		`{"Objective": "x", "executor": "script", "script": {"steps": [{}]}}`:                          "Objective",
-		`{"objective": "x", "budgets": {"max_iters": 3}}`:                                              "budgets.max_iters",
-		`{"objective": "x", "budgets": {"Max_Iterations": 3}}`:                                         "budgets.Max_Iterations",
+		`{"Objective": "x", "executor": "script", "script": {"steps": [{}]}}`:                             "Objective",
+		`{"objective": "x", "budgets": {"max_iters": 3}}`:                                                 "budgets.max_iters",
+		`{"objective": "x", "budgets": {"Max_Iterations": 3}}`:                                            "budgets.Max_Iterations",
 		`{"objective": "x", "completion": {"checks": [{"type": "command", "argv": ["true"], "tmo": 1}]}}`: "completion.checks[0].tmo",
 	} {
 		e := ts.expectError(t, alice, "POST", "/api/runs", body, http.StatusBadRequest, db.EINVALID, field)
