@@ -2,6 +2,7 @@ package handlers
 
 import (
 	"net/http"
+	"strings"
 	"testing"
 
 	"homework/db"
@@ -21,4 +22,13 @@ func TestJSONKeysAreExactAndUnknownNestedFieldsNamedByPath(t *testing.T) {
 			t.Errorf("%s: no message", body)
 		}
 	}
+}
+
+func TestWrongMethodAndHugeHeadersAnswerJSON(t *testing.T) {
+	ts := newTestServer(t, nil)
+	alice := ts.user(t, "alice@example.com")
+	ts.expectError(t, alice, "PUT", "/api/runs", `{}`, http.StatusMethodNotAllowed, "method_not_allowed", "")
+	ts.expectError(t, alice, "DELETE", "/api/events", nil, http.StatusMethodNotAllowed, "method_not_allowed", "")
+	big := strings.Repeat("x", 64<<10)
+	ts.expectError(t, alice, "GET", "/api/runs", nil, http.StatusRequestHeaderFieldsTooLarge, db.EINVALID, "", "X-Big", big)
 }
