@@ -2,6 +2,7 @@ package handlers
 
 import (
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 
@@ -31,4 +32,20 @@ func TestWrongMethodAndHugeHeadersAnswerJSON(t *testing.T) {
 	ts.expectError(t, alice, "DELETE", "/api/events", nil, http.StatusMethodNotAllowed, "method_not_allowed", "")
 	big := strings.Repeat("x", 64<<10)
 	ts.expectError(t, alice, "GET", "/api/runs", nil, http.StatusRequestHeaderFieldsTooLarge, db.EINVALID, "", "X-Big", big)
+}
+
+func TestComposerRefusesACommandRunToANonAdmin(t *testing.T) {
+	ts := newPageServer(t)
+	pc := ts.signedIn(t, "ada@example.com")
+	pc.get("/runs/new")
+	resp, body := pc.post("/runs", url.Values{"objective": {"Fix the build"}, "mode": {"auto"}, "executor": {"command"},
+		"agent_argv": {"sh -c true"}, "agent_workdir": {"/tmp"}})
+	if resp.StatusCode == http.StatusSeeOther {
+		t.Fatalf("a non-admin's command run was created: %s", resp.Header.Get("Location"))
+	}
+	expectContains(t, body, "command executor is not available")
+	page, err := ts.DB.ListRuns(ts.ctx, ts.userID(t, "ada@example.com").ID, db.RunFilter{})
+	if err != nil || len(page.Runs) != 0 {
+		t.Fatalf("runs after the refusal: %+v %v", page, err)
+	}
 }
