@@ -36,11 +36,8 @@ func (e *Engine) validateConfig(ctx context.Context, user *db.User, cfg *spec.Co
 		cfg.Executor = spec.ExecutorLLM
 	}
 	x, ok := e.executor(cfg.Executor)
-	if len(cfg.Script) > 0 && string(cfg.Script) != "null" && cfg.Executor != spec.ExecutorScript {
-		if _, enabled := e.executor(spec.ExecutorScript); !enabled {
-			return db.FieldError("script", "This server does not run scripts (the script executor is not enabled); leave out script.")
-		}
-		return db.FieldError("script", "script is only used by script runs (executor %q).", spec.ExecutorScript)
+	if err := e.checkScriptField(cfg); err != nil {
+		return err
 	}
 	if !ok {
 		if cfg.Executor == spec.ExecutorLLM || cfg.Executor == spec.ExecutorCommand {
@@ -98,6 +95,17 @@ func (e *Engine) validateConfig(ctx context.Context, user *db.User, cfg *spec.Co
 		return db.FieldError("agent", "agent is only used by command runs.")
 	}
 	return nil
+}
+
+// checkScriptField refuses a script on a run that is not a script run.
+func (e *Engine) checkScriptField(cfg *spec.Config) error {
+	if len(cfg.Script) == 0 || string(cfg.Script) == "null" || cfg.Executor == spec.ExecutorScript {
+		return nil
+	}
+	if _, enabled := e.executor(spec.ExecutorScript); !enabled {
+		return db.FieldError("script", "This server does not run scripts (the script executor is not enabled); leave out script.")
+	}
+	return db.FieldError("script", "script is only used by script runs (executor %q).", spec.ExecutorScript)
 }
 
 func (e *Engine) validateBudgets(b *spec.Budgets) error {
