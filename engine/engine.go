@@ -217,8 +217,10 @@ func (e *Engine) Stop(ctx context.Context) error {
 	}
 	grace := e.opts.ShutdownGrace
 	if dl, ok := ctx.Deadline(); ok {
-		// Leave a third of the caller's bound for cancelling what is left.
-		grace = min(grace, time.Until(dl)*2/3)
+		// Leave part of the caller's bound (a third, at most 5 s) for
+		// cancelling what is left.
+		left := time.Until(dl)
+		grace = min(grace, left-min(left/3, 5*time.Second))
 	}
 	graceCtx, cancel := context.WithTimeout(ctx, grace)
 	defer cancel()

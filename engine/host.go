@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
 	"homework/engine/spec"
@@ -12,14 +13,36 @@ type host struct {
 	e         *Engine
 	runID     string
 	iteration int
+	// budgets, when set, are checked after every model call and tool call
+	// of the iteration; baseTools is the run's tool calls before it.
+	budgets   *spec.Budgets
+	baseTools int
+	tools     atomic.Int64
 }
 
 func (h *host) Now() time.Time { return h.e.now() }
 
-// Emit appends a non-state event through the group committer.
+// Emit appends a non-state event through the group committer. A tool_call
+// counts against the run's tool-call budget.
 func (h *host) Emit(ctx context.Context, typ string, data any) error {
 	_, err := h.e.store.AppendEvent(ctx, h.runID, typ, data)
+	if typ == "tool_call" && h.budgets != nil && h.budgets.MaxToolCalls > 0 {
+		n := h.baseTools + int(h.tools.Add(1))
+		h.checkBudgets(spec.Metrics{ToolCallsTotal: n})
+	}
 	return err
+}
+
+// checkBudgets ends the iteration at once when m (the run's live totals)
+// has used up its cost, token or tool-call budget.
+func (h *host) checkBudgets(m spec.Metrics) {
+	if h.budgets == nil {
+		return
+	}
+	b := spec.Budgets{MaxTotalTokens: h.budgets.MaxTotalTokens, MaxCostUSD: h.budgets.MaxCostUSD, MaxToolCalls: h.budgets.MaxToolCalls}
+	if r := budgetExceeded(b, m); r != nil {
+		h.e.cutIteration(h.runID, h.iteration, r)
+	}
 }
 
 // RecordLLMCall stores the call, adds it to the run's live totals and emits
@@ -27,6 +50,7 @@ func (h *host) Emit(ctx context.Context, typ string, data any) error {
 func (h *host) RecordLLMCall(ctx context.Context, c spec.LLMCall) error {
 	e := h.e
 	ctx = context.WithoutCancel(ctx) // spend is recorded even when the iteration is cancelled
+	var live spec.Metrics
 	err := e.inTx(ctx, func(tx StoreTx) error {
 		row := &spec.LLMCall{RunID: h.runID, Iteration: h.iteration, Role: c.Role, Model: c.Model,
 			PromptTokens: c.PromptTokens, CompletionTokens: c.CompletionTokens, CostUSD: c.CostUSD, Priced: c.Priced,
@@ -47,6 +71,7 @@ func (h *host) RecordLLMCall(ctx context.Context, c spec.LLMCall) error {
 		if err := tx.SetRunMetrics(ctx, run); err != nil {
 			return err
 		}
+		live = run.Metrics
 		iter, err := tx.SumLLMCalls(ctx, h.runID, h.iteration)
 		if err != nil {
 			return err
@@ -68,8 +93,27 @@ func (h *host) RecordLLMCall(ctx context.Context, c spec.LLMCall) error {
 	if err == nil {
 		h.e.metrics.llmTokens.Add(float64(c.PromptTokens + c.CompletionTokens))
 		h.e.metrics.llmCost.Add(c.CostUSD)
+		live.ToolCallsTotal = 0 // counted by Emit
+		h.checkBudgets(live)
 	}
 	return err
+}
+
+// budgetCut is the cancel cause of an iteration ended at once because the
+// run used up a budget during it.
+type budgetCut struct{ reason *budgetReason }
+
+func (c *budgetCut) Error() string { return "budget used up during the iteration: " + c.reason.detail }
+
+// cutIteration ends the run's iteration in flight, if it is iteration, with
+// a budgetCut.
+func (e *Engine) cutIteration(runID string, iteration int, r *budgetReason) {
+	e.mu.Lock()
+	f := e.inflight[runID]
+	e.mu.Unlock()
+	if f != nil && f.iteration == iteration {
+		f.cancel(&budgetCut{reason: r})
+	}
 }
 
 // RecordLLMCall records a model call made for the run outside an iteration's

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -194,5 +195,65 @@ func waitFile(t *testing.T, path string) {
 			t.Fatalf("%s never appeared", path)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestShutdownLetsAnIterationWithinTheGraceFinish: Stop stops taking jobs
+// but an iteration that ends within the grace is recorded as it ended, and
+// the run's next iteration waits for the next start.
+func TestShutdownLetsAnIterationWithinTheGraceFinish(t *testing.T) {
+	h := newHarness(t, func(o *Options) { o.ShutdownGrace = 20 * time.Second })
+	u := h.user("grace@example.com")
+	dir := t.TempDir()
+	r := h.create(u, spec.Config{Script: script(work("one"), work("two")), Agent: &spec.Agent{Workdir: dir},
+		Completion: spec.Completion{Checks: []spec.CheckSpec{{Type: spec.CheckCommand, Name: "short",
+			Argv: []string{"sh", "-c", "touch started; sleep 1"}}}}})
+	waitFile(t, filepath.Join(dir, "started"))
+	if err := h.e.Stop(h.ctx); err != nil {
+		t.Fatal(err)
+	}
+	its, _ := h.db.ListIterations(h.ctx, u.ID, r.ID)
+	if len(its) != 1 || its[0].Status != db.IterSucceeded {
+		t.Fatalf("the in-flight iteration did not finish within the grace: %+v", its)
+	}
+	got, _ := h.db.FindRun(h.ctx, u.ID, r.ID)
+	if got.Status != db.StatusRunning || got.Iteration != 2 || got.LeaseOwner != "" {
+		t.Fatalf("run after shutdown: %s iteration %d owner %q", got.Status, got.Iteration, got.LeaseOwner)
+	}
+}
+
+// slowNarrator is the scripted executor with a summarizer that takes longer
+// than several lease TTLs.
+type slowNarrator struct {
+	*scripted.Executor
+	delay time.Duration
+}
+
+func (n *slowNarrator) Narrate(ctx context.Context, run *db.Run, cfg *spec.Config, report *spec.Report) (string, error) {
+	select {
+	case <-time.After(n.delay):
+		return "It went well.", nil
+	case <-ctx.Done():
+		return "", ctx.Err()
+	}
+}
+
+// TestASlowSummarizerDoesNotGetTheIterationRecovered: the lease covers the
+// summarizer too, so an iteration whose summary takes several TTLs runs once.
+func TestASlowSummarizerDoesNotGetTheIterationRecovered(t *testing.T) {
+	h := newHarness(t, func(o *Options) {
+		o.LeaseTTL, o.RecoveryInterval = 300*time.Millisecond, 50*time.Millisecond
+		o.Executors[spec.ExecutorScript] = &slowNarrator{Executor: &scripted.Executor{DB: o.DB}, delay: 1500 * time.Millisecond}
+	})
+	u := h.user("narrate@example.com")
+	r := h.create(u, spec.Config{Script: script(done("finished"))})
+	r = h.waitStatus(u, r.ID, db.StatusCompleted)
+	evs := h.events(u, r.ID)
+	if n := countType(evs, "iteration_started"); n != 1 || countType(evs, "run_recovered") != 0 {
+		t.Fatalf("%d attempts, %d recoveries for one iteration", n, countType(evs, "run_recovered"))
+	}
+	var rep spec.Report
+	if err := json.Unmarshal(r.Report, &rep); err != nil || rep.Summary != "It went well." {
+		t.Fatalf("report summary %q (%v)", rep.Summary, err)
 	}
 }

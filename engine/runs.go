@@ -332,6 +332,9 @@ func (e *Engine) Respond(ctx context.Context, userID int64, runID string, answer
 		return nil, spec.FieldError("answers", "At least one non-empty answer is required.")
 	}
 	joined := strings.Join(body, "\n\n")
+	if err := checkText("answers", "Answers", joined); err != nil {
+		return nil, err
+	}
 	if len(joined) > 100_000 {
 		return nil, spec.FieldError("answers", "Answers are too long (limit 100,000 bytes).")
 	}
@@ -359,6 +362,9 @@ func (e *Engine) Message(ctx context.Context, userID int64, runID, body string) 
 	}
 	if len(body) > 100_000 {
 		return nil, spec.FieldError("body", "Message is too long (limit 100,000 bytes).")
+	}
+	if err := checkText("body", "Message", body); err != nil {
+		return nil, err
 	}
 	return e.transition(ctx, userID, runID, func(tx StoreTx, run *spec.Run) error {
 		switch run.Status {

@@ -20,10 +20,8 @@ func (e *Engine) validateConfig(ctx context.Context, user *spec.User, cfg *spec.
 		return spec.FieldError("objective", "Objective is required.")
 	case len(cfg.Objective) > e.opts.MaxObjectiveBytes:
 		return spec.FieldError("objective", "Objective is too long (%d bytes; the limit is %d).", len(cfg.Objective), e.opts.MaxObjectiveBytes)
-	case !utf8.ValidString(cfg.Objective):
-		return spec.FieldError("objective", "Objective must be valid UTF-8 text.")
-	case strings.ContainsFunc(cfg.Objective, isControl):
-		return spec.FieldError("objective", "Objective must not contain control characters.")
+	case checkText("objective", "Objective", cfg.Objective) != nil:
+		return checkText("objective", "Objective", cfg.Objective)
 	case strings.ContainsFunc(cfg.Model, isControl) || strings.ContainsFunc(cfg.Completion.Token, isControl):
 		return spec.FieldError("model", "Model and completion token must not contain control characters.")
 	}
@@ -37,6 +35,9 @@ func (e *Engine) validateConfig(ctx context.Context, user *spec.User, cfg *spec.
 		cfg.Executor = spec.ExecutorLLM
 	}
 	x, ok := e.executor(cfg.Executor)
+	if err := e.checkScriptField(cfg); err != nil {
+		return err
+	}
 	if !ok {
 		if cfg.Executor == spec.ExecutorLLM || cfg.Executor == spec.ExecutorCommand {
 			return &spec.Error{Code: spec.EUNAVAILABLE, Field: "executor", Message: fmt.Sprintf("The %s executor is not available on this server.", cfg.Executor)}
@@ -101,6 +102,17 @@ func (e *Engine) validateConfig(ctx context.Context, user *spec.User, cfg *spec.
 		return spec.FieldError("agent", "agent is only used by command runs.")
 	}
 	return nil
+}
+
+// checkScriptField refuses a script on a run that is not a script run.
+func (e *Engine) checkScriptField(cfg *spec.Config) error {
+	if len(cfg.Script) == 0 || string(cfg.Script) == "null" || cfg.Executor == spec.ExecutorScript {
+		return nil
+	}
+	if _, enabled := e.executor(spec.ExecutorScript); !enabled {
+		return spec.FieldError("script", "This server does not run scripts (the script executor is not enabled); leave out script.")
+	}
+	return spec.FieldError("script", "script is only used by script runs (executor %q).", spec.ExecutorScript)
 }
 
 func (e *Engine) validateBudgets(b *spec.Budgets) error {
@@ -170,7 +182,30 @@ func (e *Engine) raiseBudgets(old spec.Budgets, raise *spec.Budgets) (spec.Budge
 }
 
 // isControl reports control characters other than tab, newline and carriage
-// return, which have no place in an objective or a name.
+// return (C0, DEL and C1), and the bidirectional embedding, override and
+// isolate controls (U+202A–U+202E, U+2066–U+2069) that make text read
+// differently from what it says: none has a place in an objective, a
+// message, an answer or a name.
 func isControl(r rune) bool {
-	return r < 0x20 && r != '\t' && r != '\n' && r != '\r' || r == 0x7f
+	switch {
+	case r < 0x20:
+		return r != '\t' && r != '\n' && r != '\r'
+	case r >= 0x7f && r <= 0x9f:
+		return true
+	case r >= 0x202a && r <= 0x202e, r >= 0x2066 && r <= 0x2069:
+		return true
+	}
+	return false
+}
+
+// checkText refuses text that is not valid UTF-8 or holds control
+// characters, on field.
+func checkText(field, what, text string) error {
+	if !utf8.ValidString(text) {
+		return spec.FieldError(field, "%s must be valid UTF-8 text.", what)
+	}
+	if strings.ContainsFunc(text, isControl) {
+		return spec.FieldError(field, "%s must not contain control characters or bidirectional overrides.", what)
+	}
+	return nil
 }

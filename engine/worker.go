@@ -65,6 +65,7 @@ type outcome struct {
 	status       string
 	narrative    string
 	narrativeErr string
+	cut          *budgetReason // a budget used up during the iteration, which it ended
 }
 
 // errLeaseLost is the cancel cause of an attempt that is no longer the
@@ -138,7 +139,12 @@ func (e *Engine) work(ctx, iterCtx context.Context, it *iteration, start time.Ti
 		out.res = &spec.Result{}
 	}
 	out.res.Error, out.res.ErrorFingerprint = resultError(out, execErr, timedOut, timeout)
-	if len(it.cfg.Completion.Checks) > 0 {
+	var cut *budgetCut
+	if errors.As(context.Cause(iterCtx), &cut) {
+		out.cut = cut.reason
+		out.res.Error, out.res.ErrorFingerprint = "ended early: "+cut.reason.detail, "budget:"+cut.reason.stop
+	}
+	if len(it.cfg.Completion.Checks) > 0 && out.cut == nil {
 		out.checks = e.runChecks(iterCtx, it, out.res)
 		if stop, err := interrupted(ctx, iterCtx); stop {
 			return nil, err
@@ -159,6 +165,8 @@ func interrupted(ctx, iterCtx context.Context) (bool, error) {
 	switch {
 	case errors.Is(cause, errLeaseLost), errors.Is(cause, errRunCanceled):
 		return true, nil
+	case errors.As(cause, new(*budgetCut)) && ctx.Err() == nil:
+		return false, nil
 	case errors.Is(cause, errShutdown) || ctx.Err() != nil:
 		return true, fmt.Errorf("iteration interrupted by shutdown: %w", ctx.Err())
 	}
@@ -204,6 +212,10 @@ func (e *Engine) decideOutcome(ctx context.Context, it *iteration, out *outcome,
 	total.Add(m)
 	out.decision = decide(gateInput{Config: it.cfg, Iteration: it.row.Iteration, Result: res, Checks: out.checks,
 		Metrics: total, Signals: out.sig, History: it.history})
+	if out.cut != nil {
+		out.decision = spec.Decision{Decision: spec.DecisionStop, StopReason: out.cut.stop,
+			Reasons: []string{out.cut.detail + " The iteration was ended as soon as it was."}}
+	}
 	if out.decision.FalseCompletion {
 		m.FalseCompletionsBlocked = 1
 	}
@@ -216,6 +228,9 @@ func (e *Engine) decideOutcome(ctx context.Context, it *iteration, out *outcome,
 	case ending(out.decision) && res.Fatal != nil:
 		// The endpoint refused the run; asking it for a summary would fail too.
 		out.narrativeErr = "No summary was written: " + res.Fatal.Detail
+	case out.cut != nil && out.cut.stop != StopBudgetToolCalls:
+		// Asking the model for a summary would spend past the budget.
+		out.narrativeErr = "No summary was written: the run's budget was used up during its last iteration."
 	case ending(out.decision) && endpointFailure(res.ErrorFingerprint) != "":
 		// The endpoint just failed; it is not asked again for a summary.
 		out.narrativeErr = "No summary was written: the model endpoint had just failed (" + truncate(res.Error, 300) + ")."
@@ -385,7 +400,8 @@ func (e *Engine) beginIteration(ctx context.Context, args IterateArgs) (*iterati
 	if err != nil || it == nil {
 		return nil, err
 	}
-	it.input.Host = &host{e: e, runID: it.run.ID, iteration: it.row.Iteration}
+	it.input.Host = &host{e: e, runID: it.run.ID, iteration: it.row.Iteration, budgets: &it.cfg.Budgets,
+		baseTools: it.run.Metrics.ToolCallsTotal}
 	return it, nil
 }
 

@@ -31,6 +31,9 @@ func decodeJSON(c *fiber.Ctx, v any, optional bool) error {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return spec.Errorf(spec.EINVALID, "The request body is empty; send a JSON object.")
 	}
+	if err := checkKeys(body, reflect.TypeOf(v)); err != nil {
+		return err
+	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {

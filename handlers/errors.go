@@ -85,7 +85,9 @@ func (s *Server) errorHandler(c *fiber.Ctx, err error) error {
 	} else if spec.ErrorCode(err) == spec.EINTERNAL {
 		s.log.Error("unhandled error", "method", c.Method(), "path", c.Path(), "err", err)
 	}
-	if isAPI(c) {
+	// A request whose headers were too large was never parsed: its path is
+	// unknown, so it gets the API's JSON shape, which any client can read.
+	if isAPI(c) || status == fiber.StatusRequestHeaderFieldsTooLarge {
 		if fe != nil {
 			return c.Status(status).JSON(ErrorBody{Error: ErrorDetail{Code: fiberCode(status), Message: msg}})
 		}

@@ -159,13 +159,18 @@ func (s *Server) configFromForm(u *spec.User, f views.ComposerForm) (spec.Config
 			fe["script"] = "The test script must be JSON."
 		}
 		cfg.Executor, cfg.Script = spec.ExecutorScript, json.RawMessage(f.Script)
-	case f.Executor == spec.ExecutorCommand && s.opts.CommandRunsEnabled && u.IsAdmin:
+	case f.Executor == spec.ExecutorCommand:
+		// Asked for by name: the engine refuses it (not enabled, not an
+		// admin) on field executor rather than quietly running the LLM.
 		cfg.Executor = spec.ExecutorCommand
 		argv, err := shellSplit(f.AgentArgv)
 		if err != nil {
 			fe["agent_argv"] = err.Error()
 		}
 		cfg.Agent = &spec.Agent{Argv: argv, Workdir: f.AgentWorkdir, Preset: f.AgentPreset, OutputFormat: f.AgentFormat, Resume: f.AgentResume}
+	}
+	if f.Executor != "" && f.Executor != spec.ExecutorLLM && f.Executor != spec.ExecutorCommand && cfg.Executor == spec.ExecutorLLM {
+		cfg.Executor = f.Executor // refused by the engine by name
 	}
 	for i, line := range strings.Split(f.CheckCommands, "\n") {
 		if strings.TrimSpace(line) == "" {

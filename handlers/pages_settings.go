@@ -70,5 +70,11 @@ func (s *Server) revokeToken(c *fiber.Ctx) error {
 		}
 		return s.pageError(c, err)
 	}
+	// The revoked token's open streams end now, not at their next heartbeat:
+	// a token stream of this user whose secret no longer authenticates.
+	uid, ctx := userOf(c).ID, c.UserContext()
+	s.streams.revoke(func(cr credential) bool {
+		return cr.userID == uid && cr.token != "" && !cr.valid(ctx, s.db)
+	})
 	return c.Redirect("/settings/tokens?done=revoked", fiber.StatusSeeOther)
 }

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/a-h/templ"
@@ -65,6 +66,9 @@ type Server struct {
 	// ctx is cancelled at shutdown so stream writers end promptly.
 	ctx    context.Context
 	cancel context.CancelFunc
+	// streams are the open event streams, ended when their credential is
+	// revoked.
+	streams streamRegistry
 }
 
 // New returns a server with every route registered.
@@ -124,8 +128,37 @@ func (s *Server) routes() {
 	s.apiRoutes(app.Group("/api", s.requireAPIUser))
 	s.pageRoutes(app)
 	app.Use(func(c *fiber.Ctx) error {
+		if isAPI(c) && s.pathHasOtherMethods(c.Path(), c.Method()) {
+			return fiber.NewError(fiber.StatusMethodNotAllowed, "Method "+c.Method()+" is not allowed here.")
+		}
 		return fiber.NewError(fiber.StatusNotFound, "No such page.")
 	})
+}
+
+// pathHasOtherMethods reports whether a route other than method serves
+// path (so the answer is 405, not 404).
+func (s *Server) pathHasOtherMethods(path, method string) bool {
+	segs := strings.Split(strings.Trim(path, "/"), "/")
+	for _, r := range s.app.GetRoutes(true) {
+		if r.Method == method || r.Method == fiber.MethodHead || r.Method == "USE" {
+			continue
+		}
+		pat := strings.Split(strings.Trim(r.Path, "/"), "/")
+		if len(pat) != len(segs) {
+			continue
+		}
+		match := true
+		for i, p := range pat {
+			if !strings.HasPrefix(p, ":") && p != segs[i] {
+				match = false
+				break
+			}
+		}
+		if match {
+			return true
+		}
+	}
+	return false
 }
 
 func (s *Server) healthz(c *fiber.Ctx) error {

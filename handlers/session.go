@@ -192,7 +192,13 @@ var dummyHash = sync.OnceValue(func() []byte {
 })
 
 func (s *Server) logout(c *fiber.Ctx) error {
-	if err := s.db.DeleteSession(c.UserContext(), c.Cookies(SessionCookie)); err != nil {
+	secret := c.Cookies(SessionCookie)
+	// The session's streams end before it is deleted: nothing written after
+	// the logout reaches them.
+	if secret != "" {
+		s.streams.revoke(func(cr credential) bool { return cr.session == secret })
+	}
+	if err := s.db.DeleteSession(c.UserContext(), secret); err != nil {
 		return err
 	}
 	c.Cookie(&fiber.Cookie{Name: SessionCookie, Value: "", Path: "/", HTTPOnly: true, Secure: !s.opts.InsecureCookies,

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"math"
 	"strconv"
 	"strings"
@@ -206,8 +207,11 @@ func (s *Server) startStream(c *fiber.Ctx, src *streamSource, cursor int64) erro
 	c.Set(fiber.HeaderConnection, "keep-alive")
 	c.Set("X-Accel-Buffering", "no")
 	c.Status(fiber.StatusOK)
+	st := &streamer{s: s, src: src, last: cursor, cred: credentialOf(c, userOf(c).ID), revokedC: make(chan struct{})}
+	s.streams.add(st)
 	c.Context().SetBodyStreamWriter(func(w *bufio.Writer) {
-		st := &streamer{s: s, w: w, src: src, last: cursor}
+		defer s.streams.remove(st)
+		st.w = w
 		st.run()
 	})
 	return nil
@@ -224,7 +228,14 @@ type streamer struct {
 	last  int64 // the cursor of the last event sent
 	ended bool  // a run stream sent its terminal event
 	buf   []byte
+
+	cred     credential    // what authenticated the stream
+	revoked  revokedFlag   // set (before the revocation commits) when cred is revoked
+	revokedC chan struct{} // closed with revoked
 }
+
+// errRevoked ends a stream whose credential was revoked.
+var errRevoked = errors.New("the stream's credential was revoked")
 
 func (st *streamer) run() {
 	ctx := st.s.ctx
@@ -261,7 +272,15 @@ func (st *streamer) live(ctx context.Context, sub *engine.Subscription, hb *time
 		select {
 		case <-ctx.Done():
 			return false
+		case <-st.revokedC:
+			return false
 		case <-hb.C:
+			// Re-authenticate: a credential revoked by another process
+			// ends the stream within one heartbeat.
+			if !st.cred.valid(ctx, st.s.db) {
+				st.revoked.Store(true)
+				return false
+			}
 			if _, err := st.w.WriteString(": ping\n\n"); err != nil || st.w.Flush() != nil {
 				return false
 			}
@@ -359,8 +378,12 @@ func (st *streamer) replay(ctx context.Context) error {
 	}
 }
 
-// write buffers one event and advances the cursor.
+// write buffers one event and advances the cursor. Nothing is written once
+// the stream's credential is revoked.
 func (st *streamer) write(e *spec.Event) error {
+	if st.revoked.Load() {
+		return errRevoked
+	}
 	k := st.src.key(e)
 	st.buf = appendSSE(st.buf[:0], k, e)
 	if _, err := st.w.Write(st.buf); err != nil {

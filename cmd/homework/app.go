@@ -69,6 +69,7 @@ func (m *Main) Run(ctx context.Context) error {
 		DB: m.DB, Bus: m.Bus, Executors: executors, Logger: m.Logger,
 		Workers: cfg.Workers, MaxConcurrentPerUser: cfg.MaxRunsPerUser, LeaseTTL: cfg.LeaseTTL,
 		RecoveryInterval:   max(cfg.LeaseTTL/3, 500*time.Millisecond),
+		ShutdownGrace:      cfg.ShutdownGrace,
 		CommandRunsAllowed: cfg.AllowCommandRuns != "",
 	})
 	if err != nil {
@@ -184,9 +185,12 @@ func (m *Main) Close() error {
 		if timeout <= 0 {
 			timeout = 20 * time.Second
 		}
+		deadline := time.Now().Add(timeout)
 		var errs []error
 		if m.Server != nil {
-			ctx, cancel := context.WithTimeout(context.Background(), timeout/2)
+			// Streams end at once; requests get what the engine's grace
+			// leaves of the bound.
+			ctx, cancel := context.WithTimeout(context.Background(), max(timeout-m.Config.ShutdownGrace, timeout/4))
 			errs = append(errs, m.Server.Shutdown(ctx))
 			cancel()
 			if m.ln != nil {
@@ -203,7 +207,9 @@ func (m *Main) Close() error {
 			}
 		}
 		if m.Engine != nil {
-			ctx, cancel := context.WithTimeout(context.Background(), timeout/2)
+			// The engine gets the rest: its grace, then the cancel of what
+			// is left.
+			ctx, cancel := context.WithDeadline(context.Background(), deadline)
 			errs = append(errs, m.Engine.Stop(ctx))
 			cancel()
 		}

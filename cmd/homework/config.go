@@ -31,6 +31,7 @@ type Config struct {
 	ScriptExecutor   bool // testing: enable the scripted executor
 	InsecureCookies  bool
 	ShutdownTimeout  time.Duration
+	ShutdownGrace    time.Duration // in-flight iterations get this long to finish on shutdown
 	LeaseTTL         time.Duration
 	LogFormat        string // "text" or "json"
 	LogLevel         slog.Level
@@ -210,6 +211,7 @@ func parseServeConfig(args []string, env func(string) string) (*Config, error) {
 	fs.BoolVar(&cfg.ScriptExecutor, "script-executor", ev.bool("HOMEWORK_SCRIPT_EXECUTOR"), "enable the scripted executor, for testing (env HOMEWORK_SCRIPT_EXECUTOR)")
 	fs.BoolVar(&cfg.InsecureCookies, "insecure-cookies", ev.bool("HOMEWORK_INSECURE_COOKIES"), "send session cookies without Secure, for plain HTTP on a LAN; prefer TLS in front (env HOMEWORK_INSECURE_COOKIES)")
 	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", ev.duration("HOMEWORK_SHUTDOWN_TIMEOUT", 20*time.Second), "how long shutdown may take (env HOMEWORK_SHUTDOWN_TIMEOUT)")
+	fs.DurationVar(&cfg.ShutdownGrace, "shutdown-grace", ev.duration("HOMEWORK_SHUTDOWN_GRACE", 10*time.Second), "how long in-flight iterations may finish on shutdown before they are canceled and left to recovery, within --shutdown-timeout (env HOMEWORK_SHUTDOWN_GRACE)")
 	fs.DurationVar(&cfg.LeaseTTL, "lease-ttl", ev.duration("HOMEWORK_LEASE_TTL", 15*time.Second), "run lease length; a crashed server's runs are recovered at the next start (env HOMEWORK_LEASE_TTL)")
 	fs.StringVar(&cfg.LogFormat, "log-format", orDefault(env("HOMEWORK_LOG_FORMAT"), "text"), "log format: text or json (env HOMEWORK_LOG_FORMAT)")
 	logLevel := fs.String("log-level", orDefault(env("HOMEWORK_LOG_LEVEL"), "info"), "log level: debug, info, warn or error (env HOMEWORK_LOG_LEVEL)")
@@ -240,6 +242,15 @@ func parseServeConfig(args []string, env func(string) string) (*Config, error) {
 	}
 	if cfg.LeaseTTL < time.Second {
 		return nil, usagef("--lease-ttl must be at least 1s, got %v", cfg.LeaseTTL)
+	}
+	graceSet := env("HOMEWORK_SHUTDOWN_GRACE") != ""
+	fs.Visit(func(f *flag.Flag) { graceSet = graceSet || f.Name == "shutdown-grace" })
+	if !graceSet {
+		// The default grace fits any shutdown bound.
+		cfg.ShutdownGrace = min(cfg.ShutdownGrace, cfg.ShutdownTimeout/2)
+	}
+	if cfg.ShutdownGrace <= 0 || cfg.ShutdownGrace >= cfg.ShutdownTimeout {
+		return nil, usagef("--shutdown-grace must be positive and shorter than --shutdown-timeout (%s), got %s", cfg.ShutdownTimeout, cfg.ShutdownGrace)
 	}
 	if u := cfg.LLMBaseURL; u != "" && !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
 		return nil, usagef("--llm-base-url must start with http:// or https://, got %q", u)

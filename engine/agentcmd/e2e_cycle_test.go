@@ -4,7 +4,6 @@ import (
 	"strings"
 	"testing"
 
-	"homework/db"
 	"homework/engine"
 	"homework/engine/agentcmd"
 	"homework/engine/spec"
@@ -25,7 +24,7 @@ fi`)
 		spec.CheckSpec{Type: spec.CheckCommand, Name: "b", Argv: []string{"sh", "-c", "grep -qx b state.txt || { echo 'check b fails'; exit 1; }"}})
 	cfg.Budgets.MaxIterations = 20
 	run := h.settled(h.create(cfg).ID)
-	if run.Status != db.StatusStopped || run.StopReason == nil || run.StopReason.Type != engine.StopNoProgress {
+	if run.Status != spec.StatusStopped || run.StopReason == nil || run.StopReason.Type != engine.StopNoProgress {
 		t.Fatalf("run is %s (%+v); want stopped for no_progress\n%s", run.Status, run.StopReason, h.eventDump(run.ID))
 	}
 	if run.Metrics.Iterations > 8 {
@@ -57,7 +56,7 @@ exit 1`)
 	cfg := commandRun(script, wd)
 	cfg.Breakers.RepeatedError = 2
 	run := h.settled(h.create(cfg).ID)
-	if run.Status != db.StatusStopped || run.StopReason == nil || run.StopReason.Type != engine.StopRepeatedError {
+	if run.Status != spec.StatusStopped || run.StopReason == nil || run.StopReason.Type != engine.StopRepeatedError {
 		t.Fatalf("run is %s (%+v), want stopped for repeated_error\n%s", run.Status, run.StopReason, h.eventDump(run.ID))
 	}
 	if d := run.StopReason.Detail; !strings.Contains(d, "the same error repeated 2 times in a row: The agent failed (exit status 1): fatal: could not reach the model API (attempt 2)") {

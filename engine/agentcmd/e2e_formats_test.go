@@ -8,7 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	"homework/db"
 	"homework/engine"
 	"homework/engine/agentcmd"
 	"homework/engine/llm"
@@ -70,7 +69,7 @@ func TestStructuredAgentOutput(t *testing.T) {
 		cfg.Agent.OutputFormat = agentcmd.FormatClaudeStreamJSON
 		run := h.create(cfg)
 		run = h.settled(run.ID)
-		if run.Status != db.StatusCompleted {
+		if run.Status != spec.StatusCompleted {
 			t.Fatalf("run is %s (%+v), want completed\n%s", run.Status, run.StopReason, h.eventDump(run.ID))
 		}
 		m := run.Metrics
@@ -120,7 +119,7 @@ func TestStructuredAgentOutput(t *testing.T) {
 		cfg.Agent.OutputFormat = agentcmd.FormatClaudeStreamJSON
 		cfg.Budgets.MaxIterations = 2
 		run := h.settled(h.create(cfg).ID)
-		if run.Status != db.StatusStopped || run.StopReason.Type != engine.StopMaxIterations {
+		if run.Status != spec.StatusStopped || run.StopReason.Type != engine.StopMaxIterations {
 			t.Fatalf("run is %s (%+v), want stopped at max_iterations\n%s", run.Status, run.StopReason, h.eventDump(run.ID))
 		}
 		its := h.iterations(run.ID)
@@ -138,7 +137,7 @@ func TestStructuredAgentOutput(t *testing.T) {
 		cfg.Agent.OutputFormat = agentcmd.FormatClaudeJSON
 		cfg.Budgets.MaxCostUSD = 1.0
 		run := h.settled(h.create(cfg).ID)
-		if run.Status != db.StatusStopped || run.StopReason.Type != engine.StopBudgetCost {
+		if run.Status != spec.StatusStopped || run.StopReason.Type != engine.StopBudgetCost {
 			t.Fatalf("run is %s (%+v), want stopped for budget_cost\n%s", run.Status, run.StopReason, h.eventDump(run.ID))
 		}
 		if run.Metrics.Iterations != 3 || math.Abs(run.Metrics.CostTotalUSD-1.2) > 1e-9 || run.Metrics.TokensTotal != 3300 {
@@ -163,7 +162,7 @@ func TestStructuredAgentOutput(t *testing.T) {
 		cfg.Agent.OutputFormat = agentcmd.FormatCodexJSON
 		cfg.Model = "gpt-5"
 		run := h.settled(h.create(cfg).ID)
-		if run.Status != db.StatusCompleted {
+		if run.Status != spec.StatusCompleted {
 			t.Fatalf("run is %s (%+v), want completed\n%s", run.Status, run.StopReason, h.eventDump(run.ID))
 		}
 		want, _ := prices.Cost("gpt-5", 24763, 122)
@@ -182,7 +181,7 @@ func TestStructuredAgentOutput(t *testing.T) {
 		cfg.Budgets.MaxIterations = 2
 		run = h.settled(h.create(cfg).ID)
 		its := h.iterations(run.ID)
-		if len(its) == 0 || its[0].Status != db.IterFailed || !strings.Contains(its[0].Error, "rate limit reached") {
+		if len(its) == 0 || its[0].Status != spec.IterFailed || !strings.Contains(its[0].Error, "rate limit reached") {
 			t.Fatalf("iterations %+v; want a failed iteration quoting the turn's error\n%s", its, h.eventDump(run.ID))
 		}
 		if run.Metrics.UnpricedCalls != 0 || run.Metrics.TokensTotal != 0 {
@@ -211,7 +210,7 @@ func TestStructuredAgentOutput(t *testing.T) {
 		cfg.Agent.OutputFormat = agentcmd.FormatClaudeJSON
 		cfg.Budgets.MaxIterations = 2
 		run := h.settled(h.create(cfg).ID)
-		if run.Status != db.StatusStopped || run.StopReason.Type != engine.StopMaxIterations {
+		if run.Status != spec.StatusStopped || run.StopReason.Type != engine.StopMaxIterations {
 			t.Fatalf("run is %s (%+v)\n%s", run.Status, run.StopReason, h.eventDump(run.ID))
 		}
 		evs := h.requireBasics(run.ID)
@@ -297,8 +296,8 @@ func TestAgentPresetsAndFormatsAtCreation(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			a := tc.agent
 			_, err := h.eng.CreateRun(h.ctx, h.admin, spec.Config{Objective: "x", Executor: spec.ExecutorCommand, Agent: &a})
-			var de *db.Error
-			if !errors.As(err, &de) || de.Code != db.EINVALID || de.Field != tc.field {
+			var de *spec.Error
+			if !errors.As(err, &de) || de.Code != spec.EINVALID || de.Field != tc.field {
 				t.Errorf("err = %v, want EINVALID on %s", err, tc.field)
 			}
 		})
@@ -334,7 +333,7 @@ cat "$STATE/rest"`)
 			cfg := commandRun(script, wd)
 			cfg.Agent.OutputFormat = tc.format
 			run := h.create(cfg)
-			h.waitEvent(run.ID, "the live tool_call", func(e *db.Event) bool {
+			h.waitEvent(run.ID, "the live tool_call", func(e *spec.Event) bool {
 				return e.Type == "tool_call" && strings.Contains(string(e.Data), "toolu_live")
 			})
 			if n := len(ofType(h.rawEvents(run.ID), agentcmd.EventExit)); n != 0 {
@@ -342,7 +341,7 @@ cat "$STATE/rest"`)
 			}
 			writeFile(t, state, "go", "")
 			run = h.settled(run.ID)
-			if run.Status != db.StatusCompleted {
+			if run.Status != spec.StatusCompleted {
 				t.Fatalf("run is %s (%+v)\n%s", run.Status, run.StopReason, h.eventDump(run.ID))
 			}
 			evs := h.requireBasics(run.ID)

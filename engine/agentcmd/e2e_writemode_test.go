@@ -7,7 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	"homework/db"
 	"homework/engine"
 	"homework/engine/agentcmd"
 	"homework/engine/spec"
@@ -26,7 +25,7 @@ echo "new" > extra.txt`)
 		cfg := commandRun(script, wd)
 		cfg.Permissions.WriteMode = spec.WriteReadOnly
 		run := h.settled(h.create(cfg).ID)
-		if run.Status != db.StatusStopped || run.StopReason == nil || run.StopReason.Type != agentcmd.StopReadOnlyViolation {
+		if run.Status != spec.StatusStopped || run.StopReason == nil || run.StopReason.Type != agentcmd.StopReadOnlyViolation {
 			t.Fatalf("run is %s (%+v), want stopped for read_only_violation\n%s", run.Status, run.StopReason, h.eventDump(run.ID))
 		}
 		if run.Metrics.Iterations != 1 {
@@ -58,7 +57,7 @@ echo "new" > extra.txt`)
 		cfg.Permissions.WriteMode = spec.WriteReadOnly
 		cfg.Budgets.MaxIterations = 2
 		run := h.settled(h.create(cfg).ID)
-		if run.Status != db.StatusStopped || run.StopReason.Type != engine.StopMaxIterations {
+		if run.Status != spec.StatusStopped || run.StopReason.Type != engine.StopMaxIterations {
 			t.Fatalf("run is %s (%+v), want stopped at max_iterations\n%s", run.Status, run.StopReason, h.eventDump(run.ID))
 		}
 	})
@@ -77,7 +76,7 @@ fi`)
 		cfg := commandRun(script, wd, spec.CheckSpec{Type: spec.CheckDocumentExists, Name: "done", Path: "done.txt"})
 		cfg.Permissions.WriteMode = spec.WriteApprovePlan
 		run := h.settled(h.create(cfg).ID)
-		if run.Status != db.StatusWaiting || run.Waiting == nil || run.Waiting.Reason != "approve_plan" ||
+		if run.Status != spec.StatusWaiting || run.Waiting == nil || run.Waiting.Reason != "approve_plan" ||
 			len(run.Waiting.Questions) != 1 || !strings.Contains(run.Waiting.Questions[0], "1. Write done.txt") {
 			t.Fatalf("run is %s waiting %+v; want waiting for approve_plan with the plan\n%s", run.Status, run.Waiting, h.eventDump(run.ID))
 		}
@@ -85,7 +84,7 @@ fi`)
 			t.Fatal(err)
 		}
 		run = h.settled(run.ID)
-		if run.Status != db.StatusCompleted || run.Metrics.Iterations != 2 {
+		if run.Status != spec.StatusCompleted || run.Metrics.Iterations != 2 {
 			t.Fatalf("run is %s after %d iterations, want completed after 2\n%s", run.Status, run.Metrics.Iterations, h.eventDump(run.ID))
 		}
 		p2 := readFile(t, filepath.Join(state, "prompt-2.txt"))
@@ -101,7 +100,7 @@ fi`)
 		cfg := commandRun(script, wd)
 		cfg.Permissions.WriteMode = spec.WriteApprovePlan
 		run := h.settled(h.create(cfg).ID)
-		if run.Status != db.StatusStopped || run.StopReason.Type != agentcmd.StopReadOnlyViolation {
+		if run.Status != spec.StatusStopped || run.StopReason.Type != agentcmd.StopReadOnlyViolation {
 			t.Fatalf("run is %s (%+v)\n%s", run.Status, run.StopReason, h.eventDump(run.ID))
 		}
 	})
@@ -128,7 +127,7 @@ fi`)
 	cfg := commandRun(script, wd)
 	cfg.Agent.CommitEach = true
 	run := h.settled(h.create(cfg).ID)
-	if run.Status != db.StatusCompleted {
+	if run.Status != spec.StatusCompleted {
 		t.Fatalf("run is %s (%+v)\n%s", run.Status, run.StopReason, h.eventDump(run.ID))
 	}
 	h.stop()

@@ -9,7 +9,6 @@ import (
 
 	"github.com/google/renameio/v2"
 
-	"homework/db"
 	"homework/engine/spec"
 )
 
@@ -30,7 +29,7 @@ func (e *Executor) saveLastSummary(wd, runID, summary string) {
 // summary, then what the run changed in the work directory since its first
 // iteration (files created, modified and deleted, commits, the git diff
 // stat). It implements engine.Narrator.
-func (e *Executor) Narrate(ctx context.Context, run *db.Run, cfg *spec.Config, report *spec.Report) (string, error) {
+func (e *Executor) Narrate(ctx context.Context, run *spec.Run, cfg *spec.Config, report *spec.Report) (string, error) {
 	if cfg == nil || cfg.Agent == nil || cfg.Agent.Workdir == "" {
 		return "", nil
 	}

@@ -3,7 +3,6 @@ package agentcmd
 import (
 	"slices"
 
-	"homework/db"
 	"homework/engine/spec"
 )
 
@@ -63,7 +62,7 @@ func applyPreset(a *spec.Agent) error {
 	}
 	p, ok := FindPreset(a.Preset)
 	if !ok {
-		return db.FieldError("agent.preset", "agent.preset must be one of claude, codex, gemini, aider or custom, not %q.", oneLine(a.Preset, 40))
+		return spec.FieldError("agent.preset", "agent.preset must be one of claude, codex, gemini, aider or custom, not %q.", oneLine(a.Preset, 40))
 	}
 	if len(a.Argv) == 0 && len(p.Argv) > 0 {
 		a.Argv = slices.Clone(p.Argv)
@@ -77,10 +76,10 @@ func applyPreset(a *spec.Agent) error {
 // validateFormat checks agent.output_format and agent.resume.
 func validateFormat(a *spec.Agent) error {
 	if !ValidOutputFormat(a.OutputFormat) {
-		return db.FieldError("agent.output_format", "agent.output_format must be text, claude-json, claude-stream-json or codex-json, not %q.", oneLine(a.OutputFormat, 40))
+		return spec.FieldError("agent.output_format", "agent.output_format must be text, claude-json, claude-stream-json or codex-json, not %q.", oneLine(a.OutputFormat, 40))
 	}
 	if a.Resume && (a.OutputFormat == "" || a.OutputFormat == FormatText) {
-		return db.FieldError("agent.resume", "agent.resume needs an output format that reports the agent's session (claude-json, claude-stream-json or codex-json).")
+		return spec.FieldError("agent.resume", "agent.resume needs an output format that reports the agent's session (claude-json, claude-stream-json or codex-json).")
 	}
 	return nil
 }

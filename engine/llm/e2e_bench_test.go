@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"homework/db"
 	"homework/engine"
 	"homework/engine/llm/llmtest"
 	"homework/engine/scripted"
@@ -115,7 +114,7 @@ func measure(b *testing.B, h *e2e, cfg spec.Config) float64 {
 	}
 	elapsed := time.Since(start)
 	for _, id := range ids {
-		if _, err := h.eng.Cancel(h.ctx, h.user.ID, id); err != nil && db.ErrorCode(err) != db.ECONFLICT {
+		if _, err := h.eng.Cancel(h.ctx, h.user.ID, id); err != nil && spec.ErrorCode(err) != spec.ECONFLICT {
 			b.Errorf("cancel %s: %v", id, err)
 		}
 	}

@@ -31,7 +31,7 @@ type e2e struct {
 	eng  *engine.Engine
 	x    *llm.Executor
 	srv  *llmtest.Server
-	user *db.User
+	user *spec.User
 }
 
 // e2eOptions adjust newE2E.
@@ -58,7 +58,7 @@ func newE2E(t testing.TB, o e2eOptions, script ...llmtest.Reply) *e2e {
 	var eng *engine.Engine
 	lo := llm.Options{DB: d, BaseURL: srv.URL, APIKey: "test", DefaultModel: "gpt-4o-mini",
 		RetryBaseDelay: time.Millisecond,
-		RecordNarration: func(ctx context.Context, run *db.Run, c spec.LLMCall) error {
+		RecordNarration: func(ctx context.Context, run *spec.Run, c spec.LLMCall) error {
 			return eng.RecordLLMCall(ctx, run, c)
 		}}
 	if o.noEndpoint {
@@ -152,7 +152,7 @@ func migratedFile(t testing.TB) string {
 }
 
 // create starts an LLM run with cfg.
-func (h *e2e) create(cfg spec.Config) *db.Run {
+func (h *e2e) create(cfg spec.Config) *spec.Run {
 	h.t.Helper()
 	if cfg.Objective == "" {
 		cfg.Objective = "Compare the three SQLite drivers for Go and write a recommendation"
@@ -166,20 +166,20 @@ func (h *e2e) create(cfg spec.Config) *db.Run {
 }
 
 // waitFor waits, on the run's event stream, until cond holds for the run.
-func (h *e2e) waitFor(runID, what string, cond func(*db.Run) bool) *db.Run {
+func (h *e2e) waitFor(runID, what string, cond func(*spec.Run) bool) *spec.Run {
 	h.t.Helper()
 	subscribe := func() (<-chan *spec.Event, func()) { s := h.bus.SubscribeRun(runID, 1024); return s.C, s.Close }
 	return waitfor.Run(h.t, what, 30*time.Second, subscribe, func() (*spec.Run, error) { return h.db.FindRun(h.ctx, h.user.ID, runID) }, cond)
 }
 
 // waitStatus waits until the run has status.
-func (h *e2e) waitStatus(runID, status string) *db.Run {
+func (h *e2e) waitStatus(runID, status string) *spec.Run {
 	h.t.Helper()
-	return h.waitFor(runID, "status "+status, func(r *db.Run) bool { return r.Status == status })
+	return h.waitFor(runID, "status "+status, func(r *spec.Run) bool { return r.Status == status })
 }
 
 // events returns the run's events and fails unless their seq is gap-free.
-func (h *e2e) events(runID string) []*db.Event {
+func (h *e2e) events(runID string) []*spec.Event {
 	h.t.Helper()
 	evs, err := h.db.ListRunEvents(h.ctx, h.user.ID, runID, 0, 100000)
 	if err != nil {
@@ -210,7 +210,7 @@ func (h *e2e) eventsOf(runID, typ string) []map[string]any {
 	return out
 }
 
-func (h *e2e) iterations(runID string) []*db.Iteration {
+func (h *e2e) iterations(runID string) []*spec.Iteration {
 	h.t.Helper()
 	its, err := h.db.ListIterations(h.ctx, h.user.ID, runID)
 	if err != nil {
@@ -219,7 +219,7 @@ func (h *e2e) iterations(runID string) []*db.Iteration {
 	return its
 }
 
-func (h *e2e) calls(runID string) []*db.LLMCall {
+func (h *e2e) calls(runID string) []*spec.LLMCall {
 	h.t.Helper()
 	cs, err := h.db.ListLLMCalls(h.ctx, h.user.ID, runID)
 	if err != nil {
@@ -228,7 +228,7 @@ func (h *e2e) calls(runID string) []*db.LLMCall {
 	return cs
 }
 
-func (h *e2e) docs(runID string) []*db.Document {
+func (h *e2e) docs(runID string) []*spec.Document {
 	h.t.Helper()
 	ds, err := h.db.ListRunDocuments(h.ctx, h.user.ID, runID)
 	if err != nil {
@@ -237,7 +237,7 @@ func (h *e2e) docs(runID string) []*db.Document {
 	return ds
 }
 
-func (h *e2e) doc(runID, path string) *db.Document {
+func (h *e2e) doc(runID, path string) *spec.Document {
 	h.t.Helper()
 	d, err := h.db.FindRunDocumentByPath(h.ctx, h.user.ID, runID, path)
 	if err != nil {
@@ -246,7 +246,7 @@ func (h *e2e) doc(runID, path string) *db.Document {
 	return d
 }
 
-func (h *e2e) tasks(runID string) []*db.Task {
+func (h *e2e) tasks(runID string) []*spec.Task {
 	h.t.Helper()
 	ts, err := h.db.ListTasks(h.ctx, h.user.ID, runID)
 	if err != nil {
@@ -256,7 +256,7 @@ func (h *e2e) tasks(runID string) []*db.Task {
 }
 
 // report decodes the run's report.
-func (h *e2e) report(r *db.Run) spec.Report {
+func (h *e2e) report(r *spec.Run) spec.Report {
 	h.t.Helper()
 	var rep spec.Report
 	if len(r.Report) == 0 {
@@ -269,7 +269,7 @@ func (h *e2e) report(r *db.Run) spec.Report {
 }
 
 // notification returns the user's notification of kind for the run.
-func (h *e2e) notification(runID, kind string) *db.Notification {
+func (h *e2e) notification(runID, kind string) *spec.Notification {
 	h.t.Helper()
 	ns, err := h.db.ListNotifications(h.ctx, h.user.ID, 0, 200)
 	if err != nil {
@@ -292,7 +292,7 @@ func (h *e2e) checkUsageAddsUp(runID string) {
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	var calls db.Metrics
+	var calls spec.Metrics
 	for _, c := range h.calls(runID) {
 		calls.AddCall(c.Model, c.PromptTokens, c.CompletionTokens, c.CostUSD, c.Priced)
 	}
@@ -306,7 +306,7 @@ func (h *e2e) checkUsageAddsUp(runID string) {
 			h.t.Errorf("by_model[%s] = %+v, llm_calls sum to %+v", model, got, u)
 		}
 	}
-	var its db.Metrics
+	var its spec.Metrics
 	for _, it := range h.iterations(runID) {
 		its.Add(it.Metrics)
 	}

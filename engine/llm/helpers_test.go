@@ -79,8 +79,8 @@ func (h *testHost) roles() []string {
 type fixture struct {
 	t    *testing.T
 	db   *db.DB
-	user *db.User
-	run  *db.Run
+	user *spec.User
+	run  *spec.Run
 	cfg  *spec.Config
 	srv  *llmtest.Server
 	e    *Executor
@@ -116,8 +116,8 @@ func newFixture(t *testing.T, cfg spec.Config, opt func(*Options), script ...llm
 		t.Fatal(err)
 	}
 	raw, _ := json.Marshal(cfg)
-	run := &db.Run{ID: uuid.NewString(), UserID: user.ID, Objective: cfg.Objective, Mode: spec.ModeAuto,
-		Executor: spec.ExecutorLLM, Config: raw, Status: db.StatusRunning, Iteration: 1}
+	run := &spec.Run{ID: uuid.NewString(), UserID: user.ID, Objective: cfg.Objective, Mode: spec.ModeAuto,
+		Executor: spec.ExecutorLLM, Config: raw, Status: spec.StatusRunning, Iteration: 1}
 	err = d.WriteTx(ctx, func(tx *db.Tx) error {
 		if err := tx.InsertRun(ctx, run); err != nil {
 			return err
@@ -145,7 +145,7 @@ func (f *fixture) iterate(in *spec.Input) (*spec.Result, error) {
 	return f.e.Iterate(ctx, in)
 }
 
-func (f *fixture) doc(path string) *db.Document {
+func (f *fixture) doc(path string) *spec.Document {
 	f.t.Helper()
 	d, err := f.db.FindRunDocumentByPath(context.Background(), f.user.ID, f.run.ID, path)
 	if err != nil {
@@ -159,7 +159,7 @@ func (f *fixture) hasDoc(path string) bool {
 	return err == nil
 }
 
-func (f *fixture) tasks() []*db.Task {
+func (f *fixture) tasks() []*spec.Task {
 	f.t.Helper()
 	ts, err := f.db.ListTasks(context.Background(), f.user.ID, f.run.ID)
 	if err != nil {
@@ -194,13 +194,13 @@ func (f *fixture) checkTree() {
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	byID := map[string]*db.Document{}
+	byID := map[string]*spec.Document{}
 	for _, d := range docs {
 		byID[d.ID] = d
 	}
 	for _, d := range docs {
 		if d.Path == "" {
-			if d.ParentID != "" || d.Kind != db.DocWorkspace {
+			if d.ParentID != "" || d.Kind != spec.DocWorkspace {
 				f.t.Errorf("root: parent %q kind %q", d.ParentID, d.Kind)
 			}
 			continue

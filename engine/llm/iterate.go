@@ -110,7 +110,7 @@ func (e *Executor) Iterate(ctx context.Context, in *spec.Input) (*spec.Result, e
 		res.Summary = NotDoneSummary + " (no model is configured)"
 		res.Error, res.ErrorFingerprint = "no model is configured for this run", "config:no_model"
 		res.Fatal = &spec.Fatal{Type: "error", Detail: "No model is configured: set the run's model or HOMEWORK_LLM_MODEL."}
-		return res, &db.Error{Code: db.EUNAVAILABLE, Field: "model", Message: res.Fatal.Detail}
+		return res, &spec.Error{Code: spec.EUNAVAILABLE, Field: "model", Message: res.Fatal.Detail}
 	}
 	if err := e.db.WriteTx(ctx, func(tx *db.Tx) error { return ensureWorkspace(ctx, tx, in.RunID, cfg.Objective) }); err != nil {
 		return res, fmt.Errorf("prepare workspace: %w", err)
@@ -557,7 +557,7 @@ func (it *iteration) runBranch(ctx context.Context, id string, bt branchTask) (r
 			report = fmt.Sprintf("### Branch %s — %s\nstatus: failed (internal error)", id, bt.Title)
 		}
 	}()
-	if _, err := it.putDoc(ctx, &db.Document{Path: folder, Kind: db.DocBranch, Title: bt.Title,
+	if _, err := it.putDoc(ctx, &spec.Document{Path: folder, Kind: spec.DocBranch, Title: bt.Title,
 		Description: truncate(bt.Instructions, 500), Content: "# " + bt.Title + "\n\n" + bt.Instructions + "\n"}); err != nil {
 		it.e.log.Warn("create branch folder", "run", it.in.RunID, "branch", id, "err", err)
 		return fmt.Sprintf("### Branch %s — %s\nstatus: failed (could not create its folder: %s)", id, bt.Title, errMessage(err))
@@ -590,7 +590,7 @@ func (it *iteration) runBranch(ctx context.Context, id string, bt branchTask) (r
 		result = strings.TrimSpace(sc.lastText)
 	}
 	if result != "" && ctx.Err() == nil {
-		if _, err := it.putDoc(ctx, &db.Document{Path: folder + "/result.md", Kind: db.DocNote, Title: "Result: " + bt.Title,
+		if _, err := it.putDoc(ctx, &spec.Document{Path: folder + "/result.md", Kind: spec.DocNote, Title: "Result: " + bt.Title,
 			Content: "# Result: " + bt.Title + "\n\n" + result + "\n"}); err != nil {
 			it.e.log.Warn("write branch result", "run", it.in.RunID, "branch", id, "err", err)
 		}
@@ -656,7 +656,7 @@ func (it *iteration) writeSummary(ctx context.Context, limit int) error {
 		fmt.Fprintf(&b, "- waiting for approval: %s\n", res.WaitForApproval)
 	}
 	p := fmt.Sprintf("%s/%03d-summary.md", iterationsFolder, it.in.Iteration)
-	_, err := it.putDoc(ctx, &db.Document{Path: p, Kind: db.DocSummary, Title: fmt.Sprintf("Iteration %d summary", it.in.Iteration),
+	_, err := it.putDoc(ctx, &spec.Document{Path: p, Kind: spec.DocSummary, Title: fmt.Sprintf("Iteration %d summary", it.in.Iteration),
 		Description: truncate(oneLine(res.Summary), 300), Content: truncate(b.String(), 20000)})
 	return err
 }
@@ -827,7 +827,7 @@ func (it *iteration) buildContext(ctx context.Context) (string, error) {
 		case planPath:
 			plan = d.Content
 		}
-		if d.Path == "" || d.Kind == db.DocFolder || strings.HasPrefix(d.Path, iterationsFolder+"/") || strings.HasPrefix(d.Path, scratchpadFolder+"/") {
+		if d.Path == "" || d.Kind == spec.DocFolder || strings.HasPrefix(d.Path, iterationsFolder+"/") || strings.HasPrefix(d.Path, scratchpadFolder+"/") {
 			continue
 		}
 		if n++; n <= 60 {

@@ -247,8 +247,9 @@ func (e *Executor) Model(cfg *spec.Config, role string) string {
 }
 
 // ValidateConfig refuses an LLM run when no endpoint is configured
-// (EUNAVAILABLE, field "executor") or no model can be resolved (EINVALID,
-// field "model").
+// (EUNAVAILABLE, field "executor"), no model can be resolved (EINVALID,
+// field "model"), or it sets a cost budget while one of its models has no
+// price (EINVALID, field "budgets.max_cost_usd").
 func (e *Executor) ValidateConfig(ctx context.Context, user *spec.User, cfg *spec.Config) error {
 	if !e.configured {
 		return &spec.Error{Code: spec.EUNAVAILABLE, Field: "executor", Message: "No model endpoint is configured on this server. " +
@@ -259,6 +260,17 @@ func (e *Executor) ValidateConfig(ctx context.Context, user *spec.User, cfg *spe
 		if e.Model(cfg, role) == "" {
 			return &spec.Error{Code: spec.EINVALID, Field: "model", Message: "No model given and the server has no default model: " +
 				"set \"model\" on the run or start the server with HOMEWORK_LLM_MODEL."}
+		}
+	}
+	if cfg.Budgets.MaxCostUSD > 0 {
+		// A cost budget over a model without a price would never bind.
+		for _, role := range []string{RolePlanner, RoleExecutor, RoleSummarizer} {
+			m := e.Model(cfg, role)
+			if _, ok := e.opts.Prices.Lookup(m); !ok {
+				return spec.FieldError("budgets.max_cost_usd", "The model %q (%s) has no known price, so a cost budget cannot be enforced. "+
+					"Add the model to the price file (--prices FILE with {\"%s\": {\"input\": USD per 1M tokens, \"output\": USD per 1M tokens}}) "+
+					"or leave out budgets.max_cost_usd.", m, role, m)
+			}
 		}
 	}
 	return nil

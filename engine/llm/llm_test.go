@@ -56,10 +56,10 @@ func TestIterate(t *testing.T) {
 			t.Errorf("folders are not artifacts")
 		}
 		ts := f.tasks()
-		if len(ts) != 1 || ts[0].Status != db.TaskDone || !ts[0].Passes {
+		if len(ts) != 1 || ts[0].Status != spec.TaskDone || !ts[0].Passes {
 			t.Fatalf("tasks = %+v", ts)
 		}
-		if d := f.doc("notes"); d.Kind != db.DocFolder {
+		if d := f.doc("notes"); d.Kind != spec.DocFolder {
 			t.Errorf("notes kind = %q", d.Kind)
 		}
 		if d := f.doc("report.md"); d.Title != "Recommendation" || d.Iteration != 1 {
@@ -275,7 +275,7 @@ func TestDelegate(t *testing.T) {
 			t.Errorf("max concurrent requests = %d, want 3", n)
 		}
 		for _, id := range []string{"a", "b", "c"} {
-			if d := f.doc("branches/" + id); d.Kind != db.DocBranch {
+			if d := f.doc("branches/" + id); d.Kind != spec.DocBranch {
 				t.Errorf("branch folder kind %q", d.Kind)
 			}
 			if got := f.doc("branches/" + id + "/findings.md").Content; got != "# "+id {
@@ -550,6 +550,7 @@ func TestPriceLookup(t *testing.T) {
 		{"openai/gpt-4o-mini", "gpt-4o-mini"},
 		{"gpt-4o-mini-2024-07-18", "gpt-4o-mini"},
 		{"gpt-4o-2024-08-06", "gpt-4o"},
+		{"gpt-4o-2024-05-13", "gpt-4o-2024-05-13"}, // a dated model with its own price
 		{"openai/gpt-4.1-nano-2025-04-14", "gpt-4.1-nano"},
 		{"gpt-4.1", "gpt-4.1"},
 		{"o3-mini", "o3-mini"},
@@ -557,6 +558,16 @@ func TestPriceLookup(t *testing.T) {
 		{"anthropic/claude-3.5-sonnet", "anthropic/claude-3.5-sonnet"},
 		{"claude-3.5-sonnet", "anthropic/claude-3.5-sonnet"},
 		{"anthropic/claude-3.5-sonnet:beta", "anthropic/claude-3.5-sonnet"},
+		{"claude-sonnet-4-20250514", "anthropic/claude-sonnet-4"},
+		// Pro models are priced as themselves, never as their base model.
+		{"o1-pro", "o1-pro"},
+		{"o3-pro-2025-06-10", "o3-pro"},
+		{"gpt-5-pro", "gpt-5-pro"},
+		// No prefix matching: close names are unpriced.
+		{"o3-pro-preview", ""},
+		{"gpt-4o-mini-2099-01-01", ""},
+		{"gpt-4o-search-preview", ""},
+		{"gpt-5-codex", ""},
 		{"gpt-4", ""},
 		{"gpt-4oo", ""},
 		{"llama3.1:8b", ""},
@@ -579,6 +590,18 @@ func TestPriceLookup(t *testing.T) {
 	}
 	if c, ok := table.Cost("mystery", 10, 10); ok || c != 0 {
 		t.Errorf("unpriced Cost = %v %v", c, ok)
+	}
+	for model, want := range map[string]Price{"o1-pro": {150, 600}, "o3-pro": {20, 80}, "gpt-5-pro": {15, 120}} {
+		if got := table[model]; got != want {
+			t.Errorf("%s priced %+v, want %+v", model, got, want)
+		}
+		base := strings.TrimSuffix(model, "-pro")
+		if table[model].Input <= table[base].Input {
+			t.Errorf("%s is priced no higher than %s", model, base)
+		}
+	}
+	if src, asOf := PricesSource(); src == "" || len(asOf) != len("2006-01-02") {
+		t.Errorf("the built-in prices name no source or date: %q %q", src, asOf)
 	}
 }
 
@@ -622,7 +645,7 @@ func TestScratchpadRollover(t *testing.T) {
 		t.Fatal(err)
 	}
 	arch := f.doc("scratchpad/001.md")
-	if arch.Kind != db.DocScratchpad || !strings.Contains(arch.Content, "one") || !strings.Contains(arch.Content, "two") {
+	if arch.Kind != spec.DocScratchpad || !strings.Contains(arch.Content, "one") || !strings.Contains(arch.Content, "two") {
 		t.Errorf("archive = %q", arch.Content)
 	}
 	sp := f.doc("scratchpad.md")
@@ -686,7 +709,7 @@ func TestApprovePlan(t *testing.T) {
 	if res.WaitForApproval == "" || !strings.Contains(res.WaitForApproval, "plan.md") {
 		t.Errorf("WaitForApproval = %q", res.WaitForApproval)
 	}
-	if f.doc("plan.md").Kind != db.DocPlan || f.hasDoc("report.md") {
+	if f.doc("plan.md").Kind != spec.DocPlan || f.hasDoc("report.md") {
 		t.Error("plan phase wrote the wrong documents")
 	}
 	first := f.srv.Requests()[0]
@@ -765,10 +788,10 @@ func TestStartRunIsIdempotent(t *testing.T) {
 	if n := len(f.storedEvents("document_created")); n != 2 {
 		t.Errorf("document_created events = %d, want 2", n)
 	}
-	if d := f.doc(""); d.Kind != db.DocWorkspace || !strings.Contains(d.Title, "SQLite") {
+	if d := f.doc(""); d.Kind != spec.DocWorkspace || !strings.Contains(d.Title, "SQLite") {
 		t.Errorf("root = %+v", d)
 	}
-	if d := f.doc("scratchpad.md"); d.ParentID != root || d.Kind != db.DocScratchpad {
+	if d := f.doc("scratchpad.md"); d.ParentID != root || d.Kind != spec.DocScratchpad {
 		t.Errorf("scratchpad = %+v", d)
 	}
 }
@@ -782,16 +805,16 @@ func TestValidateConfig(t *testing.T) {
 	defer d.Close()
 	unconfigured, _ := New(Options{DB: d, DefaultModel: "gpt-4o"})
 	err = unconfigured.ValidateConfig(ctx, nil, &spec.Config{})
-	if db.ErrorCode(err) != db.EUNAVAILABLE || db.ErrorField(err) != "executor" || unconfigured.Configured() {
+	if spec.ErrorCode(err) != spec.EUNAVAILABLE || spec.ErrorField(err) != "executor" || unconfigured.Configured() {
 		t.Errorf("unconfigured: %v", err)
 	}
 	for _, env := range []string{"HOMEWORK_LLM_BASE_URL", "HOMEWORK_LLM_API_KEY", "HOMEWORK_LLM_MODEL", "OPENAI_BASE_URL", "OPENAI_API_KEY"} {
-		if !strings.Contains(db.ErrorMessage(err), env) {
+		if !strings.Contains(spec.ErrorMessage(err), env) {
 			t.Errorf("message does not mention %s", env)
 		}
 	}
 	noModel, _ := New(Options{DB: d, BaseURL: "http://localhost:11434"})
-	if err := noModel.ValidateConfig(ctx, nil, &spec.Config{}); db.ErrorField(err) != "model" {
+	if err := noModel.ValidateConfig(ctx, nil, &spec.Config{}); spec.ErrorField(err) != "model" {
 		t.Errorf("no model: %v", err)
 	}
 	if err := noModel.ValidateConfig(ctx, nil, &spec.Config{Model: "llama3"}); err != nil {
@@ -855,7 +878,7 @@ func TestNarrate(t *testing.T) {
 	f := newFixture(t, spec.Config{Models: &spec.Models{Summarizer: "gpt-4.1-mini"}}, nil,
 		llmtest.Text("The run compared three drivers. It wrote report.md. It completed."))
 	var got []spec.LLMCall
-	f.e.opts.RecordNarration = func(ctx context.Context, run *db.Run, c spec.LLMCall) error {
+	f.e.opts.RecordNarration = func(ctx context.Context, run *spec.Run, c spec.LLMCall) error {
 		got = append(got, c)
 		return nil
 	}

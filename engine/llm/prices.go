@@ -1,11 +1,14 @@
 package llm
 
 import (
+	"bytes"
+	_ "embed"
 	"encoding/json"
 	"fmt"
 	"math"
 	"os"
 	"strings"
+	"sync"
 )
 
 // Price is a model's price in US dollars per one million tokens.
@@ -17,43 +20,58 @@ type Price struct {
 // PriceTable maps model names (lower case) to their prices.
 type PriceTable map[string]Price
 
-// DefaultPrices returns a fresh table of built-in prices for common models.
+// pricesJSON is the built-in price table: a dated copy of the providers'
+// published prices, with its source, kept as data.
 //
-// The figures are the providers' published list prices per one million
-// input and output tokens at the time of writing. They go stale and do not
-// reflect discounts, cached-input rates or batch pricing; operators override
-// or extend them with LoadPrices.
+//go:embed prices.json
+var pricesJSON []byte
+
+// priceDoc is prices.json.
+type priceDoc struct {
+	Source string `json:"source"`
+	AsOf   string `json:"as_of"`
+	Unit   string `json:"unit"`
+	Note   string `json:"note"`
+	Models map[string]struct {
+		Input   float64  `json:"input"`
+		Output  float64  `json:"output"`
+		Aliases []string `json:"aliases"`
+	} `json:"models"`
+}
+
+var builtinPrices = sync.OnceValues(func() (priceDoc, error) {
+	var d priceDoc
+	dec := json.NewDecoder(bytes.NewReader(pricesJSON))
+	dec.DisallowUnknownFields()
+	err := dec.Decode(&d)
+	return d, err
+})
+
+// PricesSource returns where the built-in prices come from and their date.
+func PricesSource() (source, asOf string) {
+	d, _ := builtinPrices()
+	return d.Source, d.AsOf
+}
+
+// DefaultPrices returns a fresh table of the built-in prices (prices.json):
+// every model under its exact name and each of its dated aliases. The
+// figures are list prices; they go stale and do not reflect discounts,
+// cached-input rates or batch pricing; operators override or extend them
+// with LoadPrices.
 func DefaultPrices() PriceTable {
-	return PriceTable{
-		// OpenAI.
-		"gpt-4o":        {Input: 2.50, Output: 10.00},
-		"gpt-4o-mini":   {Input: 0.15, Output: 0.60},
-		"gpt-4.1":       {Input: 2.00, Output: 8.00},
-		"gpt-4.1-mini":  {Input: 0.40, Output: 1.60},
-		"gpt-4.1-nano":  {Input: 0.10, Output: 0.40},
-		"gpt-4-turbo":   {Input: 10.00, Output: 30.00},
-		"gpt-3.5-turbo": {Input: 0.50, Output: 1.50},
-		"gpt-5":         {Input: 1.25, Output: 10.00},
-		"gpt-5-mini":    {Input: 0.25, Output: 2.00},
-		"gpt-5-nano":    {Input: 0.05, Output: 0.40},
-		"o1":            {Input: 15.00, Output: 60.00},
-		"o1-mini":       {Input: 1.10, Output: 4.40},
-		"o3":            {Input: 2.00, Output: 8.00},
-		"o3-mini":       {Input: 1.10, Output: 4.40},
-		"o4-mini":       {Input: 1.10, Output: 4.40},
-		// Anthropic, under their OpenRouter names.
-		"anthropic/claude-3.5-sonnet": {Input: 3.00, Output: 15.00},
-		"anthropic/claude-3.7-sonnet": {Input: 3.00, Output: 15.00},
-		"anthropic/claude-sonnet-4":   {Input: 3.00, Output: 15.00},
-		"anthropic/claude-3.5-haiku":  {Input: 0.80, Output: 4.00},
-		"anthropic/claude-3-haiku":    {Input: 0.25, Output: 1.25},
-		"anthropic/claude-3-opus":     {Input: 15.00, Output: 75.00},
-		"anthropic/claude-opus-4":     {Input: 15.00, Output: 75.00},
-		// Google, under their OpenRouter names.
-		"google/gemini-2.0-flash-001": {Input: 0.10, Output: 0.40},
-		"google/gemini-2.5-flash":     {Input: 0.30, Output: 2.50},
-		"google/gemini-2.5-pro":       {Input: 1.25, Output: 10.00},
+	d, err := builtinPrices()
+	if err != nil {
+		panic("llm: the embedded prices.json is invalid: " + err.Error())
 	}
+	t := PriceTable{}
+	for name, m := range d.Models {
+		p := Price{Input: m.Input, Output: m.Output}
+		t[strings.ToLower(name)] = p
+		for _, a := range m.Aliases {
+			t[strings.ToLower(a)] = p
+		}
+	}
+	return t
 }
 
 // LoadPrices reads a JSON object of model name to {"input": USD per 1M
@@ -84,11 +102,11 @@ func LoadPrices(path string) (PriceTable, error) {
 	return t, nil
 }
 
-// Lookup returns the price of model. It tries the exact name, then the name
-// without a provider prefix ("openai/gpt-4o-mini"), then table entries whose
-// own provider prefix differs, and finally the longest known name that
-// prefixes the model at a separator, which covers dated variants
-// ("gpt-4o-mini-2024-07-18").
+// Lookup returns the price of model: its exact (case-insensitive) name in
+// the table, else the same name without a provider prefix on either side
+// ("openai/gpt-4o-mini" and "claude-3.5-sonnet" match "gpt-4o-mini" and
+// "anthropic/claude-3.5-sonnet"). Nothing else matches: "o3-pro" does not
+// get "o3"'s price, nor an unlisted dated variant its family's.
 func (t PriceTable) Lookup(model string) (Price, bool) {
 	name := strings.ToLower(strings.TrimSpace(model))
 	if name == "" {
@@ -101,19 +119,15 @@ func (t PriceTable) Lookup(model string) (Price, bool) {
 	if p, ok := t[bare]; ok {
 		return p, true
 	}
-	// Compare without provider prefixes on both sides, choosing the longest
-	// (then alphabetically first) key so the result never depends on map order.
-	best, bestKey, bestLen := Price{}, "", -1
+	// Keys under another provider prefix: the alphabetically first, so the
+	// result never depends on map order.
+	best, bestKey := Price{}, ""
 	for k, p := range t {
-		kb := stripProvider(k)
-		if kb != bare && !hasBoundaryPrefix(bare, kb) {
-			continue
-		}
-		if len(kb) > bestLen || (len(kb) == bestLen && k < bestKey) {
-			best, bestKey, bestLen = p, k, len(kb)
+		if stripProvider(k) == bare && (bestKey == "" || k < bestKey) {
+			best, bestKey = p, k
 		}
 	}
-	return best, bestLen >= 0
+	return best, bestKey != ""
 }
 
 // Cost returns the cost in USD of a call to model, and whether the model has
@@ -131,18 +145,4 @@ func stripProvider(name string) string {
 		return name[i+1:]
 	}
 	return name
-}
-
-// hasBoundaryPrefix reports whether prefix prefixes s and is followed by a
-// separator, so "gpt-4o" matches "gpt-4o-2024-08-06" but "gpt-4" does not
-// match "gpt-4o".
-func hasBoundaryPrefix(s, prefix string) bool {
-	if prefix == "" || len(s) <= len(prefix) || !strings.HasPrefix(s, prefix) {
-		return false
-	}
-	switch s[len(prefix)] {
-	case '-', ':', '@', '.', '_':
-		return true
-	}
-	return false
 }

@@ -222,11 +222,11 @@ func runRead(ctx context.Context, sc *scope, args json.RawMessage) (string, erro
 		return "", err
 	}
 	d, err := sc.it.e.db.FindRunDocumentByPath(ctx, sc.it.in.UserID, sc.it.in.RunID, p)
-	if db.ErrorCode(err) == db.ENOTFOUND && sc.prefix != "" {
+	if spec.ErrorCode(err) == spec.ENOTFOUND && sc.prefix != "" {
 		// A branch may name its own documents relative to its folder.
 		d, err = sc.it.e.db.FindRunDocumentByPath(ctx, sc.it.in.UserID, sc.it.in.RunID, sc.prefix+p)
 	}
-	if db.ErrorCode(err) == db.ENOTFOUND {
+	if spec.ErrorCode(err) == spec.ENOTFOUND {
 		return "", toolErrorf("no document at %s; call %s to see the workspace", p, toolList)
 	} else if err != nil {
 		return "", err
@@ -266,15 +266,15 @@ func runWrite(ctx context.Context, sc *scope, args json.RawMessage) (string, err
 	if err := sc.it.allowWrite(p); err != nil {
 		return "", err
 	}
-	kind := db.DocNote
+	kind := spec.DocNote
 	if p == planPath {
-		kind = db.DocPlan
+		kind = spec.DocPlan
 	}
 	title := strings.TrimSpace(a.Title)
 	if title == "" {
 		title = titleOf(p, a.Content)
 	}
-	doc := &db.Document{Path: p, Kind: kind, Title: title, Description: a.Description, Content: a.Content, Tags: a.Tags}
+	doc := &spec.Document{Path: p, Kind: kind, Title: title, Description: a.Description, Content: a.Content, Tags: a.Tags}
 	created, err := sc.it.putDoc(ctx, doc)
 	if err != nil {
 		return "", err
@@ -311,8 +311,8 @@ func runSearch(ctx context.Context, sc *scope, args json.RawMessage) (string, er
 		a.Limit = 10
 	}
 	hits, err := sc.it.e.db.SearchDocuments(ctx, sc.it.in.UserID, "", a.Query, a.Limit)
-	if db.ErrorCode(err) == db.EINVALID {
-		return "", toolErrorf("%s", db.ErrorMessage(err))
+	if spec.ErrorCode(err) == spec.EINVALID {
+		return "", toolErrorf("%s", spec.ErrorMessage(err))
 	} else if err != nil {
 		return "", err
 	}
@@ -336,7 +336,7 @@ func runTasksAdd(ctx context.Context, sc *scope, args json.RawMessage) (string, 
 	if err := sc.it.allowTasks(); err != nil {
 		return "", err
 	}
-	t := &db.Task{RunID: sc.it.in.RunID, Title: strings.TrimSpace(a.Title), Detail: a.Detail, Status: a.Status}
+	t := &spec.Task{RunID: sc.it.in.RunID, Title: strings.TrimSpace(a.Title), Detail: a.Detail, Status: a.Status}
 	err := sc.it.e.db.WriteTx(ctx, func(tx *db.Tx) error {
 		if err := tx.InsertTask(ctx, t); err != nil {
 			return err
@@ -361,7 +361,7 @@ func runTasksUpdate(ctx context.Context, sc *scope, args json.RawMessage) (strin
 	if err := sc.it.allowTasks(); err != nil {
 		return "", err
 	}
-	var t *db.Task
+	var t *spec.Task
 	err := sc.it.e.db.WriteTx(ctx, func(tx *db.Tx) error {
 		tasks, err := tx.ListTasks(ctx, sc.it.in.RunID)
 		if err != nil {
@@ -401,7 +401,7 @@ func runTasksUpdate(ctx context.Context, sc *scope, args json.RawMessage) (strin
 	return fmt.Sprintf("updated task %s [%s] passes=%v %s", t.ID, t.Status, t.Passes, t.Title), nil
 }
 
-func taskEvent(t *db.Task, created bool) map[string]any {
+func taskEvent(t *spec.Task, created bool) map[string]any {
 	return map[string]any{"task_id": t.ID, "title": t.Title, "status": t.Status, "passes": t.Passes, "created": created}
 }
 
@@ -416,7 +416,7 @@ func runTasksList(ctx context.Context, sc *scope, args json.RawMessage) (string,
 	return formatTasks(tasks, 200, 20000), nil
 }
 
-func formatTasks(tasks []*db.Task, maxN, maxChars int) string {
+func formatTasks(tasks []*spec.Task, maxN, maxChars int) string {
 	var b strings.Builder
 	for i, t := range tasks {
 		if i == maxN || b.Len() > maxChars {
