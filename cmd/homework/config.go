@@ -52,7 +52,7 @@ func dbFlag(fs *flag.FlagSet, env func(string) string) *string {
 	if def == "" {
 		def = "./homework.db"
 	}
-	return fs.String("db", def, "SQLite database file (env HOMEWORK_DB)")
+	return fs.String("db", def, "SQLite database file, or a postgres:// URL (env HOMEWORK_DB)")
 }
 
 // newFlagSet returns a flag set that reports errors as one line.

@@ -23,6 +23,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net/url"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -75,7 +76,7 @@ type DB struct {
 // and River's. Several processes may open the same database at once.
 func Open(ctx context.Context, opts Options) (*DB, error) {
 	if !IsURL(opts.URL) {
-		return nil, fmt.Errorf("pg: %q is not a postgres:// URL", redact(opts.URL))
+		return nil, fmt.Errorf("pg: %q is not a postgres:// URL", Redact(opts.URL))
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
@@ -107,12 +108,13 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 	return d, nil
 }
 
-// redact drops the password from a URL for error messages.
-func redact(u string) string {
-	if cfg, err := pgconn.ParseConfig(u); err == nil && cfg.Password != "" {
-		return strings.Replace(u, cfg.Password, "xxxxx", 1)
+// Redact drops the password from a URL for messages.
+func Redact(u string) string {
+	p, err := url.Parse(u)
+	if err != nil {
+		return "postgres://(unparsable URL)"
 	}
-	return u
+	return p.Redacted()
 }
 
 // Close stops the listener and closes the pool.
