@@ -34,7 +34,7 @@ func (e *Engine) recoverAtStart(ctx context.Context) (int, error) {
 // owner is stale; later only expired leases are. It returns how many runs it
 // recovered.
 func (e *Engine) recoverOnce(ctx context.Context, atStart bool) (int, error) {
-	leases, err := e.db.RunningRuns(ctx)
+	leases, err := e.store.RunningRuns(ctx)
 	if err != nil {
 		return 0, err
 	}
@@ -68,7 +68,7 @@ func (e *Engine) recoverOnce(ctx context.Context, atStart bool) (int, error) {
 // with attempt+1 in one transaction, recording the interrupted iteration.
 func (e *Engine) recoverRun(ctx context.Context, runID, owner string, atStart bool) (bool, error) {
 	recovered := false
-	err := e.db.WriteTx(ctx, func(tx *db.Tx) error {
+	err := e.inTx(ctx, func(tx StoreTx) error {
 		run, err := tx.FindRun(ctx, runID)
 		if err != nil {
 			return err
@@ -98,7 +98,7 @@ func (e *Engine) recoverRun(ctx context.Context, runID, owner string, atStart bo
 			}
 		}
 		for _, j := range jobs {
-			if _, err := e.river.JobCancelTx(ctx, tx.Tx, j.ID); err != nil {
+			if err := e.queue.JobCancelTx(ctx, tx, j.ID); err != nil {
 				return err
 			}
 		}

@@ -226,7 +226,7 @@ func (e *Engine) execute(ctx context.Context, it *iteration) (res *spec.Result, 
 // returns nil, nil for a stale job.
 func (e *Engine) beginIteration(ctx context.Context, args IterateArgs) (*iteration, error) {
 	var it *iteration
-	err := e.db.WriteTx(ctx, func(tx *db.Tx) error {
+	err := e.inTx(ctx, func(tx StoreTx) error {
 		run, err := tx.FindRun(ctx, args.RunID)
 		if db.ErrorCode(err) == db.ENOTFOUND {
 			return nil
@@ -341,7 +341,7 @@ func historySinceResume(recent []*db.Iteration, n int) []Signals {
 // iterationMetrics returns this iteration's metrics: its usage as recorded
 // in llm_calls, tool calls and running time.
 func (e *Engine) iterationMetrics(ctx context.Context, it *iteration, res *spec.Result, start time.Time) (db.Metrics, error) {
-	m, err := e.db.SumLLMCalls(ctx, it.run.ID, it.row.Iteration)
+	m, err := e.store.SumLLMCalls(ctx, it.run.ID, it.row.Iteration)
 	m.Iterations = 1
 	m.ToolCallsTotal = res.ToolCalls
 	m.RunningMS = it.row.Metrics.RunningMS + e.now().Sub(start).Milliseconds()
@@ -362,7 +362,7 @@ func (e *Engine) checkEnv(it *iteration, res *spec.Result) checks.Env {
 	}
 	runID, userID := it.run.ID, it.run.UserID
 	env.Document = func(ctx context.Context, path string) (string, bool, error) {
-		d, err := e.db.FindRunDocumentByPath(ctx, userID, runID, path)
+		d, err := e.store.FindRunDocumentByPath(ctx, userID, runID, path)
 		if db.ErrorCode(err) == db.ENOTFOUND {
 			return "", false, nil
 		} else if err != nil {
@@ -371,7 +371,7 @@ func (e *Engine) checkEnv(it *iteration, res *spec.Result) checks.Env {
 		return d.Content, true, nil
 	}
 	env.Tasks = func(ctx context.Context) (int, int, error) {
-		tasks, err := e.db.ListTasks(ctx, userID, runID)
+		tasks, err := e.store.ListTasks(ctx, userID, runID)
 		if err != nil {
 			return 0, 0, err
 		}
@@ -418,7 +418,7 @@ func (e *Engine) finishIteration(ctx context.Context, it *iteration, res *spec.R
 	row.Gate, row.Checks, row.Fingerprint = gate, checksJSON, sig.Progress
 	row.Error, row.ErrorFingerprint, row.Metrics, row.Artifacts = res.Error, res.ErrorFingerprint, m, artifacts
 
-	return e.db.WriteTx(ctx, func(tx *db.Tx) error {
+	return e.inTx(ctx, func(tx StoreTx) error {
 		run, err := tx.FindRun(ctx, it.run.ID)
 		if err != nil {
 			return err
@@ -537,7 +537,7 @@ func (e *Engine) renewLease(ctx context.Context, runID string, done <-chan struc
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			ok, err := e.db.RenewLease(ctx, runID, e.id, e.now().Add(e.opts.LeaseTTL))
+			ok, err := e.store.RenewLease(ctx, runID, e.id, e.now().Add(e.opts.LeaseTTL))
 			if err != nil && ctx.Err() == nil {
 				e.log.Warn("renew lease", "run", runID, "err", err)
 			} else if !ok {

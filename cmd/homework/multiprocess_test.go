@@ -1,0 +1,150 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"homework/db/pg/pgtest"
+)
+
+// TestThreeProcessesOnPostgresSurviveASIGKILL runs three `homework serve`
+// processes on one PostgreSQL database. Runs are created through the first,
+// which is SIGKILLed while it works an iteration; the other two take over
+// its runs once their leases expire, and every run finishes with a gap-free
+// event log, each iteration recorded once and its counters adding up, read
+// through another process.
+func TestThreeProcessesOnPostgresSurviveASIGKILL(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the real binary")
+	}
+	url := pgtest.NewDatabase(t)
+	bin, err := binary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+
+	victim := startServer(t, bin, url, "--max-runs-per-user", "10")
+	token := userAndToken(t, bin, url)
+	var ids []string
+	for i := range 6 {
+		var created struct {
+			RunID string `json:"run_id"`
+		}
+		if code := victim.api(t, token, "POST", "/api/runs", map[string]any{
+			"objective": fmt.Sprint("multi-process run ", i), "executor": "script", "script": slowScript(5, 300),
+		}, &created); code != 201 || created.RunID == "" {
+			t.Fatalf("create run: %d", code)
+		}
+		ids = append(ids, created.RunID)
+	}
+	// While it is alone, every lease is the victim's.
+	var victimID string
+	waitFor(t, "the first process to work an iteration", victim, func() bool {
+		err := conn.QueryRow(ctx, `SELECT r.lease_owner FROM runs r JOIN iterations i ON i.run_id = r.id AND i.iteration = r.iteration
+			WHERE r.status = 'running' AND i.status = 'running' AND r.lease_owner IS NOT NULL LIMIT 1`).Scan(&victimID)
+		return err == nil
+	})
+	others := []*server{startServer(t, bin, url), startServer(t, bin, url)}
+	// Kill the victim in the middle of one of its iterations.
+	waitFor(t, "the first process to be mid-iteration", victim, func() bool {
+		var n int
+		conn.QueryRow(ctx, `SELECT COUNT(*) FROM runs r JOIN iterations i ON i.run_id = r.id AND i.iteration = r.iteration
+			WHERE r.status = 'running' AND i.status = 'running' AND r.lease_owner = $1`, victimID).Scan(&n)
+		return n > 0
+	})
+	victim.kill()
+	killed := time.Now()
+	waitFor(t, "another process to resume a run", others[0], func() bool {
+		var n int
+		conn.QueryRow(ctx, `SELECT COUNT(*) FROM events WHERE type = 'run_recovered'`).Scan(&n)
+		return n > 0
+	})
+	t.Logf("SIGKILL to the first recovered run on another process: %s (lease TTL 3s)", time.Since(killed).Round(10*time.Millisecond))
+
+	reader := others[1]
+	interrupted := 0
+	for _, id := range ids {
+		waitRunStatus(t, reader, token, id, "completed")
+		var page struct {
+			Events []struct {
+				Seq  int64           `json:"seq"`
+				Type string          `json:"type"`
+				Data json.RawMessage `json:"data"`
+			} `json:"events"`
+		}
+		if code := reader.api(t, token, "GET", "/api/runs/"+id+"/events?limit=1000", nil, &page); code != 200 {
+			t.Fatalf("events: %d", code)
+		}
+		for i, e := range page.Events {
+			if e.Seq != int64(i+1) {
+				t.Fatalf("run %s: event %d has seq %d (not gap-free)", id, i+1, e.Seq)
+			}
+			if e.Type == "iteration_completed" && strings.Contains(string(e.Data), `"interrupted"`) {
+				interrupted++
+			}
+		}
+		var run struct {
+			Metrics struct {
+				Iterations int   `json:"iterations"`
+				Tokens     int64 `json:"tokens_total"`
+			} `json:"metrics"`
+			Iterations []struct {
+				Iteration int    `json:"iteration"`
+				Status    string `json:"status"`
+				Metrics   struct {
+					Iterations int   `json:"iterations"`
+					Tokens     int64 `json:"tokens_total"`
+				} `json:"metrics"`
+			} `json:"iterations"`
+		}
+		if code := reader.api(t, token, "GET", "/api/runs/"+id+"?include=iterations", nil, &run); code != 200 {
+			t.Fatalf("run: %d", code)
+		}
+		var iters int
+		var tokens int64
+		for i, it := range run.Iterations {
+			if it.Iteration != i+1 || it.Status != "succeeded" {
+				t.Fatalf("run %s: iteration row %d is iteration %d, %s", id, i, it.Iteration, it.Status)
+			}
+			iters += it.Metrics.Iterations
+			tokens += it.Metrics.Tokens
+		}
+		if len(run.Iterations) != 5 || run.Metrics.Iterations != 5 || iters != 5 || run.Metrics.Tokens != tokens {
+			t.Fatalf("run %s: metrics %+v do not add up over %d iterations", id, run.Metrics, len(run.Iterations))
+		}
+	}
+	if interrupted == 0 {
+		t.Fatal("no iteration was recorded as interrupted by the SIGKILL")
+	}
+	var workers int
+	if err := conn.QueryRow(ctx, `SELECT COUNT(DISTINCT attempted_by[1]) FROM river_job WHERE kind = 'iterate'`).Scan(&workers); err != nil {
+		t.Fatal(err)
+	}
+	if workers < 2 {
+		t.Errorf("iterations were worked by %d River clients, want the queue shared by several processes", workers)
+	}
+}
+
+// waitFor polls cond until it holds, failing after 60 s with s's log.
+func waitFor(t *testing.T, what string, s *server, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s:\n%s", what, s.log())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
