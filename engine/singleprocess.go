@@ -43,6 +43,11 @@ func (e *Engine) interrupt(ctx context.Context, runID string, cause error) {
 	}
 }
 
+// CancelLocal stops the run's iteration if this process is working it, as
+// a cancellation of the run. The receiving side of an Interrupter whose
+// only cause is cancellation (PostgreSQL's NOTIFY) calls it.
+func (e *Engine) CancelLocal(runID string) { e.InterruptLocal(runID, errRunCanceled) }
+
 // InterruptLocal cancels the run's iteration if this process is working it,
 // with cause. An Interrupter's receiving side calls it.
 func (e *Engine) InterruptLocal(runID string, cause error) {

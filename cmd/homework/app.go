@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -34,6 +35,7 @@ type Main struct {
 	Engine *engine.Engine
 	Server *handlers.Server
 
+	engine    atomic.Pointer[engine.Engine] // m.Engine, for the store's listener
 	ln        net.Listener
 	serveDone chan error
 	closeOnce sync.Once
@@ -57,6 +59,11 @@ func (m *Main) Run(ctx context.Context) error {
 		// Several processes may serve one PostgreSQL database: no lock.
 		dbName = pg.Redact(cfg.DBPath)
 		m.PG, err = pg.Open(ctx, pg.Options{URL: cfg.DBPath, OnEvents: m.Bus.Publish,
+			OnInterrupt: func(runID string) {
+				if e := m.engine.Load(); e != nil {
+					e.CancelLocal(runID)
+				}
+			},
 			OnListenError: func(err error) { m.Logger.Warn("event listener reconnecting", "err", err) }})
 		if err != nil {
 			return fmt.Errorf("open database %s: %w", dbName, err)
@@ -86,10 +93,15 @@ func (m *Main) Run(ctx context.Context) error {
 		// only expired leases.
 		SharedStore: m.PG != nil,
 	}
+	if m.PG != nil {
+		// A canceled run's iteration may run in another process.
+		eopts.Interrupts = m.PG
+	}
 	m.Engine, err = engine.New(eopts)
 	if err != nil {
 		return err
 	}
+	m.engine.Store(m.Engine)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if err := m.Engine.Register(reg); err != nil {

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -146,5 +148,112 @@ func waitFor(t *testing.T, what string, s *server, cond func() bool) {
 			t.Fatalf("timed out waiting for %s:\n%s", what, s.log())
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestCancelAndStreamAcrossProcesses works a run in one process while a
+// client streams it from another: the stream carries every event once in seq
+// order, whichever process wrote it, and a cancel sent to the second
+// process stops the iteration running in the first.
+func TestCancelAndStreamAcrossProcesses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the real binary")
+	}
+	url := pgtest.NewDatabase(t)
+	bin, err := binary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A long lease: renewal (every third of it) cannot be what stops the
+	// iteration; only the delivered cancel can, well within 10 s.
+	worker := startServer(t, bin, url, "--lease-ttl", "60s")
+	token := userAndToken(t, bin, url)
+	var created struct {
+		RunID string `json:"run_id"`
+	}
+	// Long iterations: only a delivered cancel ends the first one soon.
+	if code := worker.api(t, token, "POST", "/api/runs", map[string]any{
+		"objective": "cancel me from elsewhere", "executor": "script", "script": slowScript(3, 120_000),
+	}, &created); code != 201 {
+		t.Fatalf("create run: %d", code)
+	}
+	// Only the worker process existed when the job was inserted and it
+	// is working it; the second process starts now and serves the client.
+	front := startServer(t, bin, url, "--lease-ttl", "60s")
+	req, _ := http.NewRequest("GET", front.base+"/api/runs/"+created.RunID+"/events", nil)
+	req.Header.Set("Accept", "text/event-stream")
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	type ev struct {
+		Seq  int64           `json:"seq"`
+		Type string          `json:"type"`
+		Data json.RawMessage `json:"data"`
+	}
+	events := make(chan ev, 100)
+	go func() {
+		defer close(events)
+		sc := bufio.NewScanner(resp.Body)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			data, ok := strings.CutPrefix(sc.Text(), "data: ")
+			if !ok {
+				continue
+			}
+			var e ev
+			if json.Unmarshal([]byte(data), &e) == nil && e.Type != "" {
+				events <- e
+			}
+		}
+	}()
+	var got []ev
+	next := func(what string) ev {
+		t.Helper()
+		select {
+		case e, ok := <-events:
+			if !ok {
+				t.Fatalf("stream ended while waiting for %s; got %+v", what, got)
+			}
+			got = append(got, e)
+			return e
+		case <-time.After(60 * time.Second):
+			t.Fatalf("no event while waiting for %s; got %+v:\n%s", what, got, worker.log())
+		}
+		return ev{}
+	}
+	for next("iteration_started").Type != "iteration_started" {
+	}
+	var canceledAt time.Time
+	if code := front.api(t, token, "POST", "/api/runs/"+created.RunID+"/cancel", nil, nil); code != 200 {
+		t.Fatalf("cancel: %d", code)
+	}
+	canceledAt = time.Now()
+	for next("run_canceled").Type != "run_canceled" {
+	}
+	for range events { // the run stream ends after its terminal event
+	}
+	for {
+		var run struct {
+			Iterations []struct {
+				Status string `json:"status"`
+			} `json:"iterations"`
+		}
+		front.api(t, token, "GET", "/api/runs/"+created.RunID+"?include=iterations", nil, &run)
+		if len(run.Iterations) == 1 && run.Iterations[0].Status == "canceled" {
+			break
+		}
+		if time.Since(canceledAt) > 10*time.Second {
+			t.Fatalf("the iteration in the other process was not canceled: %+v\n%s", run.Iterations, worker.log())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("cancel through one process to the iteration recorded canceled in the other: %s", time.Since(canceledAt).Round(time.Millisecond))
+	for i, e := range got {
+		if e.Seq != int64(i+1) {
+			t.Fatalf("stream event %d has seq %d: gap or duplicate in %+v", i+1, e.Seq, got)
+		}
 	}
 }

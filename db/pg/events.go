@@ -11,8 +11,11 @@ import (
 	"homework/engine/spec"
 )
 
-// eventsChannel is the NOTIFY channel committed events are announced on.
-const eventsChannel = "homework_events"
+// NOTIFY channels: committed events, and runs whose iteration must stop.
+const (
+	eventsChannel    = "homework_events"
+	interruptChannel = "homework_interrupts"
+)
 
 // maxPayload keeps a notification under PostgreSQL's 8000-byte limit; a
 // transaction whose events do not fit announces only their ids.
@@ -57,6 +60,15 @@ func (tx *Tx) AppendEvent(ctx context.Context, runID, typ string, data any) (*sp
 	}
 	tx.events = append(tx.events, e)
 	return e, nil
+}
+
+// Interrupt tells every process, through NOTIFY, to stop the run's
+// in-flight iteration; the one working it does (Options.OnInterrupt). It
+// is the engine's Interrupter on PostgreSQL; cause is implied (the run was
+// canceled).
+func (d *DB) Interrupt(ctx context.Context, runID string, cause error) error {
+	_, err := d.pool.Exec(ctx, `SELECT pg_notify($1, $2)`, interruptChannel, runID)
+	return err
 }
 
 // AppendEvent appends one event in its own transaction.
@@ -120,20 +132,22 @@ func (tx *Tx) notifyEvents(ctx context.Context) error {
 // listener holds one connection that LISTENs for committed events and hands
 // them to OnEvents in the order they were committed.
 type listener struct {
-	d       *DB
-	publish func([]*spec.Event)
-	onErr   func(error)
-	cancel  context.CancelFunc
-	done    chan struct{}
+	d           *DB
+	publish     func([]*spec.Event)
+	onInterrupt func(runID string)
+	onErr       func(error)
+	cancel      context.CancelFunc
+	done        chan struct{}
 }
 
-func startListener(ctx context.Context, d *DB, publish func([]*spec.Event), onErr func(error)) (*listener, error) {
+func startListener(ctx context.Context, d *DB, opts Options) (*listener, error) {
 	conn, err := d.listen(ctx)
 	if err != nil {
 		return nil, err
 	}
 	lctx, cancel := context.WithCancel(context.Background())
-	l := &listener{d: d, publish: publish, onErr: onErr, cancel: cancel, done: make(chan struct{})}
+	l := &listener{d: d, publish: opts.OnEvents, onInterrupt: opts.OnInterrupt, onErr: opts.OnListenError,
+		cancel: cancel, done: make(chan struct{})}
 	go l.loop(lctx, conn)
 	return l, nil
 }
@@ -144,7 +158,7 @@ func (d *DB) listen(ctx context.Context) (*pgx.Conn, error) {
 		return nil, fmt.Errorf("pg: listener connection: %w", err)
 	}
 	conn := c.Hijack()
-	if _, err := conn.Exec(ctx, `LISTEN `+eventsChannel); err != nil {
+	if _, err := conn.Exec(ctx, `LISTEN `+eventsChannel+`; LISTEN `+interruptChannel); err != nil {
 		conn.Close(ctx)
 		return nil, fmt.Errorf("pg: listen: %w", err)
 	}
@@ -191,6 +205,15 @@ func (l *listener) loop(ctx context.Context, conn *pgx.Conn) {
 			if l.onErr != nil {
 				l.onErr(err)
 			}
+			continue
+		}
+		if n.Channel == interruptChannel {
+			if l.onInterrupt != nil {
+				l.onInterrupt(n.Payload)
+			}
+			continue
+		}
+		if l.publish == nil {
 			continue
 		}
 		evs, err := l.decode(ctx, n.Payload)

@@ -59,6 +59,10 @@ type Options struct {
 	// OnEvents, when set, receives the events every process commits, in
 	// commit order, from one goroutine. It must not block.
 	OnEvents func([]*spec.Event)
+	// OnInterrupt, when set, is told the run ids any process interrupted
+	// (Interrupt), so this process stops the run's iteration if it works
+	// it. It must not block.
+	OnInterrupt func(runID string)
 	// OnListenError is told when the event listener lost its connection;
 	// events committed meanwhile were not delivered and subscribers must
 	// replay from the database. It may be nil.
@@ -97,8 +101,8 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 		pool.Close()
 		return nil, err
 	}
-	if opts.OnEvents != nil {
-		l, err := startListener(ctx, d, opts.OnEvents, opts.OnListenError)
+	if opts.OnEvents != nil || opts.OnInterrupt != nil {
+		l, err := startListener(ctx, d, opts)
 		if err != nil {
 			pool.Close()
 			return nil, err

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"homework/db"
 	"homework/engine/spec"
 )
 
@@ -373,12 +374,8 @@ func (d *DB) RenewLease(ctx context.Context, runID, owner string, until time.Tim
 	return tag.RowsAffected() == 1, nil
 }
 
-// RunLease is a running run's lease.
-type RunLease struct {
-	RunID string
-	Owner string
-	Until time.Time
-}
+// RunLease is a running run's lease (the same type as the SQLite store's).
+type RunLease = db.RunLease
 
 // RunningRuns returns the runs in status running with their lease owner and
 // lease end.
@@ -405,12 +402,7 @@ func (d *DB) RunningRuns(ctx context.Context) ([]RunLease, error) {
 }
 
 // IterateJob is River's row for one iterate job, as recovery needs it.
-type IterateJob struct {
-	ID        int64
-	State     string
-	Iteration int
-	Attempt   int
-}
+type IterateJob = db.IterateJob
 
 // FindIterateJobs returns the run's unfinished iterate jobs from River's
 // table.
