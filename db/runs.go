@@ -109,7 +109,7 @@ func (tx *Tx) InsertRun(ctx context.Context, r *Run) error {
 		return err
 	}
 	_, err = tx.ExecContext(ctx, `INSERT INTO runs (`+runCols+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`, args...)
-	if err != nil && strings.Contains(err.Error(), "FOREIGN KEY") {
+	if isForeignKeyViolation(err) {
 		return FieldError("parent_run_id", "Parent run not found.")
 	}
 	return err

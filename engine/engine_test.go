@@ -154,22 +154,15 @@ func TestCancelDuringASlowIterationReturnsPromptly(t *testing.T) {
 	u := h.user("a@example.com")
 	r := h.create(u, spec.Config{Script: script(scripted.Step{SleepMS: 60_000})})
 	h.waitFor(u, r.ID, "iteration started", func(r *db.Run) bool { return r.LeaseOwner != "" })
-	start := time.Now()
 	if _, err := h.e.Cancel(h.ctx, u.ID, r.ID); err != nil {
 		t.Fatal(err)
 	}
-	if d := time.Since(start); d > time.Second {
-		t.Fatalf("cancel returned after %s", d)
-	}
+	// The iteration sleeps a minute, three times waitFor's deadline: it is
+	// recorded in time only if the cancel interrupted it.
 	r = h.waitFor(u, r.ID, "iteration recorded", func(r *db.Run) bool {
 		its, _ := h.db.ListIterations(h.ctx, u.ID, r.ID)
 		return r.Status == db.StatusCanceled && len(its) == 1 && its[0].Status != db.IterRunning
 	})
-	if d := time.Since(start); d > 2*time.Second {
-		t.Fatalf("the canceled iteration was recorded only after %s", d)
-	} else {
-		t.Logf("canceled iteration recorded %s after the cancel", d)
-	}
 	its, _ := h.db.ListIterations(h.ctx, u.ID, r.ID)
 	if len(its) != 1 || its[0].Status != db.IterCanceled {
 		t.Fatalf("iterations %+v", its)
@@ -459,12 +452,12 @@ func TestShutdownLeavesInFlightRunsRecoverable(t *testing.T) {
 		scripted.Step{SleepFirstMS: 60_000, Status: &spec.Status{RemainingWork: []string{"more"}}},
 		scripted.Step{Status: &spec.Status{RemainingWork: []string{"more"}}})})
 	h.waitFor(u, r.ID, "leased", func(r *db.Run) bool { return r.LeaseOwner != "" })
-	start := time.Now()
-	if err := h.e.Stop(h.ctx); err != nil {
-		t.Fatal(err)
-	}
-	if d := time.Since(start); d > 8*time.Second {
-		t.Fatalf("stop took %s", d)
+	// The first iteration sleeps a minute; Stop must cancel it after the
+	// grace period, long before this bound, or it returns the bound's error.
+	stopCtx, cancel := context.WithTimeout(h.ctx, 30*time.Second)
+	defer cancel()
+	if err := h.e.Stop(stopCtx); err != nil {
+		t.Fatalf("stop: %v", err)
 	}
 	got, _ := h.db.FindRun(h.ctx, u.ID, r.ID)
 	if got.Status != db.StatusRunning || got.LeaseOwner == "" {

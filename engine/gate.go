@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -136,79 +137,23 @@ func decide(in gateInput) spec.Decision {
 			failing = append(failing, c)
 		}
 	}
-
 	if res.Fatal != nil {
-		return spec.Decision{Decision: spec.DecisionStop, StopReason: orDefault(res.Fatal.Type, StopError),
+		return spec.Decision{Decision: spec.DecisionStop, StopReason: cmp.Or(res.Fatal.Type, StopError),
 			Reasons: []string{res.Fatal.Detail}}
 	}
-
-	// Completion: the explicit signal AND evidence AND every check passing.
+	claimed, complete, refused := judgeCompletion(in, failing)
+	if complete != nil {
+		return *complete
+	}
 	var reasons []string
-	claimed, evidence := false, false
-	if res.Status != nil && res.Status.ExitSignal {
-		claimed = true
-		evidence = len(nonEmpty(res.Status.CompletionEvidence)) > 0
-	}
-	if res.Promise != nil && res.Promise.Kind == spec.PromiseComplete {
-		claimed = true
-		evidence = evidence || strings.TrimSpace(res.Output) != ""
-	}
-	if claimed {
-		var refused []string
-		if !evidence {
-			refused = append(refused, "completion was claimed without evidence")
-		}
-		if tok := cfg.Completion.Token; tok != "" && !strings.Contains(res.Output, tok) && !containsAny(statusEvidence(res), tok) {
-			refused = append(refused, fmt.Sprintf("the completion token %q was not given", tok))
-		}
-		for _, c := range failing {
-			refused = append(refused, fmt.Sprintf("check %q failed: %s", c.Name, truncate(c.Message, 300)))
-		}
-		if res.Error != "" {
-			refused = append(refused, "the iteration ended with an error: "+truncate(res.Error, 300))
-		}
-		if len(refused) == 0 {
-			r := []string{"completion was signalled with evidence"}
-			if len(in.Checks) > 0 {
-				r = append(r, fmt.Sprintf("all %d checks passed", len(in.Checks)))
-			}
-			return spec.Decision{Decision: spec.DecisionComplete, StopReason: StopCompleted, Reasons: r}
-		}
-		reasons = append(reasons, "completion claim refused: "+strings.Join(refused, "; "))
+	if refused != "" {
+		reasons = append(reasons, refused)
 	}
 	falseCompletion := claimed && len(reasons) > 0
-
-	// Waits the agent asked for.
-	if res.Status != nil && res.Status.NeedsUserInput {
-		q := nonEmpty(res.Status.BlockingQuestions)
-		return spec.Decision{Decision: spec.DecisionWait, WaitReason: spec.WaitNeedsInput, Questions: q, FalseCompletion: falseCompletion,
-			Reasons: append(reasons, "the agent needs your input")}
+	if d := requestedWait(res, reasons, falseCompletion); d != nil {
+		return *d
 	}
-	if res.Promise != nil && res.Promise.Kind == spec.PromiseBlocked {
-		reason := strings.TrimSpace(res.Promise.Reason)
-		if reason == "" {
-			reason = "the agent reported BLOCKED without a reason"
-		}
-		return spec.Decision{Decision: spec.DecisionWait, WaitReason: spec.WaitBlocked, Questions: []string{reason},
-			FalseCompletion: falseCompletion, Reasons: append(reasons, "the agent is blocked: "+reason)}
-	}
-	if res.WaitForApproval != "" {
-		return spec.Decision{Decision: spec.DecisionWait, WaitReason: spec.WaitApprovePlan, Questions: []string{res.WaitForApproval},
-			Reasons: append(reasons, "the plan waits for your approval")}
-	}
-
-	if res.Status == nil && res.Promise == nil && cfg.Executor == spec.ExecutorLLM {
-		reasons = append(reasons, "not done: the iteration ended without report_status")
-	}
-	if res.Error != "" {
-		reasons = append(reasons, "iteration error: "+truncate(res.Error, 300))
-	}
-	for _, c := range failing {
-		if !claimed {
-			reasons = append(reasons, fmt.Sprintf("check %q failing: %s", c.Name, truncate(c.Message, 300)))
-		}
-	}
-
+	reasons = append(reasons, notDoneReasons(in, failing, claimed)...)
 	if b := budgetExceeded(cfg.Budgets, in.Metrics); b != nil {
 		return spec.Decision{Decision: spec.DecisionStop, StopReason: b.stop, FalseCompletion: falseCompletion,
 			Reasons: append(reasons, b.detail)}
@@ -229,6 +174,91 @@ func decide(in gateInput) spec.Decision {
 		reasons = append(reasons, "remaining: "+truncate(strings.Join(res.Status.RemainingWork, "; "), 300))
 	}
 	return spec.Decision{Decision: spec.DecisionContinue, FalseCompletion: falseCompletion, Reasons: reasons}
+}
+
+// judgeCompletion weighs a completion claim: the explicit signal AND
+// evidence AND the completion token (when set) AND every check passing AND
+// no iteration error. It returns whether completion was claimed, the
+// complete decision when the claim holds, and otherwise why it was refused
+// ("" when nothing was claimed).
+func judgeCompletion(in gateInput, failing []spec.CheckResult) (claimed bool, complete *spec.Decision, refused string) {
+	res, cfg := in.Result, in.Config
+	evidence := false
+	if res.Status != nil && res.Status.ExitSignal {
+		claimed = true
+		evidence = len(nonEmpty(res.Status.CompletionEvidence)) > 0
+	}
+	if res.Promise != nil && res.Promise.Kind == spec.PromiseComplete {
+		claimed = true
+		evidence = evidence || strings.TrimSpace(res.Output) != ""
+	}
+	if !claimed {
+		return false, nil, ""
+	}
+	var why []string
+	if !evidence {
+		why = append(why, "completion was claimed without evidence")
+	}
+	if tok := cfg.Completion.Token; tok != "" && !strings.Contains(res.Output, tok) && !containsAny(statusEvidence(res), tok) {
+		why = append(why, fmt.Sprintf("the completion token %q was not given", tok))
+	}
+	for _, c := range failing {
+		why = append(why, fmt.Sprintf("check %q failed: %s", c.Name, truncate(c.Message, 300)))
+	}
+	if res.Error != "" {
+		why = append(why, "the iteration ended with an error: "+truncate(res.Error, 300))
+	}
+	if len(why) == 0 {
+		r := []string{"completion was signalled with evidence"}
+		if len(in.Checks) > 0 {
+			r = append(r, fmt.Sprintf("all %d checks passed", len(in.Checks)))
+		}
+		return true, &spec.Decision{Decision: spec.DecisionComplete, StopReason: StopCompleted, Reasons: r}, ""
+	}
+	return true, nil, "completion claim refused: " + strings.Join(why, "; ")
+}
+
+// requestedWait returns the wait the agent asked for (input, BLOCKED, plan
+// approval), or nil.
+func requestedWait(res *spec.Result, reasons []string, falseCompletion bool) *spec.Decision {
+	if res.Status != nil && res.Status.NeedsUserInput {
+		q := nonEmpty(res.Status.BlockingQuestions)
+		return &spec.Decision{Decision: spec.DecisionWait, WaitReason: spec.WaitNeedsInput, Questions: q, FalseCompletion: falseCompletion,
+			Reasons: append(reasons, "the agent needs your input")}
+	}
+	if res.Promise != nil && res.Promise.Kind == spec.PromiseBlocked {
+		reason := strings.TrimSpace(res.Promise.Reason)
+		if reason == "" {
+			reason = "the agent reported BLOCKED without a reason"
+		}
+		return &spec.Decision{Decision: spec.DecisionWait, WaitReason: spec.WaitBlocked, Questions: []string{reason},
+			FalseCompletion: falseCompletion, Reasons: append(reasons, "the agent is blocked: "+reason)}
+	}
+	if res.WaitForApproval != "" {
+		return &spec.Decision{Decision: spec.DecisionWait, WaitReason: spec.WaitApprovePlan, Questions: []string{res.WaitForApproval},
+			Reasons: append(reasons, "the plan waits for your approval")}
+	}
+	return nil
+}
+
+// notDoneReasons says why an iteration that did not complete is not done:
+// a missing status report, an error, failing checks (already listed when a
+// claim was refused).
+func notDoneReasons(in gateInput, failing []spec.CheckResult, claimed bool) []string {
+	res := in.Result
+	var reasons []string
+	if res.Status == nil && res.Promise == nil && in.Config.Executor == spec.ExecutorLLM {
+		reasons = append(reasons, "not done: the iteration ended without report_status")
+	}
+	if res.Error != "" {
+		reasons = append(reasons, "iteration error: "+truncate(res.Error, 300))
+	}
+	if !claimed {
+		for _, c := range failing {
+			reasons = append(reasons, fmt.Sprintf("check %q failing: %s", c.Name, truncate(c.Message, 300)))
+		}
+	}
+	return reasons
 }
 
 // Evidence is what a breaker trip records.
@@ -329,13 +359,6 @@ func orInt(v, d int) int {
 	return v
 }
 
-func orDefault(v, d string) string {
-	if v == "" {
-		return d
-	}
-	return v
-}
-
 func nonEmpty(ss []string) []string {
 	var out []string
 	for _, s := range ss {
@@ -360,15 +383,4 @@ func containsAny(ss []string, sub string) bool {
 		}
 	}
 	return false
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	cut := n
-	for cut > 0 && cut < len(s) && (s[cut]&0xC0) == 0x80 {
-		cut--
-	}
-	return s[:cut] + "…"
 }

@@ -10,6 +10,7 @@ import (
 	"homework/db"
 	"homework/engine/scripted"
 	"homework/engine/spec"
+	"homework/internal/waitfor"
 )
 
 // harness is a real engine over a real SQLite file with the scripted executor.
@@ -84,25 +85,15 @@ func (h *harness) create(u *db.User, cfg spec.Config) *db.Run {
 // waitFor waits, on the run's event stream, until cond holds for the run.
 func (h *harness) waitFor(u *db.User, runID string, what string, cond func(*db.Run) bool) *db.Run {
 	h.t.Helper()
-	sub := h.bus.SubscribeRun(runID, 1024)
-	defer sub.Close()
-	deadline := time.After(20 * time.Second)
-	for {
-		r, err := h.db.FindRun(h.ctx, u.ID, runID)
-		if err != nil {
-			h.t.Fatal(err)
-		}
-		if cond(r) {
-			return r
-		}
-		select {
-		case _, ok := <-sub.C:
-			if !ok {
-				sub = h.bus.SubscribeRun(runID, 1024)
-			}
-		case <-deadline:
-			h.t.Fatalf("timed out waiting for %s; run is %s (iteration %d, stop %+v)", what, r.Status, r.Iteration, r.StopReason)
-		}
+	return waitfor.Run(h.t, what, 20*time.Second, runEvents(h.bus, runID),
+		func() (*spec.Run, error) { return h.db.FindRun(h.ctx, u.ID, runID) }, cond)
+}
+
+// runEvents subscribes to a run's events on bus, for waitfor.
+func runEvents(bus *Bus, runID string) waitfor.Subscribe {
+	return func() (<-chan *spec.Event, func()) {
+		s := bus.SubscribeRun(runID, 1024)
+		return s.C, s.Close
 	}
 }
 

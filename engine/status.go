@@ -1,10 +1,10 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
-	"regexp"
 	"strings"
 	"time"
 
@@ -230,7 +230,7 @@ func (e *Engine) narrate(ctx context.Context, it *iteration, d spec.Decision, re
 		if err != nil {
 			return err
 		}
-		report, err = e.buildReport(ctx, tx, run, status, &spec.StopReason{Type: orDefault(d.StopReason, StopCompleted), Detail: joinReasons(d.Reasons)}, &res.Artifacts)
+		report, err = e.buildReport(ctx, tx, run, status, &spec.StopReason{Type: cmp.Or(d.StopReason, StopCompleted), Detail: joinReasons(d.Reasons)}, &res.Artifacts)
 		if err != nil {
 			return err
 		}
@@ -254,16 +254,4 @@ func (e *Engine) narrate(ctx context.Context, it *iteration, d spec.Decision, re
 		return "", fmt.Sprintf("The summary could not be written: %v", truncate(err.Error(), 300))
 	}
 	return text, ""
-}
-
-var (
-	reNumbers = regexp.MustCompile(`\b(0x)?[0-9a-fA-F]{6,}\b|\d+`)
-	reSpaces  = regexp.MustCompile(`\s+`)
-)
-
-// normalizeError strips numbers, hashes and spacing so the same failure
-// fingerprints the same.
-func normalizeError(s string) string {
-	s = reNumbers.ReplaceAllString(s, "#")
-	return strings.TrimSpace(reSpaces.ReplaceAllString(s, " "))
 }

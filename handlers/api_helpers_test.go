@@ -21,6 +21,7 @@ import (
 	"homework/engine"
 	"homework/engine/scripted"
 	"homework/engine/spec"
+	"homework/internal/waitfor"
 )
 
 // testServer is the real thing on a loopback port: a SQLite file under
@@ -240,26 +241,8 @@ func (ts *testServer) createRun(t testing.TB, u *testUser, steps ...scripted.Ste
 // waitStatus waits, on the run's bus subscription, until the run has status.
 func (ts *testServer) waitStatus(t testing.TB, u *testUser, runID, status string) *db.Run {
 	t.Helper()
-	sub := ts.Bus.SubscribeRun(runID, 1024)
-	defer func() { sub.Close() }()
-	deadline := time.After(20 * time.Second)
-	for {
-		r, err := ts.DB.FindRun(ts.ctx, u.ID, runID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if r.Status == status {
-			return r
-		}
-		select {
-		case _, ok := <-sub.C:
-			if !ok {
-				sub = ts.Bus.SubscribeRun(runID, 1024)
-			}
-		case <-deadline:
-			t.Fatalf("timed out waiting for run %s to be %s; it is %s", runID, status, r.Status)
-		}
-	}
+	subscribe := func() (<-chan *spec.Event, func()) { s := ts.Bus.SubscribeRun(runID, 1024); return s.C, s.Close }
+	return waitfor.Status(t, 20*time.Second, subscribe, func() (*spec.Run, error) { return ts.DB.FindRun(ts.ctx, u.ID, runID) }, status)
 }
 
 // waitUntil polls cond, which reads state that has no signal of its own

@@ -3,11 +3,13 @@ package handlers
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"strconv"
 	"strings"
 
 	"github.com/gofiber/fiber/v2"
+	"github.com/google/shlex"
 
 	"homework/db"
 	"homework/engine"
@@ -231,55 +233,17 @@ func (s *Server) createRun(c *fiber.Ctx) error {
 	return s.render(c, status, views.Composer(d))
 }
 
-// shellSplit splits a command line into words the way a POSIX shell would
-// for plain words, single and double quotes and backslash escapes. It does
-// not expand anything.
+// shellSplit splits a command line into words as a POSIX shell would:
+// quotes, backslash escapes and # comments, with no expansion of any kind.
 func shellSplit(s string) ([]string, error) {
-	var out []string
-	var cur strings.Builder
-	inWord := false
-	var quote rune
-	escaped := false
-	for _, r := range s {
-		switch {
-		case escaped:
-			cur.WriteRune(r)
-			escaped = false
-		case quote == '\'':
-			if r == '\'' {
-				quote = 0
-			} else {
-				cur.WriteRune(r)
-			}
-		case r == '\\':
-			escaped, inWord = true, true
-		case quote == '"':
-			if r == '"' {
-				quote = 0
-			} else {
-				cur.WriteRune(r)
-			}
-		case r == '\'' || r == '"':
-			quote, inWord = r, true
-		case r == ' ' || r == '\t' || r == '\n' || r == '\r':
-			if inWord {
-				out = append(out, cur.String())
-				cur.Reset()
-				inWord = false
-			}
-		default:
-			cur.WriteRune(r)
-			inWord = true
-		}
-	}
-	if quote != 0 {
+	words, err := shlex.Split(s)
+	switch {
+	case err == nil:
+		return words, nil
+	case strings.Contains(err.Error(), "closing quote"):
 		return nil, errors.New("unterminated quote")
-	}
-	if escaped {
+	case strings.Contains(err.Error(), "escape"):
 		return nil, errors.New("trailing backslash")
 	}
-	if inWord {
-		out = append(out, cur.String())
-	}
-	return out, nil
+	return nil, fmt.Errorf("the command line cannot be split: %v", err)
 }

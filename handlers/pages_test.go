@@ -336,6 +336,7 @@ func TestShellSplit(t *testing.T) {
 		{`a "b c" d\ e`, []string{"a", "b c", "d e"}},
 		{`  spaced   out `, []string{"spaced", "out"}},
 		{`empty "" arg`, []string{"empty", "", "arg"}},
+		{`go vet ./... # and nothing else`, []string{"go", "vet", "./..."}},
 	} {
 		got, err := shellSplit(tc.in)
 		if err != nil || strings.Join(got, "|") != strings.Join(tc.want, "|") || len(got) != len(tc.want) {

@@ -269,10 +269,19 @@ func TestSSEShutdownEndsStreams(t *testing.T) {
 	if err := ts.shutdown(ctx); err != nil {
 		t.Fatalf("shutdown with an open stream: %v", err)
 	}
-	for {
-		if _, err := c.Next(); err != nil {
-			break
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		for {
+			if _, err := c.Next(); err != nil {
+				return
+			}
 		}
+	}()
+	select {
+	case <-ended:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the stream did not end after shutdown")
 	}
 }
 

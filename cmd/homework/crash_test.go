@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"homework/db"
+	"homework/engine/spec"
 )
 
 // binary builds the homework binary once per test process.
@@ -175,29 +176,15 @@ func TestCrashRecoveryAfterSIGKILL(t *testing.T) {
 		}
 		ids = append(ids, created.RunID)
 	}
-	// Kill the server in the middle of the second iteration of the first run.
-	d, err := db.Open(context.Background(), db.Options{Path: dbPath})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		evs, _ := d.ListRunEvents(context.Background(), 1, ids[0], 0, 1000)
-		started := 0
-		for _, e := range evs {
-			if e.Type == "iteration_started" {
-				started++
-			}
+	// Kill the server in the middle of the second iteration of the first run,
+	// seen on the run's event stream.
+	started := 0
+	first.follow(t, token, ids[0], func(typ string) bool {
+		if typ == spec.EventIterationStarted {
+			started++
 		}
-		if started >= 2 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the run never reached its second iteration:\n%s", first.log())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return started == 2
+	})
 	first.kill()
 
 	second := startServer(t, bin, dbPath)
@@ -277,22 +264,50 @@ func TestCrashRecoveryAfterSIGKILL(t *testing.T) {
 
 func closeTo(a, b float64) bool { return a-b < 1e-9 && b-a < 1e-9 }
 
+// waitRunStatus follows the run's event stream until the event that moves
+// it into status (run_completed for completed, and so on).
 func waitRunStatus(t testing.TB, s *server, token, id, status string) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		var run struct {
-			Status string `json:"status"`
+	want := spec.StatusEvent(status)
+	if want == "" {
+		t.Fatalf("status %s has no event to wait for", status)
+	}
+	s.follow(t, token, id, func(typ string) bool { return typ == want })
+}
+
+// follow reads the run's event stream from the start (server-sent events)
+// and calls until with each event's type until it returns true. It fails t
+// when the stream ends first (a run's stream ends after its terminal event)
+// or after a minute, a guard against a hung server.
+func (s *server) follow(t testing.TB, token, runID string, until func(typ string) bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", s.base+"/api/runs/"+runID+"/events?since_seq=0", nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Accept", "text/event-stream")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("follow run %s: %v", runID, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("follow run %s: status %d", runID, resp.StatusCode)
+	}
+	var seen []string
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		typ, ok := strings.CutPrefix(sc.Text(), "event: ")
+		if !ok {
+			continue
 		}
-		s.api(t, token, "GET", "/api/runs/"+id, nil, &run)
-		if run.Status == status {
+		seen = append(seen, typ)
+		if until(typ) {
 			return
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("run %s is %s, want %s:\n%s", id, run.Status, status, s.log())
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
+	t.Fatalf("the event stream of run %s ended (%v) after %v:\n%s", runID, sc.Err(), seen, s.log())
 }
 
 // BenchmarkRestartToFirstResumedIteration measures the time from starting a

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -18,6 +19,7 @@ import (
 	"gopkg.in/cenkalti/backoff.v1"
 
 	"homework/engine/spec"
+	"homework/internal/text"
 )
 
 const tailUsage = `usage: homework tail RUN_ID [--since N] [--server URL] [--token T]
@@ -39,7 +41,7 @@ var errRunFinished = errors.New("run finished")
 func tail(ctx context.Context, args []string, env func(string) string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("tail")
 	since := fs.Int64("since", 0, "start after this event seq")
-	server := fs.String("server", orDefault(getenv(env, "HOMEWORK_SERVER"), "http://127.0.0.1:8080"), "server base URL (env HOMEWORK_SERVER)")
+	server := fs.String("server", cmp.Or(getenv(env, "HOMEWORK_SERVER"), "http://127.0.0.1:8080"), "server base URL (env HOMEWORK_SERVER)")
 	token := fs.String("token", getenv(env, "HOMEWORK_TOKEN"), "API token (env HOMEWORK_TOKEN)")
 	// The run id may come before or after the flags.
 	var runID string
@@ -71,13 +73,6 @@ func tail(ctx context.Context, args []string, env func(string) string, stdout, s
 	}
 	t := &tailer{base: base, runID: runID, token: *token, out: stdout, http: &http.Client{Timeout: 30 * time.Second}}
 	return t.follow(ctx, *since)
-}
-
-func orDefault(v, def string) string {
-	if v == "" {
-		return def
-	}
-	return v
 }
 
 // tailer follows one run.
@@ -248,6 +243,38 @@ type tailEvent struct {
 	CreatedAt time.Time       `json:"created_at"`
 }
 
+// tailData is the part of an event's data that tail shows.
+type tailData struct {
+	Iteration  int      `json:"iteration"`
+	Decision   string   `json:"decision"`
+	Reasons    []string `json:"reasons"`
+	Status     string   `json:"status"`
+	Summary    string   `json:"summary"`
+	Error      string   `json:"error"`
+	Reason     string   `json:"reason"`
+	Questions  []string `json:"questions"`
+	Tool       string   `json:"tool"`
+	Path       string   `json:"path"`
+	Title      string   `json:"title"`
+	Model      string   `json:"model"`
+	Body       string   `json:"body"`
+	StopReason *struct {
+		Type   string `json:"type"`
+		Detail string `json:"detail"`
+	} `json:"stop_reason"`
+	CostTotal   *float64 `json:"cost_total_usd"`
+	TokensTotal *int64   `json:"tokens_total"`
+	RunMetrics  *struct {
+		TokensTotal  int64   `json:"tokens_total"`
+		CostTotalUSD float64 `json:"cost_total_usd"`
+	} `json:"run_metrics"`
+	Check *struct {
+		Name    string `json:"name"`
+		Passed  bool   `json:"passed"`
+		Message string `json:"message"`
+	} `json:"check"`
+}
+
 // print writes one readable line for e.
 func (t *tailer) print(raw *sse.Event) {
 	var e tailEvent
@@ -259,37 +286,26 @@ func (t *tailer) print(raw *sse.Event) {
 		return // already shown before a reconnect
 	}
 	t.lastSeq = e.Seq
-	var d struct {
-		Iteration  int      `json:"iteration"`
-		Decision   string   `json:"decision"`
-		Reasons    []string `json:"reasons"`
-		Status     string   `json:"status"`
-		Summary    string   `json:"summary"`
-		Error      string   `json:"error"`
-		Reason     string   `json:"reason"`
-		Questions  []string `json:"questions"`
-		Tool       string   `json:"tool"`
-		Path       string   `json:"path"`
-		Title      string   `json:"title"`
-		Model      string   `json:"model"`
-		Body       string   `json:"body"`
-		StopReason *struct {
-			Type   string `json:"type"`
-			Detail string `json:"detail"`
-		} `json:"stop_reason"`
-		CostTotal   *float64 `json:"cost_total_usd"`
-		TokensTotal *int64   `json:"tokens_total"`
-		RunMetrics  *struct {
-			TokensTotal  int64   `json:"tokens_total"`
-			CostTotalUSD float64 `json:"cost_total_usd"`
-		} `json:"run_metrics"`
-		Check *struct {
-			Name    string `json:"name"`
-			Passed  bool   `json:"passed"`
-			Message string `json:"message"`
-		} `json:"check"`
-	}
+	var d tailData
 	json.Unmarshal(e.Data, &d)
+	t.track(&d)
+	detail := t.detail(e.Type, &d)
+	ts := e.CreatedAt.Local().Format("15:04:05")
+	// Event data carries text the agent wrote (paths, titles, tool names):
+	// never let it send escape sequences to the terminal.
+	typ := printable(e.Type)
+	if detail = printable(detail); detail != "" {
+		fmt.Fprintf(t.out, "%s #%-4d %-22s %s\n", ts, e.Seq, typ, detail)
+	} else {
+		fmt.Fprintf(t.out, "%s #%-4d %s\n", ts, e.Seq, typ)
+	}
+	if spec.IsTerminalEvent(e.Type) {
+		t.terminal = e.Type
+	}
+}
+
+// track keeps the run's cost and token totals from events that carry them.
+func (t *tailer) track(d *tailData) {
 	if d.CostTotal != nil {
 		t.cost = *d.CostTotal
 	}
@@ -299,9 +315,13 @@ func (t *tailer) print(raw *sse.Event) {
 	if d.RunMetrics != nil {
 		t.cost, t.tokens = d.RunMetrics.CostTotalUSD, d.RunMetrics.TokensTotal
 	}
+}
+
+// detail is the text shown after an event's type.
+func (t *tailer) detail(typ string, d *tailData) string {
 	costSoFar := fmt.Sprintf("cost so far $%.4f, %d tokens", t.cost, t.tokens)
 	var detail string
-	switch e.Type {
+	switch typ {
 	case spec.EventIterationStarted:
 		detail = fmt.Sprintf("iteration %d", d.Iteration)
 	case spec.EventIterationCompleted:
@@ -339,35 +359,19 @@ func (t *tailer) print(raw *sse.Event) {
 	case spec.EventMessageQueued:
 		detail = oneLine(d.Body, 120)
 	}
-	if strings.HasPrefix(e.Type, "run_") && d.Status != "" {
+	if strings.HasPrefix(typ, "run_") && d.Status != "" {
 		detail = "status " + d.Status
 		if d.StopReason != nil && d.StopReason.Type != "" {
 			detail += fmt.Sprintf(" (%s: %s)", d.StopReason.Type, oneLine(d.StopReason.Detail, 200))
 		}
 		detail += "; " + costSoFar
 	}
-	ts := e.CreatedAt.Local().Format("15:04:05")
-	// Event data carries text the agent wrote (paths, titles, tool names):
-	// never let it send escape sequences to the terminal.
-	e.Type, detail = printable(e.Type), printable(detail)
-	if detail != "" {
-		fmt.Fprintf(t.out, "%s #%-4d %-22s %s\n", ts, e.Seq, e.Type, detail)
-	} else {
-		fmt.Fprintf(t.out, "%s #%-4d %s\n", ts, e.Seq, e.Type)
-	}
-	switch e.Type {
-	case spec.EventRunCompleted, spec.EventRunCanceled, spec.EventRunFailed:
-		t.terminal = e.Type
-	}
+	return detail
 }
 
-// oneLine shortens s to n runes on one line, without control characters.
+// oneLine puts s on one line without control characters, cut to n bytes.
 func oneLine(s string, n int) string {
-	s = printable(strings.Join(strings.Fields(s), " "))
-	if r := []rune(s); len(r) > n {
-		return string(r[:n-1]) + "…"
-	}
-	return s
+	return text.Truncate(printable(text.Collapse(s)), n)
 }
 
 // printable replaces control characters (escape sequences, line breaks) in s

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"homework/db"
+	"homework/engine/spec"
+	"homework/internal/waitfor"
 )
 
 // testMain starts the whole server (Main) on a loopback port with the
@@ -90,26 +92,8 @@ func createRun(t *testing.T, m *Main, token, body string) string {
 // waitStatus waits on the bus until the run has status.
 func waitStatus(t *testing.T, m *Main, runID, status string) {
 	t.Helper()
-	sub := m.Bus.SubscribeRun(runID, 1024)
-	defer func() { sub.Close() }()
-	deadline := time.After(20 * time.Second)
-	for {
-		r, err := m.DB.FindRunByID(context.Background(), runID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if r.Status == status {
-			return
-		}
-		select {
-		case _, ok := <-sub.C:
-			if !ok {
-				sub = m.Bus.SubscribeRun(runID, 1024)
-			}
-		case <-deadline:
-			t.Fatalf("run %s is %s, want %s", runID, r.Status, status)
-		}
-	}
+	subscribe := func() (<-chan *spec.Event, func()) { s := m.Bus.SubscribeRun(runID, 1024); return s.C, s.Close }
+	waitfor.Status(t, 20*time.Second, subscribe, func() (*spec.Run, error) { return m.DB.FindRunByID(context.Background(), runID) }, status)
 }
 
 // lines is an io.Writer that collects output and signals each write.

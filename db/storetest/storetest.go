@@ -165,6 +165,20 @@ func (s suite[T]) runs(t *testing.T) {
 		wantCode(t, "tx.FindRun of a missing run", err, spec.ENOTFOUND)
 		return nil
 	})
+	err = f.s.WriteTx(f.ctx, func(tx T) error {
+		return tx.InsertRun(f.ctx, &spec.Run{ID: "orphan", UserID: u.ID, ParentRunID: "no-such-run", Objective: "o",
+			Mode: spec.ModeAuto, Executor: spec.ExecutorScript, Config: json.RawMessage(`{}`), Status: spec.StatusQueued})
+	})
+	if wantCode(t, "a run with a missing parent", err, spec.EINVALID); spec.ErrorField(err) != "parent_run_id" {
+		t.Errorf("a run with a missing parent: field %q, want parent_run_id", spec.ErrorField(err))
+	}
+	err = f.s.WriteTx(f.ctx, func(tx T) error {
+		return tx.InsertRun(f.ctx, &spec.Run{ID: "run-0", UserID: u.ID, Objective: "o", Mode: spec.ModeAuto,
+			Executor: spec.ExecutorScript, Config: json.RawMessage(`{}`), Status: spec.StatusQueued})
+	})
+	if err == nil {
+		t.Error("a second run with the same id was stored")
+	}
 
 	var seen []string
 	cursor := ""

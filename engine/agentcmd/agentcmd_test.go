@@ -318,11 +318,9 @@ trap '' TERM
 wait`)
 	cfg := commandConfig([]string{agent}, wd)
 	cfg.Agent.TimeoutMS = 300
-	start := time.Now()
+	// The agent ignores TERM and waits on a 300 s child: Iterate ends within
+	// iterate's guard, with a timeout, only by killing the process group.
 	res := iterate(t, e, input("r", 1, cfg, newHost()))
-	if time.Since(start) > 10*time.Second {
-		t.Fatalf("Iterate took %s with a 300ms timeout", time.Since(start))
-	}
 	if res.ErrorFingerprint != "timeout" || !strings.Contains(res.Error, "timed out") {
 		t.Fatalf("error %q fingerprint %q", res.Error, res.ErrorFingerprint)
 	}
@@ -338,11 +336,9 @@ func TestIterateSweepsChildrenOfAnAgentThatExited(t *testing.T) {
 sleep 300 &
 echo $! > child.pid
 echo "left a child behind"`)
-	start := time.Now()
+	// The orphan keeps the output pipe open for 300 s: Iterate ends within
+	// iterate's guard only if it does not wait for it.
 	res := iterate(t, e, input("r", 1, commandConfig([]string{agent}, wd), newHost()))
-	if time.Since(start) > 10*time.Second {
-		t.Fatalf("Iterate took %s: it waited for the orphan", time.Since(start))
-	}
 	if res.Error != "" {
 		t.Fatalf("error = %q", res.Error)
 	}
@@ -370,15 +366,12 @@ wait`)
 	}()
 	host.waitOutput(t, "started")
 	cancel()
-	start := time.Now()
+	// The agent waits on a 300 s child; the guard is far below that.
 	var o outcome
 	select {
 	case o = <-done:
-	case <-time.After(5 * time.Second):
-		t.Fatal("Iterate did not return within 5s of cancel")
-	}
-	if d := time.Since(start); d > time.Second {
-		t.Errorf("Iterate returned %s after cancel, want within 1s", d)
+	case <-time.After(iterateGuard):
+		t.Fatal("Iterate did not return after cancel")
 	}
 	if !errors.Is(o.err, context.Canceled) {
 		t.Fatalf("err = %v, want context.Canceled", o.err)

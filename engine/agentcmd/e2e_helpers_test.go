@@ -17,6 +17,7 @@ import (
 	"homework/engine"
 	"homework/engine/agentcmd"
 	"homework/engine/spec"
+	"homework/internal/waitfor"
 )
 
 // e2e is a real engine over a real SQLite file with the real command
@@ -173,26 +174,19 @@ func (h *e2e) run(id string) *spec.Run {
 }
 
 // waitFor waits, on the run's event stream, until cond holds for the run.
+// When it times out, the run's events are logged.
 func (h *e2e) waitFor(runID, what string, cond func(*spec.Run) bool) *spec.Run {
 	h.t.Helper()
-	sub := h.bus.SubscribeRun(runID, 1024)
-	defer func() { sub.Close() }()
-	deadline := time.After(60 * time.Second)
-	for {
-		r := h.run(runID)
-		if cond(r) {
-			return r
+	var done bool
+	h.t.Cleanup(func() {
+		if !done {
+			h.t.Logf("events of run %s:\n%s", runID, h.eventDump(runID))
 		}
-		select {
-		case _, ok := <-sub.C:
-			if !ok {
-				sub = h.bus.SubscribeRun(runID, 1024)
-			}
-		case <-deadline:
-			h.t.Fatalf("timed out waiting for %s; run is %s (iteration %d, stop %+v)\nevents:\n%s",
-				what, r.Status, r.Iteration, r.StopReason, h.eventDump(runID))
-		}
-	}
+	})
+	subscribe := func() (<-chan *spec.Event, func()) { s := h.bus.SubscribeRun(runID, 1024); return s.C, s.Close }
+	r := waitfor.Run(h.t, what, 60*time.Second, subscribe, func() (*spec.Run, error) { return h.run(runID), nil }, cond)
+	done = true
+	return r
 }
 
 // settled waits until the run is neither queued nor running: an iteration

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/google/renameio/v2"
+
 	"homework/engine/spec"
 )
 
@@ -135,7 +137,9 @@ func (e *Executor) appendProgress(name, entry string) error {
 	if err := os.MkdirAll(filepath.Dir(name), 0o755); err != nil {
 		return fmt.Errorf("agentcmd: create .homework: %w", err)
 	}
-	if err := writeFileAtomic(name, []byte(log.String()), 0o644); err != nil {
+	// renameio writes a temporary file, syncs it and renames it over name,
+	// so a reader (the agent) sees the old content or the new, never a mix.
+	if err := renameio.WriteFile(name, []byte(log.String()), 0o644); err != nil {
 		return fmt.Errorf("agentcmd: write progress: %w", err)
 	}
 	return nil
@@ -391,44 +395,6 @@ func (l *progressLog) String() string {
 		b.WriteString("\n" + bl.text)
 	}
 	return b.String()
-}
-
-// writeFileAtomic replaces name with data: it writes a temporary file in the
-// same directory, syncs it, renames it over name and syncs the directory, so
-// a reader sees the old content or the new, never a mix.
-func writeFileAtomic(name string, data []byte, perm os.FileMode) (err error) {
-	dir := filepath.Dir(name)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(name)+".*.tmp")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(tmp)
-		}
-	}()
-	if _, err = f.Write(data); err != nil {
-		return err
-	}
-	if err = f.Chmod(perm); err != nil {
-		return err
-	}
-	if err = f.Sync(); err != nil {
-		return err
-	}
-	if err = f.Close(); err != nil {
-		return err
-	}
-	if err = os.Rename(tmp, name); err != nil {
-		return err
-	}
-	if d, derr := os.Open(dir); derr == nil {
-		d.Sync()
-		d.Close()
-	}
-	return nil
 }
 
 // commitIteration commits the work directory's changes when there are any

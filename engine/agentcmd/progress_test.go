@@ -59,6 +59,55 @@ func TestAfterGateWritesProgressAtomically(t *testing.T) {
 	}
 }
 
+// TestAfterGateNeverShowsAPartialProgressFile reads progress.txt while it is
+// rewritten again and again: every read must be a whole file, the header
+// first and a finished entry last. A writer that truncates and rewrites in
+// place fails this.
+func TestAfterGateNeverShowsAPartialProgressFile(t *testing.T) {
+	e, wd := setup(t, agentcmd.Options{Now: fixedClock()})
+	cfg := commandConfig([]string{"true"}, wd)
+	name := filepath.Join(wd, ".homework", "progress.txt")
+	d := spec.Decision{Decision: spec.DecisionContinue, Reasons: []string{"more to do"}}
+	if err := e.AfterGate(context.Background(), input("r", 1, cfg, nil), &spec.Result{Summary: "first"}, nil, d); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	reads := make(chan int)
+	go func() {
+		n := 0
+		defer func() { reads <- n }()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			b, err := os.ReadFile(name)
+			if err != nil {
+				t.Errorf("read %d: %v", n, err)
+				return
+			}
+			s := string(b)
+			if !strings.HasPrefix(s, "# Homework progress log") || !strings.HasSuffix(s, "Decision: continue — more to do\n") {
+				t.Errorf("read %d saw a partial file (%d bytes): ...%q", n, len(s), s[max(0, len(s)-80):])
+				return
+			}
+			n++
+		}
+	}()
+	// Large entries make a non-atomic write take long enough to be seen.
+	big := strings.Repeat("a long summary line of work done. ", 2000)
+	for i := 2; i <= 60; i++ {
+		if err := e.AfterGate(context.Background(), input("r", i, cfg, nil), &spec.Result{Summary: big}, nil, d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(stop)
+	if n := <-reads; n == 0 && !t.Failed() {
+		t.Fatal("the reader never read the file")
+	}
+}
+
 func TestAfterGateProgressIsBounded(t *testing.T) {
 	const maxBytes, maxEntries = 8 << 10, 10
 	e, wd := setup(t, agentcmd.Options{Now: fixedClock(), ProgressMaxBytes: maxBytes, ProgressMaxEntries: maxEntries})

@@ -214,24 +214,6 @@ func readProgressTail(name string, n int) string {
 	return strings.TrimSpace(strings.ToValidUTF8(s, ""))
 }
 
-// oneLine squeezes s onto one line of at most n bytes.
-func oneLine(s string, n int) string {
-	s = strings.Join(strings.Fields(s), " ")
-	return truncate(s, n)
-}
-
-// truncate shortens s to at most n bytes on a rune boundary, marking the
-// cut with "…".
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && s[n]&0xC0 == 0x80 {
-		n--
-	}
-	return s[:n] + "…"
-}
-
 func samplePromptData() PromptData {
 	return PromptData{
 		RunID:        "sample",

@@ -18,6 +18,7 @@ import (
 	"homework/engine/llm"
 	"homework/engine/llm/llmtest"
 	"homework/engine/spec"
+	"homework/internal/waitfor"
 )
 
 // e2e is a real engine over a real SQLite file with the LLM executor
@@ -167,26 +168,8 @@ func (h *e2e) create(cfg spec.Config) *db.Run {
 // waitFor waits, on the run's event stream, until cond holds for the run.
 func (h *e2e) waitFor(runID, what string, cond func(*db.Run) bool) *db.Run {
 	h.t.Helper()
-	sub := h.bus.SubscribeRun(runID, 1024)
-	defer func() { sub.Close() }()
-	deadline := time.After(30 * time.Second)
-	for {
-		r, err := h.db.FindRun(h.ctx, h.user.ID, runID)
-		if err != nil {
-			h.t.Fatal(err)
-		}
-		if cond(r) {
-			return r
-		}
-		select {
-		case _, ok := <-sub.C:
-			if !ok {
-				sub = h.bus.SubscribeRun(runID, 1024)
-			}
-		case <-deadline:
-			h.t.Fatalf("timed out waiting for %s; run is %s (iteration %d, stop %+v)", what, r.Status, r.Iteration, r.StopReason)
-		}
-	}
+	subscribe := func() (<-chan *spec.Event, func()) { s := h.bus.SubscribeRun(runID, 1024); return s.C, s.Close }
+	return waitfor.Run(h.t, what, 30*time.Second, subscribe, func() (*spec.Run, error) { return h.db.FindRun(h.ctx, h.user.ID, runID) }, cond)
 }
 
 // waitStatus waits until the run has status.

@@ -846,28 +846,6 @@ func checkDetail(c spec.CheckSpec) string {
 	return ""
 }
 
-func orDefault(s, d string) string {
-	if s == "" {
-		return d
-	}
-	return s
-}
-
-// truncate cuts s to at most n bytes on a rune boundary, marking the cut.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	if n <= 3 {
-		n = 4
-	}
-	cut := n - len("…")
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…"
-}
-
 // tail returns the last n bytes of s on a rune boundary.
 func tail(s string, n int) string {
 	if len(s) <= n {
@@ -878,24 +856,4 @@ func tail(s string, n int) string {
 		start++
 	}
 	return "…" + s[start:]
-}
-
-func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
-
-var (
-	uuidRE   = regexp.MustCompile(`[0-9a-fA-F]{8}-[0-9a-fA-F-]{27,}`)
-	hexRE    = regexp.MustCompile(`\b[0-9a-fA-F]{12,}\b`)
-	numberRE = regexp.MustCompile(`\d+`)
-	quotedRE = regexp.MustCompile(`"[^"]*"|'[^']*'`)
-)
-
-// normalizeError makes an error message stable across occurrences: ids,
-// numbers and quoted values are replaced, whitespace collapsed, lower case.
-func normalizeError(s string) string {
-	s = uuidRE.ReplaceAllString(s, "<id>")
-	s = hexRE.ReplaceAllString(s, "<hex>")
-	s = quotedRE.ReplaceAllString(s, "<v>")
-	s = numberRE.ReplaceAllString(s, "<n>")
-	s = strings.ToLower(oneLine(s))
-	return truncate(s, 160)
 }
