@@ -11,14 +11,33 @@ import (
 func (e *Engine) recoveryLoop(ctx context.Context) {
 	t := time.NewTicker(e.opts.RecoveryInterval)
 	defer t.Stop()
+	e.heartbeat(ctx)
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+			e.heartbeat(ctx)
 			if _, err := e.recoverOnce(ctx, false); err != nil && ctx.Err() == nil {
 				e.log.Warn("lease recovery", "err", err)
 			}
+		}
+	}
+}
+
+// Heartbeats is implemented by stores shared by several processes: each
+// process records a heartbeat, and recovery leaves the runs of a process
+// whose heartbeat is fresh (within a lease TTL) to that process, even when
+// one of their leases lapsed.
+type Heartbeats interface {
+	Heartbeat(ctx context.Context, id string, now time.Time) error
+	LiveProcesses(ctx context.Context, since time.Time) (map[string]bool, error)
+}
+
+func (e *Engine) heartbeat(ctx context.Context) {
+	if hb, ok := e.store.(Heartbeats); ok && e.opts.SharedStore {
+		if err := hb.Heartbeat(ctx, e.id, e.now()); err != nil && ctx.Err() == nil {
+			e.log.Warn("heartbeat", "err", err)
 		}
 	}
 }
@@ -39,16 +58,29 @@ func (e *Engine) recoverOnce(ctx context.Context, atStart bool) (int, error) {
 		return 0, err
 	}
 	now := e.now()
+	var live map[string]bool
+	if hb, ok := e.store.(Heartbeats); ok && e.opts.SharedStore && len(leases) > 0 {
+		if live, err = hb.LiveProcesses(ctx, now.Add(-e.opts.LeaseTTL)); err != nil {
+			return 0, err
+		}
+	}
 	n := 0
 	for _, l := range leases {
+		if l.Owner != "" && l.Owner != e.id && live[l.Owner] {
+			continue // its process is alive and renews, or recovers, it itself
+		}
 		stale := false
 		switch {
 		case l.Owner != "" && l.Owner != e.id && atStart:
 			stale = true
 		case l.Owner != "" && now.After(l.Until):
 			stale = true
-		case l.Owner == "" && atStart:
-			stale = true // checked against its job below
+		case l.Owner == "" && (atStart || (e.opts.SharedStore && now.After(l.Until))):
+			// Checked against its job below. With several processes, a
+			// job fetched by a process that died before it took the
+			// lease is stuck "running" at River; it is stale once the
+			// lease its enqueue set has passed.
+			stale = true
 		}
 		if !stale {
 			continue

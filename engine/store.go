@@ -170,4 +170,5 @@ var (
 	_ StoreTx         = (*db.Tx)(nil)
 	_ TxStore[*pg.Tx] = (*pg.DB)(nil)
 	_ StoreTx         = (*pg.Tx)(nil)
+	_ Heartbeats      = (*pg.DB)(nil)
 )

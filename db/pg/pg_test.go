@@ -141,3 +141,27 @@ func TestLockUserSlotsSerialisesPromotions(t *testing.T) {
 	close(release)
 	<-second
 }
+
+// TestHeartbeatsNameLiveProcesses checks that a process is live while its
+// heartbeat is recent, and not after.
+func TestHeartbeatsNameLiveProcesses(t *testing.T) {
+	d := open(t, pgtest.NewDatabase(t), nil)
+	ctx := context.Background()
+	now := time.UnixMilli(1_800_000_000_000)
+	if err := d.Heartbeat(ctx, "a", now); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Heartbeat(ctx, "b", now.Add(-10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	live, err := d.LiveProcesses(ctx, now.Add(-3*time.Second))
+	if err != nil || !live["a"] || live["b"] || len(live) != 1 {
+		t.Fatalf("live = %v (%v), want only a", live, err)
+	}
+	if err := d.Heartbeat(ctx, "b", now); err != nil {
+		t.Fatal(err)
+	}
+	if live, _ := d.LiveProcesses(ctx, now.Add(-3*time.Second)); !live["b"] {
+		t.Fatalf("b heartbeat again but is not live: %v", live)
+	}
+}
