@@ -6,12 +6,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"homework/db"
 	"homework/db/pg/pgtest"
 )
 
@@ -255,5 +257,94 @@ func TestCancelAndStreamAcrossProcesses(t *testing.T) {
 		if e.Seq != int64(i+1) {
 			t.Fatalf("stream event %d has seq %d: gap or duplicate in %+v", i+1, e.Seq, got)
 		}
+	}
+}
+
+// BenchmarkIterationsPerSecondByProcesses works 200 script runs of three
+// 50 ms iterations on one PostgreSQL database with 1, 2 and 3 `homework
+// serve` processes of 4 workers each, and reports iterations per second for
+// each beside the raw limit (workers × processes / 50 ms) and the scaling
+// ratio against one process.
+//
+//	HOMEWORK_TEST_PG=... go test ./cmd/homework -run '^$' -bench IterationsPerSecondByProcesses -benchtime 1x
+func BenchmarkIterationsPerSecondByProcesses(b *testing.B) {
+	bin, err := binary()
+	if err != nil {
+		b.Fatal(err)
+	}
+	const runs, iters, stepMS, workers = 200, 3, 50, 4
+	ctx := context.Background()
+	var one float64
+	for _, procs := range []int{1, 2, 3} {
+		url := pgtest.NewDatabase(b)
+		conn, err := pgx.Connect(ctx, url)
+		if err != nil {
+			b.Fatal(err)
+		}
+		var servers []*server
+		for range procs {
+			servers = append(servers, startServer(b, bin, url, "--workers", fmt.Sprint(workers), "--max-runs-per-user", fmt.Sprint(runs)))
+		}
+		token := userAndToken(b, bin, url)
+		start := time.Now()
+		for i := range runs {
+			if code := servers[i%procs].api(b, token, "POST", "/api/runs", map[string]any{"objective": fmt.Sprint("bench ", i),
+				"executor": "script", "script": slowScript(iters, stepMS)}, nil); code != 201 {
+				b.Fatalf("create: %d", code)
+			}
+		}
+		waitCompleted(b, runs, func() (n int) {
+			conn.QueryRow(ctx, `SELECT COUNT(*) FROM runs WHERE status = 'completed'`).Scan(&n)
+			return n
+		})
+		elapsed := time.Since(start)
+		rate := float64(runs*iters) / elapsed.Seconds()
+		limit := float64(workers*procs) / (stepMS / 1000.0)
+		if procs == 1 {
+			one = rate
+		}
+		b.ReportMetric(rate, fmt.Sprintf("iter/s-%dproc", procs))
+		b.Logf("%d process(es): %.1f iterations/s (raw limit %.0f, %.0f%% of it; %.2fx one process)", procs, rate, limit, 100*rate/limit, rate/one)
+		for _, s := range servers {
+			s.kill()
+		}
+		conn.Close(ctx)
+	}
+
+	// The same work on one SQLite server, for comparison.
+	path := filepath.Join(b.TempDir(), "bench.db")
+	s := startServer(b, bin, path, "--workers", fmt.Sprint(workers), "--max-runs-per-user", fmt.Sprint(runs))
+	token := userAndToken(b, bin, path)
+	d, err := db.Open(ctx, db.Options{Path: path})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer d.Close()
+	start := time.Now()
+	for i := range runs {
+		if code := s.api(b, token, "POST", "/api/runs", map[string]any{"objective": fmt.Sprint("bench ", i),
+			"executor": "script", "script": slowScript(iters, stepMS)}, nil); code != 201 {
+			b.Fatalf("create: %d", code)
+		}
+	}
+	waitCompleted(b, runs, func() (n int) {
+		d.Reader().QueryRow(`SELECT COUNT(*) FROM runs WHERE status = 'completed'`).Scan(&n)
+		return n
+	})
+	rate := float64(runs*iters) / time.Since(start).Seconds()
+	b.ReportMetric(rate, "iter/s-sqlite")
+	b.Logf("SQLite, 1 process: %.1f iterations/s (raw limit %.0f; PostgreSQL 1 process is %.2fx of it)", rate,
+		float64(workers)/(stepMS/1000.0), one/rate)
+}
+
+// waitCompleted polls count until it reaches n (a benchmark's end, not a
+// test's assertion), failing after five minutes.
+func waitCompleted(b *testing.B, n int, count func() int) {
+	deadline := time.Now().Add(5 * time.Minute)
+	for count() < n {
+		if time.Now().After(deadline) {
+			b.Fatalf("%d of %d runs completed after five minutes", count(), n)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
