@@ -7,7 +7,6 @@ package engine
 import (
 	"context"
 	"crypto/rand"
-	"database/sql"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -17,15 +16,18 @@ import (
 	"time"
 
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/riverdriver/riversqlite"
 
 	"homework/db"
+	"homework/db/pg"
 )
 
 // Options configure an Engine. Zero values get the defaults noted.
 type Options struct {
-	DB        *db.DB
-	Bus       *Bus                // required: the bus the DB's OnEvents publishes to
+	DB        *db.DB              // the SQLite store; or
+	PG        *pg.DB              // the PostgreSQL store (exactly one of DB and PG)
+	Bus       *Bus                // required: the bus the store's OnEvents publishes to
 	Executors map[string]Executor // by executor name (spec.ExecutorLLM, ...)
 	Logger    *slog.Logger
 	Now       func() time.Time
@@ -105,18 +107,15 @@ func (o *Options) setDefaults() {
 
 // Engine runs runs.
 type Engine struct {
-	opts  Options
-	db    *db.DB
-	bus   *Bus
-	log   *slog.Logger
-	now   func() time.Time
-	id    string // lease owner id of this process
-	store Store
-	inTx  inTxFunc // runs a function in one write transaction of the store
-	queue jobQueue // enqueues iterate jobs inside such a transaction
-	// river is the job queue's client. worker.go and recovery.go still use
-	// it and db directly with SQLite's types.
-	river  *river.Client[*sql.Tx]
+	opts   Options
+	db     *db.DB // the SQLite store, nil on PostgreSQL
+	bus    *Bus
+	log    *slog.Logger
+	now    func() time.Time
+	id     string // lease owner id of this process
+	store  Store
+	inTx   inTxFunc // runs a function in one write transaction of the store
+	queue  jobQueue // River: enqueues iterate jobs inside such a transaction
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
@@ -137,8 +136,8 @@ var errRunCanceled = errors.New("run canceled")
 
 // New returns an engine. It does not start working until Start.
 func New(opts Options) (*Engine, error) {
-	if opts.DB == nil || opts.Bus == nil {
-		return nil, errors.New("engine: DB and Bus are required")
+	if (opts.DB == nil) == (opts.PG == nil) || opts.Bus == nil {
+		return nil, errors.New("engine: one store (DB or PG) and Bus are required")
 	}
 	opts.setDefaults()
 	b := make([]byte, 8)
@@ -146,7 +145,6 @@ func New(opts Options) (*Engine, error) {
 	e := &Engine{
 		opts:     opts,
 		db:       opts.DB,
-		store:    opts.DB,
 		bus:      opts.Bus,
 		log:      opts.Logger,
 		now:      opts.Now,
@@ -156,7 +154,7 @@ func New(opts Options) (*Engine, error) {
 	}
 	workers := river.NewWorkers()
 	river.AddWorker(workers, &iterateWorker{e: e})
-	client, err := river.NewClient(riversqlite.New(opts.DB.Writer()), &river.Config{
+	cfg := &river.Config{
 		Queues:               map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: opts.Workers}},
 		Workers:              workers,
 		FetchCooldown:        min(opts.FetchPollInterval, 2*time.Millisecond), // fetch again soon after an insert or a free slot
@@ -166,11 +164,24 @@ func New(opts Options) (*Engine, error) {
 		MaxAttempts:          5,
 		Logger:               riverLogger(opts.Logger),
 		PollOnly:             true,
-	})
+	}
+	if opts.PG != nil {
+		// Several processes share the queue: River's LISTEN/NOTIFY wakes
+		// a fetch in every one of them on insert.
+		cfg.PollOnly = false
+		client, err := river.NewClient(riverpgxv5.New(opts.PG.Pool()), cfg)
+		if err != nil {
+			return nil, fmt.Errorf("river client: %w", err)
+		}
+		e.store = opts.PG
+		e.inTx, e.queue = pgBackend(opts.PG, client)
+		return e, nil
+	}
+	client, err := river.NewClient(riversqlite.New(opts.DB.Writer()), cfg)
 	if err != nil {
 		return nil, fmt.Errorf("river client: %w", err)
 	}
-	e.river = client
+	e.store = opts.DB
 	e.inTx, e.queue = sqliteBackend(opts.DB, client)
 	return e, nil
 }
@@ -178,7 +189,7 @@ func New(opts Options) (*Engine, error) {
 // Bus returns the engine's event bus.
 func (e *Engine) Bus() *Bus { return e.bus }
 
-// DB returns the engine's store.
+// DB returns the engine's SQLite store, nil on PostgreSQL.
 func (e *Engine) DB() *db.DB { return e.db }
 
 // Metrics returns the engine's Prometheus collectors.
@@ -192,7 +203,7 @@ func (e *Engine) Start(ctx context.Context) error {
 			return fmt.Errorf("recover runs: %w", err)
 		}
 	}
-	if err := e.river.Start(ctx); err != nil {
+	if err := e.queue.Start(ctx); err != nil {
 		return fmt.Errorf("start river: %w", err)
 	}
 	loopCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -224,7 +235,7 @@ func (e *Engine) Stop(ctx context.Context) error {
 	}
 	graceCtx, cancel := context.WithTimeout(ctx, grace)
 	defer cancel()
-	err := e.river.Stop(graceCtx)
+	err := e.queue.Stop(graceCtx)
 	if err != nil {
 		// Grace is over: cancel in-flight iterations; their runs keep
 		// their lease and are recovered at the next start.
@@ -239,7 +250,7 @@ func (e *Engine) Stop(ctx context.Context) error {
 		}
 		stopCtx, cancel2 := context.WithDeadline(context.WithoutCancel(ctx), deadline)
 		defer cancel2()
-		if err2 := e.river.StopAndCancel(stopCtx); err2 != nil {
+		if err2 := e.queue.StopAndCancel(stopCtx); err2 != nil {
 			e.log.Warn("river did not stop in time", "err", err2)
 		}
 	}

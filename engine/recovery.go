@@ -5,22 +5,39 @@ import (
 	"time"
 
 	"homework/engine/spec"
-
-	"homework/db"
 )
 
 // recoveryLoop recovers runs whose lease expired until ctx ends.
 func (e *Engine) recoveryLoop(ctx context.Context) {
 	t := time.NewTicker(e.opts.RecoveryInterval)
 	defer t.Stop()
+	e.heartbeat(ctx)
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+			e.heartbeat(ctx)
 			if _, err := e.recoverOnce(ctx, false); err != nil && ctx.Err() == nil {
 				e.log.Warn("lease recovery", "err", err)
 			}
+		}
+	}
+}
+
+// Heartbeats is implemented by stores shared by several processes: each
+// process records a heartbeat, and recovery leaves the runs of a process
+// whose heartbeat is fresh (within a lease TTL) to that process, even when
+// one of their leases lapsed.
+type Heartbeats interface {
+	Heartbeat(ctx context.Context, id string, now time.Time) error
+	LiveProcesses(ctx context.Context, since time.Time) (map[string]bool, error)
+}
+
+func (e *Engine) heartbeat(ctx context.Context) {
+	if hb, ok := e.store.(Heartbeats); ok && e.opts.SharedStore {
+		if err := hb.Heartbeat(ctx, e.id, e.now()); err != nil && ctx.Err() == nil {
+			e.log.Warn("heartbeat", "err", err)
 		}
 	}
 }
@@ -36,21 +53,34 @@ func (e *Engine) recoverAtStart(ctx context.Context) (int, error) {
 // owner is stale; later only expired leases are. It returns how many runs it
 // recovered.
 func (e *Engine) recoverOnce(ctx context.Context, atStart bool) (int, error) {
-	leases, err := e.db.RunningRuns(ctx)
+	leases, err := e.store.RunningRuns(ctx)
 	if err != nil {
 		return 0, err
 	}
 	now := e.now()
+	var live map[string]bool
+	if hb, ok := e.store.(Heartbeats); ok && e.opts.SharedStore && len(leases) > 0 {
+		if live, err = hb.LiveProcesses(ctx, now.Add(-e.opts.LeaseTTL)); err != nil {
+			return 0, err
+		}
+	}
 	n := 0
 	for _, l := range leases {
+		if l.Owner != "" && l.Owner != e.id && live[l.Owner] {
+			continue // its process is alive and renews, or recovers, it itself
+		}
 		stale := false
 		switch {
 		case l.Owner != "" && l.Owner != e.id && atStart:
 			stale = true
 		case l.Owner != "" && now.After(l.Until):
 			stale = true
-		case l.Owner == "" && atStart:
-			stale = true // checked against its job below
+		case l.Owner == "" && (atStart || (e.opts.SharedStore && now.After(l.Until))):
+			// Checked against its job below. With several processes, a
+			// job fetched by a process that died before it took the
+			// lease is stuck "running" at River; it is stale once the
+			// lease its enqueue set has passed.
+			stale = true
 		}
 		if !stale {
 			continue
@@ -70,7 +100,7 @@ func (e *Engine) recoverOnce(ctx context.Context, atStart bool) (int, error) {
 // with attempt+1 in one transaction, recording the interrupted iteration.
 func (e *Engine) recoverRun(ctx context.Context, runID, owner string, atStart bool) (bool, error) {
 	recovered := false
-	err := e.db.WriteTx(ctx, func(tx *db.Tx) error {
+	err := e.inTx(ctx, func(tx StoreTx) error {
 		run, err := tx.FindRun(ctx, runID)
 		if err != nil {
 			return err
@@ -100,7 +130,7 @@ func (e *Engine) recoverRun(ctx context.Context, runID, owner string, atStart bo
 			}
 		}
 		for _, j := range jobs {
-			if _, err := e.river.JobCancelTx(ctx, tx.Tx, j.ID); err != nil {
+			if err := e.queue.JobCancelTx(ctx, tx, j.ID); err != nil {
 				return err
 			}
 		}

@@ -24,6 +24,13 @@ import "context"
 //     two promotions cannot both see a free slot; StoreTx.LockUserSlots is
 //     where a store with concurrent writers takes a per-user lock first.
 
+// On PostgreSQL (Options.PG, package db/pg) each of these takes its
+// multi-process strategy: seqs come from a per-run counter row locked by the
+// appending transaction; there is no lock file; SharedStore is set and
+// processes heartbeat (Heartbeats), so recovery takes only expired leases of
+// processes that stopped; Interrupts is the store's NOTIFY channel; and
+// LockUserSlots takes a per-user advisory lock.
+
 // Interrupter delivers "stop working on this run now" to the process working
 // the run's current iteration. It must not block on that process.
 type Interrupter interface {
@@ -42,6 +49,11 @@ func (e *Engine) interrupt(ctx context.Context, runID string, cause error) {
 		e.log.Warn("deliver interrupt", "run", runID, "err", err)
 	}
 }
+
+// CancelLocal stops the run's iteration if this process is working it, as
+// a cancellation of the run. The receiving side of an Interrupter whose
+// only cause is cancellation (PostgreSQL's NOTIFY) calls it.
+func (e *Engine) CancelLocal(runID string) { e.InterruptLocal(runID, errRunCanceled) }
 
 // InterruptLocal cancels the run's iteration if this process is working it,
 // with cause. An Interrupter's receiving side calls it.

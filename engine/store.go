@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 
 	"homework/db"
+	"homework/db/pg"
 	"homework/engine/spec"
 )
 
@@ -23,6 +25,21 @@ type Store interface {
 	CountAllRunsByStatus(ctx context.Context) (map[string]int, error)
 	// QueueDepth is how many iterate jobs wait to be worked.
 	QueueDepth(ctx context.Context) (int, error)
+
+	// RunningRuns lists every running run's lease, for recovery.
+	RunningRuns(ctx context.Context) ([]db.RunLease, error)
+	// RenewLease extends owner's lease on a running run; false when the
+	// run is no longer running under owner.
+	RenewLease(ctx context.Context, runID, owner string, until time.Time) (bool, error)
+	// RenewAttemptLease extends owner's lease only while (iteration,
+	// attempt) is still the run's current attempt; false otherwise.
+	RenewAttemptLease(ctx context.Context, runID, owner string, iteration, attempt int, until time.Time) (bool, error)
+	// StatsRows and ListIterations feed the what-if replay.
+	StatsRows(ctx context.Context, userID int64, f spec.StatsFilter) ([]spec.StatsRow, error)
+	ListIterations(ctx context.Context, userID int64, runID string) ([]*spec.Iteration, error)
+	SumLLMCalls(ctx context.Context, runID string, iteration int) (spec.Metrics, error)
+	FindRunDocumentByPath(ctx context.Context, userID int64, runID, path string) (*spec.Document, error)
+	ListTasks(ctx context.Context, userID int64, runID string) ([]*spec.Task, error)
 }
 
 // StoreTx is one write transaction of the store: every state change of a
@@ -62,6 +79,14 @@ type StoreTx interface {
 	ResolveRunNotifications(ctx context.Context, runID, kind string) error
 	ListRunDocuments(ctx context.Context, runID string) ([]*spec.Document, error)
 	ListTasks(ctx context.Context, runID string) ([]*spec.Task, error)
+
+	// Leases and the inbox, for the worker and recovery.
+	SetLease(ctx context.Context, r *spec.Run, owner string, until time.Time) error
+	PendingInbox(ctx context.Context, runID string) ([]*spec.InboxItem, error)
+	ConsumeInbox(ctx context.Context, runID string, maxID int64, iteration int) error
+	// FindIterateJobs lists the run's unfinished iterate jobs in River's
+	// table, so recovery can cancel a stale one.
+	FindIterateJobs(ctx context.Context, runID string) ([]db.IterateJob, error)
 }
 
 // TxStore is a store whose write transactions have the concrete type T. The
@@ -90,6 +115,11 @@ type jobQueue interface {
 	// time: at once). duplicate is true when a job with the same args
 	// already exists and nothing was inserted.
 	InsertTx(ctx context.Context, tx StoreTx, args IterateArgs, scheduledAt time.Time) (duplicate bool, err error)
+	// JobCancelTx cancels a job in tx.
+	JobCancelTx(ctx context.Context, tx StoreTx, id int64) error
+	Start(ctx context.Context) error
+	Stop(ctx context.Context) error
+	StopAndCancel(ctx context.Context) error
 }
 
 // riverQueue is a jobQueue over a River client whose driver works with
@@ -113,6 +143,17 @@ func (q *riverQueue[TTx]) InsertTx(ctx context.Context, tx StoreTx, args Iterate
 	return res.UniqueSkippedAsDuplicate, nil
 }
 
+func (q *riverQueue[TTx]) JobCancelTx(ctx context.Context, tx StoreTx, id int64) error {
+	_, err := q.client.JobCancelTx(ctx, q.driverTx(tx), id)
+	return err
+}
+
+func (q *riverQueue[TTx]) Start(ctx context.Context) error { return q.client.Start(ctx) }
+func (q *riverQueue[TTx]) Stop(ctx context.Context) error  { return q.client.Stop(ctx) }
+func (q *riverQueue[TTx]) StopAndCancel(ctx context.Context) error {
+	return q.client.StopAndCancel(ctx)
+}
+
 // sqliteBackend binds the engine to the SQLite store: its transactions and
 // River's riversqlite driver share one *sql.Tx. A PostgreSQL backend is the
 // same three lines with its store's transaction and pgx.Tx.
@@ -127,8 +168,24 @@ func sqliteBackend(d *db.DB, client *river.Client[*sql.Tx]) (inTxFunc, jobQueue)
 	return txRunner[*db.Tx](d), queue
 }
 
-// Compile-time checks that the SQLite store implements the contract.
+// pgBackend binds the engine to the PostgreSQL store: its transactions and
+// River's riverpgxv5 driver share one pgx.Tx.
+func pgBackend(d *pg.DB, client *river.Client[pgx.Tx]) (inTxFunc, jobQueue) {
+	queue := &riverQueue[pgx.Tx]{client: client, driverTx: func(tx StoreTx) pgx.Tx {
+		ptx, ok := tx.(*pg.Tx)
+		if !ok {
+			panic(fmt.Sprintf("engine: a %T in the PostgreSQL backend", tx))
+		}
+		return ptx.Tx
+	}}
+	return txRunner[*pg.Tx](d), queue
+}
+
+// Compile-time checks that both stores implement the contract.
 var (
 	_ TxStore[*db.Tx] = (*db.DB)(nil)
 	_ StoreTx         = (*db.Tx)(nil)
+	_ TxStore[*pg.Tx] = (*pg.DB)(nil)
+	_ StoreTx         = (*pg.Tx)(nil)
+	_ Heartbeats      = (*pg.DB)(nil)
 )

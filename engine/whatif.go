@@ -44,7 +44,7 @@ func (e *Engine) WhatIf(ctx context.Context, userID int64, ids []string, f spec.
 	}
 	if len(ids) == 0 {
 		f.Limit = MaxWhatIfRuns
-		rows, err := e.db.StatsRows(ctx, userID, f)
+		rows, err := e.store.StatsRows(ctx, userID, f)
 		if err != nil {
 			return nil, err
 		}
@@ -54,14 +54,14 @@ func (e *Engine) WhatIf(ctx context.Context, userID int64, ids []string, f spec.
 	}
 	out := &WhatIfResult{Rules: rules, Runs: []WhatIfRun{}}
 	for _, id := range ids {
-		run, err := e.db.FindRun(ctx, userID, id)
+		run, err := e.store.FindRun(ctx, userID, id)
 		if err != nil {
 			if spec.ErrorCode(err) == spec.ENOTFOUND {
 				return nil, spec.FieldError("run_ids", "Run %q not found.", id)
 			}
 			return nil, err
 		}
-		iters, err := e.db.ListIterations(ctx, userID, id)
+		iters, err := e.store.ListIterations(ctx, userID, id)
 		if err != nil {
 			return nil, err
 		}

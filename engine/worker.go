@@ -12,7 +12,6 @@ import (
 
 	"github.com/riverqueue/river"
 
-	"homework/db"
 	"homework/engine/checks"
 	"homework/engine/spec"
 )
@@ -287,7 +286,7 @@ func (e *Engine) untrack(runID string, f *inflight) {
 // isCurrentAttempt reports whether it is still the run's current attempt
 // under this process's lease.
 func (e *Engine) isCurrentAttempt(ctx context.Context, it *iteration) bool {
-	run, err := e.db.FindRun(ctx, it.run.UserID, it.run.ID)
+	run, err := e.store.FindRun(ctx, it.run.UserID, it.run.ID)
 	return err == nil && e.current(run, it.row)
 }
 
@@ -330,7 +329,7 @@ func (e *Engine) execute(ctx context.Context, it *iteration) (res *spec.Result, 
 // returns nil, nil for a stale job.
 func (e *Engine) beginIteration(ctx context.Context, args IterateArgs) (*iteration, error) {
 	var it *iteration
-	err := e.db.WriteTx(ctx, func(tx *db.Tx) error {
+	err := e.inTx(ctx, func(tx StoreTx) error {
 		run, err := tx.FindRun(ctx, args.RunID)
 		if spec.ErrorCode(err) == spec.ENOTFOUND {
 			return nil
@@ -446,7 +445,7 @@ func historySinceResume(recent []*spec.Iteration, n int) []Signals {
 // iterationMetrics returns this iteration's metrics: its usage as recorded
 // in llm_calls, tool calls and running time.
 func (e *Engine) iterationMetrics(ctx context.Context, it *iteration, res *spec.Result, start time.Time) (spec.Metrics, error) {
-	m, err := e.db.SumLLMCalls(ctx, it.run.ID, it.row.Iteration)
+	m, err := e.store.SumLLMCalls(ctx, it.run.ID, it.row.Iteration)
 	m.Iterations = 1
 	m.ToolCallsTotal = res.ToolCalls
 	m.RunningMS = it.row.Metrics.RunningMS + e.now().Sub(start).Milliseconds()
@@ -467,7 +466,7 @@ func (e *Engine) checkEnv(it *iteration, res *spec.Result) checks.Env {
 	}
 	runID, userID := it.run.ID, it.run.UserID
 	env.Document = func(ctx context.Context, path string) (string, bool, error) {
-		d, err := e.db.FindRunDocumentByPath(ctx, userID, runID, path)
+		d, err := e.store.FindRunDocumentByPath(ctx, userID, runID, path)
 		if spec.ErrorCode(err) == spec.ENOTFOUND {
 			return "", false, nil
 		} else if err != nil {
@@ -476,7 +475,7 @@ func (e *Engine) checkEnv(it *iteration, res *spec.Result) checks.Env {
 		return d.Content, true, nil
 	}
 	env.Tasks = func(ctx context.Context) (int, int, error) {
-		tasks, err := e.db.ListTasks(ctx, userID, runID)
+		tasks, err := e.store.ListTasks(ctx, userID, runID)
 		if err != nil {
 			return 0, 0, err
 		}
@@ -510,7 +509,7 @@ func minimalEnviron() []string {
 func (e *Engine) finishIteration(ctx context.Context, it *iteration, out *outcome) (bool, error) {
 	row := e.outcomeRow(it, out)
 	committed := false
-	err := e.db.WriteTx(ctx, func(tx *db.Tx) error {
+	err := e.inTx(ctx, func(tx StoreTx) error {
 		run, err := tx.FindRun(ctx, it.run.ID)
 		if err != nil {
 			return err
@@ -550,7 +549,7 @@ func (e *Engine) outcomeRow(it *iteration, out *outcome) *spec.Iteration {
 
 // recordIteration writes the iteration row, consumes its inbox, sums the
 // run's metrics and appends the iteration's events.
-func (e *Engine) recordIteration(ctx context.Context, tx *db.Tx, run *spec.Run, it *iteration, row *spec.Iteration, out *outcome) error {
+func (e *Engine) recordIteration(ctx context.Context, tx StoreTx, run *spec.Run, it *iteration, row *spec.Iteration, out *outcome) error {
 	row.EndedAt = tx.Now()
 	// Usage is re-read here so calls made after the iteration's own
 	// (the summarizer's) are in the iteration and so in the run total.
@@ -600,7 +599,7 @@ func (e *Engine) recordIteration(ctx context.Context, tx *db.Tx, run *spec.Run, 
 // applyDecision enqueues the next iteration or moves the run to its new
 // status (report, notification, status event last), then promotes queued
 // runs when a slot freed.
-func (e *Engine) applyDecision(ctx context.Context, tx *db.Tx, run *spec.Run, out *outcome, history []Signals) error {
+func (e *Engine) applyDecision(ctx context.Context, tx StoreTx, run *spec.Run, out *outcome, history []Signals) error {
 	d := out.decision
 	run.RunningSince = time.Time{}
 	switch d.Decision {
@@ -666,7 +665,7 @@ func (e *Engine) holdLease(ctx context.Context, cancel context.CancelCauseFunc, 
 				e.log.Warn("attempt past its deadline: no longer renewing its lease", "run", it.run.ID, "iteration", it.row.Iteration)
 				return
 			}
-			ok, err := e.db.RenewAttemptLease(ctx, it.run.ID, e.id, it.row.Iteration, it.row.Attempt, e.now().Add(e.opts.LeaseTTL))
+			ok, err := e.store.RenewAttemptLease(ctx, it.run.ID, e.id, it.row.Iteration, it.row.Attempt, e.now().Add(e.opts.LeaseTTL))
 			if err != nil {
 				if ctx.Err() == nil {
 					e.log.Warn("renew lease", "run", it.run.ID, "err", err)

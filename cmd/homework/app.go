@@ -7,12 +7,14 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"homework/db"
+	"homework/db/pg"
 	"homework/engine"
 	"homework/engine/agentcmd"
 	"homework/engine/llm"
@@ -27,11 +29,13 @@ type Main struct {
 	Config *Config
 	Logger *slog.Logger
 
-	DB     *db.DB
+	DB     *db.DB // the SQLite store; nil on PostgreSQL
+	PG     *pg.DB // the PostgreSQL store when --db is a postgres:// URL
 	Bus    *engine.Bus
 	Engine *engine.Engine
 	Server *handlers.Server
 
+	engine    atomic.Pointer[engine.Engine] // m.Engine, for the store's listener
 	ln        net.Listener
 	serveDone chan error
 	closeOnce sync.Once
@@ -50,38 +54,67 @@ func (m *Main) Run(ctx context.Context) error {
 	m.Bus = engine.NewBus()
 	var err error
 	logLifecycle := engine.LifecycleLogger(m.Logger)
-	m.DB, err = db.Open(ctx, db.Options{Path: cfg.DBPath, Lock: true, OnEvents: func(evs []*spec.Event) {
+	publish := func(evs []*spec.Event) {
 		logLifecycle(evs)
 		m.Bus.Publish(evs)
-	}})
-	if err != nil {
-		if errors.Is(err, db.ErrLocked) {
-			return fmt.Errorf("%w: another `homework serve` is using %s; stop it first", err, cfg.DBPath)
+	}
+	var store handlers.Store
+	dbName := cfg.DBPath
+	if pg.IsURL(cfg.DBPath) {
+		// Several processes may serve one PostgreSQL database: no lock.
+		dbName = pg.Redact(cfg.DBPath)
+		m.PG, err = pg.Open(ctx, pg.Options{URL: cfg.DBPath, OnEvents: publish,
+			OnInterrupt: func(runID string) {
+				if e := m.engine.Load(); e != nil {
+					e.CancelLocal(runID)
+				}
+			},
+			OnListenError: func(err error) { m.Logger.Warn("event listener reconnecting", "err", err) }})
+		if err != nil {
+			return fmt.Errorf("open database %s: %w", dbName, err)
 		}
-		return fmt.Errorf("open database %s: %w", cfg.DBPath, err)
+		store = m.PG
+	} else {
+		m.DB, err = db.Open(ctx, db.Options{Path: cfg.DBPath, Lock: true, OnEvents: publish})
+		if err != nil {
+			if errors.Is(err, db.ErrLocked) {
+				return fmt.Errorf("%w: another `homework serve` is using %s; stop it first", err, cfg.DBPath)
+			}
+			return fmt.Errorf("open database %s: %w", cfg.DBPath, err)
+		}
+		store = m.DB
 	}
 
 	executors, llmConfigured, err := m.executors()
 	if err != nil {
 		return err
 	}
-	m.Engine, err = engine.New(engine.Options{
-		DB: m.DB, Bus: m.Bus, Executors: executors, Logger: m.Logger,
+	eopts := engine.Options{
+		DB: m.DB, PG: m.PG, Bus: m.Bus, Executors: executors, Logger: m.Logger,
 		Workers: cfg.Workers, MaxConcurrentPerUser: cfg.MaxRunsPerUser, LeaseTTL: cfg.LeaseTTL,
 		RecoveryInterval:   max(cfg.LeaseTTL/3, 500*time.Millisecond),
 		ShutdownGrace:      cfg.ShutdownGrace,
 		CommandRunsAllowed: cfg.AllowCommandRuns != "",
-	})
+		// On PostgreSQL other processes work the same runs: recovery takes
+		// only expired leases.
+		SharedStore: m.PG != nil,
+	}
+	if m.PG != nil {
+		// A canceled run's iteration may run in another process.
+		eopts.Interrupts = m.PG
+	}
+	m.Engine, err = engine.New(eopts)
 	if err != nil {
 		return err
 	}
+	m.engine.Store(m.Engine)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if err := m.Engine.Register(reg); err != nil {
 		return err
 	}
 	m.Server, err = handlers.New(handlers.Options{
-		DB: m.DB, Engine: m.Engine, Logger: m.Logger, Version: buildVersion(), Registry: reg,
+		DB: store, Engine: m.Engine, Logger: m.Logger, Version: buildVersion(), Registry: reg,
 		InsecureCookies: cfg.InsecureCookies, LLMConfigured: llmConfigured, DefaultModel: cfg.LLMModel,
 		CommandRunsEnabled: cfg.AllowCommandRuns != "", MaxRunsPerUser: cfg.MaxRunsPerUser,
 		ScriptRunsEnabled: cfg.ScriptExecutor,
@@ -103,7 +136,7 @@ func (m *Main) Run(ctx context.Context) error {
 	if llmConfigured {
 		endpoint = "configured"
 	}
-	m.Logger.Info("homework listening", "addr", "http://"+m.ln.Addr().String(), "db", cfg.DBPath,
+	m.Logger.Info("homework listening", "addr", "http://"+m.ln.Addr().String(), "db", dbName,
 		"workers", cfg.Workers, "model_endpoint", endpoint, "base_url", cfg.LLMBaseURL, "model", cfg.LLMModel,
 		"command_runs", cfg.AllowCommandRuns != "", "version", buildVersion())
 	if msg := cookieWarning(cfg); msg != "" {
@@ -150,6 +183,18 @@ func (m *Main) executors() (map[string]engine.Executor, bool, error) {
 			return nil, false, fmt.Errorf("price table: %w", err)
 		}
 		prices = p
+	}
+	if m.PG != nil {
+		// The LLM executor's workspace tools still write through the
+		// SQLite store's transaction; on PostgreSQL the script and command
+		// executors are offered.
+		if m.Config.AllowCommandRuns != "" {
+			out[spec.ExecutorCommand] = agentcmd.New(agentcmd.Options{Root: m.Config.AllowCommandRuns})
+		}
+		if m.Config.ScriptExecutor {
+			out[spec.ExecutorScript] = &scripted.Executor{InTx: scripted.Over[*pg.Tx](m.PG)}
+		}
+		return out, false, nil
 	}
 	x, err := llm.New(llm.Options{
 		DB: m.DB, BaseURL: m.Config.LLMBaseURL, APIKey: m.Config.LLMAPIKey, DefaultModel: m.Config.LLMModel,
@@ -215,6 +260,9 @@ func (m *Main) Close() error {
 		}
 		if m.DB != nil {
 			errs = append(errs, m.DB.Close())
+		}
+		if m.PG != nil {
+			errs = append(errs, m.PG.Close())
 		}
 		m.closeErr = errors.Join(errs...)
 	})

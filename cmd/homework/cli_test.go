@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"homework/db"
+
 	"golang.org/x/crypto/bcrypt"
 )
 
@@ -214,7 +216,7 @@ func TestUserListAndPasswd(t *testing.T) {
 		t.Fatalf("user list shows a password hash: %q", out)
 	}
 
-	d, err := openShort(context.Background(), dbPath)
+	d, err := db.Open(context.Background(), db.Options{Path: dbPath})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,7 +237,7 @@ func TestUserListAndPasswd(t *testing.T) {
 	if code, out, errs := runCLI(t, env, "a brand new password\n", "user", "passwd", "--email", "bob@example.com"); code != 0 || !strings.Contains(out, "bob@example.com") {
 		t.Fatalf("user passwd: %d %q %q", code, out, errs)
 	}
-	d, err = openShort(context.Background(), dbPath)
+	d, err = db.Open(context.Background(), db.Options{Path: dbPath})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"homework/db/pg"
 	"homework/engine/llm"
 )
 
@@ -64,7 +65,11 @@ func dbFlag(fs *flag.FlagSet, env func(string) string) *string {
 	if def == "" {
 		def = "./homework.db"
 	}
-	return fs.String("db", def, "SQLite database file (env HOMEWORK_DB)")
+	v := fs.String("db", def, "SQLite database file, or a postgres:// URL (env HOMEWORK_DB)")
+	if pg.IsURL(def) {
+		fs.Lookup("db").DefValue = pg.Redact(def) // usage never shows the password
+	}
+	return v
 }
 
 // newFlagSet returns a flag set that reports errors as one line.

@@ -60,9 +60,29 @@ type Task struct {
 	Status string `json:"status"`
 }
 
-// Executor plays scripts.
+// Executor plays scripts. It writes a step's documents and tasks through
+// InTx when set (any store, see Over), else through DB (the SQLite store).
 type Executor struct {
-	DB *db.DB
+	DB   *db.DB
+	InTx func(ctx context.Context, fn func(tx Tx) error) error
+}
+
+// Tx is what a step writes in one transaction of the store.
+type Tx interface {
+	PutDocument(ctx context.Context, doc *spec.Document) (created bool, err error)
+	AppendEvent(ctx context.Context, runID, typ string, data any) (*spec.Event, error)
+	ListTasks(ctx context.Context, runID string) ([]*spec.Task, error)
+	InsertTask(ctx context.Context, t *spec.Task) error
+	UpdateTask(ctx context.Context, t *spec.Task) error
+}
+
+// Over returns an InTx for a store whose transactions have type T.
+func Over[T Tx](s interface {
+	WriteTx(ctx context.Context, fn func(tx T) error) error
+}) func(ctx context.Context, fn func(tx Tx) error) error {
+	return func(ctx context.Context, fn func(tx Tx) error) error {
+		return s.WriteTx(ctx, func(tx T) error { return fn(tx) })
+	}
 }
 
 // ValidateConfig checks that the script parses and has steps.
@@ -147,7 +167,11 @@ func (x *Executor) write(ctx context.Context, in *spec.Input, st Step, res *spec
 	if len(st.Docs) == 0 && len(st.Tasks) == 0 {
 		return nil
 	}
-	return x.DB.WriteTx(ctx, func(tx *db.Tx) error {
+	inTx := x.InTx
+	if inTx == nil {
+		inTx = Over[*db.Tx](x.DB)
+	}
+	return inTx(ctx, func(tx Tx) error {
 		for _, d := range st.Docs {
 			doc := &spec.Document{RunID: in.RunID, Path: d.Path, Title: d.Path, Content: d.Content, Iteration: in.Iteration}
 			created, err := tx.PutDocument(ctx, doc)

@@ -1,0 +1,350 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"homework/db"
+	"homework/db/pg/pgtest"
+)
+
+// TestThreeProcessesOnPostgresSurviveASIGKILL runs three `homework serve`
+// processes on one PostgreSQL database. Runs are created through the first,
+// which is SIGKILLed while it works an iteration; the other two take over
+// its runs once their leases expire, and every run finishes with a gap-free
+// event log, each iteration recorded once and its counters adding up, read
+// through another process.
+func TestThreeProcessesOnPostgresSurviveASIGKILL(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the real binary")
+	}
+	url := pgtest.NewDatabase(t)
+	bin, err := binary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+
+	victim := startServer(t, bin, url, "--max-runs-per-user", "10")
+	token := userAndToken(t, bin, url)
+	var ids []string
+	for i := range 6 {
+		var created struct {
+			RunID string `json:"run_id"`
+		}
+		if code := victim.api(t, token, "POST", "/api/runs", map[string]any{
+			"objective": fmt.Sprint("multi-process run ", i), "executor": "script", "script": slowScript(5, 300),
+		}, &created); code != 201 || created.RunID == "" {
+			t.Fatalf("create run: %d", code)
+		}
+		ids = append(ids, created.RunID)
+	}
+	// While it is alone, every lease is the victim's.
+	var victimID string
+	waitFor(t, "the first process to work an iteration", victim, func() bool {
+		err := conn.QueryRow(ctx, `SELECT r.lease_owner FROM runs r JOIN iterations i ON i.run_id = r.id AND i.iteration = r.iteration
+			WHERE r.status = 'running' AND i.status = 'running' AND r.lease_owner IS NOT NULL LIMIT 1`).Scan(&victimID)
+		return err == nil
+	})
+	others := []*server{startServer(t, bin, url), startServer(t, bin, url)}
+	// Kill the victim in the middle of one of its iterations.
+	waitFor(t, "the first process to be mid-iteration", victim, func() bool {
+		var n int
+		conn.QueryRow(ctx, `SELECT COUNT(*) FROM runs r JOIN iterations i ON i.run_id = r.id AND i.iteration = r.iteration
+			WHERE r.status = 'running' AND i.status = 'running' AND r.lease_owner = $1`, victimID).Scan(&n)
+		return n > 0
+	})
+	victim.kill()
+	killed := time.Now()
+	waitFor(t, "another process to resume a run", others[0], func() bool {
+		var n int
+		conn.QueryRow(ctx, `SELECT COUNT(*) FROM events WHERE type = 'run_recovered'`).Scan(&n)
+		return n > 0
+	})
+	t.Logf("SIGKILL to the first recovered run on another process: %s (lease TTL 3s)", time.Since(killed).Round(10*time.Millisecond))
+
+	reader := others[1]
+	interrupted := 0
+	for _, id := range ids {
+		waitRunStatus(t, reader, token, id, "completed")
+		var page struct {
+			Events []struct {
+				Seq  int64           `json:"seq"`
+				Type string          `json:"type"`
+				Data json.RawMessage `json:"data"`
+			} `json:"events"`
+		}
+		if code := reader.api(t, token, "GET", "/api/runs/"+id+"/events?limit=1000", nil, &page); code != 200 {
+			t.Fatalf("events: %d", code)
+		}
+		for i, e := range page.Events {
+			if e.Seq != int64(i+1) {
+				t.Fatalf("run %s: event %d has seq %d (not gap-free)", id, i+1, e.Seq)
+			}
+			if e.Type == "iteration_completed" && strings.Contains(string(e.Data), `"interrupted"`) {
+				interrupted++
+			}
+		}
+		var run struct {
+			Metrics struct {
+				Iterations int   `json:"iterations"`
+				Tokens     int64 `json:"tokens_total"`
+			} `json:"metrics"`
+			Iterations []struct {
+				Iteration int    `json:"iteration"`
+				Status    string `json:"status"`
+				Metrics   struct {
+					Iterations int   `json:"iterations"`
+					Tokens     int64 `json:"tokens_total"`
+				} `json:"metrics"`
+			} `json:"iterations"`
+		}
+		if code := reader.api(t, token, "GET", "/api/runs/"+id+"?include=iterations", nil, &run); code != 200 {
+			t.Fatalf("run: %d", code)
+		}
+		var iters int
+		var tokens int64
+		for i, it := range run.Iterations {
+			if it.Iteration != i+1 || it.Status != "succeeded" {
+				t.Fatalf("run %s: iteration row %d is iteration %d, %s", id, i, it.Iteration, it.Status)
+			}
+			iters += it.Metrics.Iterations
+			tokens += it.Metrics.Tokens
+		}
+		if len(run.Iterations) != 5 || run.Metrics.Iterations != 5 || iters != 5 || run.Metrics.Tokens != tokens {
+			t.Fatalf("run %s: metrics %+v do not add up over %d iterations", id, run.Metrics, len(run.Iterations))
+		}
+	}
+	if interrupted == 0 {
+		t.Fatal("no iteration was recorded as interrupted by the SIGKILL")
+	}
+	var workers int
+	if err := conn.QueryRow(ctx, `SELECT COUNT(DISTINCT attempted_by[1]) FROM river_job WHERE kind = 'iterate'`).Scan(&workers); err != nil {
+		t.Fatal(err)
+	}
+	if workers < 2 {
+		t.Errorf("iterations were worked by %d River clients, want the queue shared by several processes", workers)
+	}
+}
+
+// waitFor polls cond until it holds, failing after 60 s with s's log.
+func waitFor(t *testing.T, what string, s *server, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s:\n%s", what, s.log())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestCancelAndStreamAcrossProcesses works a run in one process while a
+// client streams it from another: the stream carries every event once in seq
+// order, whichever process wrote it, and a cancel sent to the second
+// process stops the iteration running in the first.
+func TestCancelAndStreamAcrossProcesses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the real binary")
+	}
+	url := pgtest.NewDatabase(t)
+	bin, err := binary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A long lease: renewal (every third of it) cannot be what stops the
+	// iteration; only the delivered cancel can, well within 10 s.
+	worker := startServer(t, bin, url, "--lease-ttl", "60s")
+	token := userAndToken(t, bin, url)
+	var created struct {
+		RunID string `json:"run_id"`
+	}
+	// Long iterations: only a delivered cancel ends the first one soon.
+	if code := worker.api(t, token, "POST", "/api/runs", map[string]any{
+		"objective": "cancel me from elsewhere", "executor": "script", "script": slowScript(3, 120_000),
+	}, &created); code != 201 {
+		t.Fatalf("create run: %d", code)
+	}
+	// Only the worker process existed when the job was inserted and it
+	// is working it; the second process starts now and serves the client.
+	front := startServer(t, bin, url, "--lease-ttl", "60s")
+	req, _ := http.NewRequest("GET", front.base+"/api/runs/"+created.RunID+"/events", nil)
+	req.Header.Set("Accept", "text/event-stream")
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	type ev struct {
+		Seq  int64           `json:"seq"`
+		Type string          `json:"type"`
+		Data json.RawMessage `json:"data"`
+	}
+	events := make(chan ev, 100)
+	go func() {
+		defer close(events)
+		sc := bufio.NewScanner(resp.Body)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			data, ok := strings.CutPrefix(sc.Text(), "data: ")
+			if !ok {
+				continue
+			}
+			var e ev
+			if json.Unmarshal([]byte(data), &e) == nil && e.Type != "" {
+				events <- e
+			}
+		}
+	}()
+	var got []ev
+	next := func(what string) ev {
+		t.Helper()
+		select {
+		case e, ok := <-events:
+			if !ok {
+				t.Fatalf("stream ended while waiting for %s; got %+v", what, got)
+			}
+			got = append(got, e)
+			return e
+		case <-time.After(60 * time.Second):
+			t.Fatalf("no event while waiting for %s; got %+v:\n%s", what, got, worker.log())
+		}
+		return ev{}
+	}
+	for next("iteration_started").Type != "iteration_started" {
+	}
+	var canceledAt time.Time
+	if code := front.api(t, token, "POST", "/api/runs/"+created.RunID+"/cancel", nil, nil); code != 200 {
+		t.Fatalf("cancel: %d", code)
+	}
+	canceledAt = time.Now()
+	for next("run_canceled").Type != "run_canceled" {
+	}
+	for range events { // the run stream ends after its terminal event
+	}
+	for {
+		var run struct {
+			Iterations []struct {
+				Status string `json:"status"`
+			} `json:"iterations"`
+		}
+		front.api(t, token, "GET", "/api/runs/"+created.RunID+"?include=iterations", nil, &run)
+		if len(run.Iterations) == 1 && run.Iterations[0].Status == "canceled" {
+			break
+		}
+		if time.Since(canceledAt) > 10*time.Second {
+			t.Fatalf("the iteration in the other process was not canceled: %+v\n%s", run.Iterations, worker.log())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("cancel through one process to the iteration recorded canceled in the other: %s", time.Since(canceledAt).Round(time.Millisecond))
+	for i, e := range got {
+		if e.Seq != int64(i+1) {
+			t.Fatalf("stream event %d has seq %d: gap or duplicate in %+v", i+1, e.Seq, got)
+		}
+	}
+}
+
+// BenchmarkIterationsPerSecondByProcesses works 200 script runs of three
+// 50 ms iterations on one PostgreSQL database with 1, 2 and 3 `homework
+// serve` processes of 4 workers each, and reports iterations per second for
+// each beside the raw limit (workers × processes / 50 ms) and the scaling
+// ratio against one process.
+//
+//	HOMEWORK_TEST_PG=... go test ./cmd/homework -run '^$' -bench IterationsPerSecondByProcesses -benchtime 1x
+func BenchmarkIterationsPerSecondByProcesses(b *testing.B) {
+	bin, err := binary()
+	if err != nil {
+		b.Fatal(err)
+	}
+	const runs, iters, stepMS, workers = 200, 3, 50, 4
+	ctx := context.Background()
+	var one float64
+	for _, procs := range []int{1, 2, 3} {
+		url := pgtest.NewDatabase(b)
+		conn, err := pgx.Connect(ctx, url)
+		if err != nil {
+			b.Fatal(err)
+		}
+		var servers []*server
+		for range procs {
+			servers = append(servers, startServer(b, bin, url, "--workers", fmt.Sprint(workers), "--max-runs-per-user", fmt.Sprint(runs)))
+		}
+		token := userAndToken(b, bin, url)
+		start := time.Now()
+		for i := range runs {
+			if code := servers[i%procs].api(b, token, "POST", "/api/runs", map[string]any{"objective": fmt.Sprint("bench ", i),
+				"executor": "script", "script": slowScript(iters, stepMS)}, nil); code != 201 {
+				b.Fatalf("create: %d", code)
+			}
+		}
+		waitCompleted(b, runs, func() (n int) {
+			conn.QueryRow(ctx, `SELECT COUNT(*) FROM runs WHERE status = 'completed'`).Scan(&n)
+			return n
+		})
+		elapsed := time.Since(start)
+		rate := float64(runs*iters) / elapsed.Seconds()
+		limit := float64(workers*procs) / (stepMS / 1000.0)
+		if procs == 1 {
+			one = rate
+		}
+		b.ReportMetric(rate, fmt.Sprintf("iter/s-%dproc", procs))
+		b.Logf("%d process(es): %.1f iterations/s (raw limit %.0f, %.0f%% of it; %.2fx one process)", procs, rate, limit, 100*rate/limit, rate/one)
+		for _, s := range servers {
+			s.kill()
+		}
+		conn.Close(ctx)
+	}
+
+	// The same work on one SQLite server, for comparison.
+	path := filepath.Join(b.TempDir(), "bench.db")
+	s := startServer(b, bin, path, "--workers", fmt.Sprint(workers), "--max-runs-per-user", fmt.Sprint(runs))
+	token := userAndToken(b, bin, path)
+	d, err := db.Open(ctx, db.Options{Path: path})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer d.Close()
+	start := time.Now()
+	for i := range runs {
+		if code := s.api(b, token, "POST", "/api/runs", map[string]any{"objective": fmt.Sprint("bench ", i),
+			"executor": "script", "script": slowScript(iters, stepMS)}, nil); code != 201 {
+			b.Fatalf("create: %d", code)
+		}
+	}
+	waitCompleted(b, runs, func() (n int) {
+		d.Reader().QueryRow(`SELECT COUNT(*) FROM runs WHERE status = 'completed'`).Scan(&n)
+		return n
+	})
+	rate := float64(runs*iters) / time.Since(start).Seconds()
+	b.ReportMetric(rate, "iter/s-sqlite")
+	b.Logf("SQLite, 1 process: %.1f iterations/s (raw limit %.0f; PostgreSQL 1 process is %.2fx of it)", rate,
+		float64(workers)/(stepMS/1000.0), one/rate)
+}
+
+// waitCompleted polls count until it reaches n (a benchmark's end, not a
+// test's assertion), failing after five minutes.
+func waitCompleted(b *testing.B, n int, count func() int) {
+	deadline := time.Now().Add(5 * time.Minute)
+	for count() < n {
+		if time.Now().After(deadline) {
+			b.Fatalf("%d of %d runs completed after five minutes", count(), n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

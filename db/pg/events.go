@@ -1,0 +1,334 @@
+package pg
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"homework/engine/spec"
+)
+
+// NOTIFY channels: committed events, and runs whose iteration must stop.
+const (
+	eventsChannel    = "homework_events"
+	interruptChannel = "homework_interrupts"
+)
+
+// maxPayload keeps a notification under PostgreSQL's 8000-byte limit; a
+// transaction whose events do not fit announces only their ids.
+const maxPayload = 7000
+
+func marshalData(data any) (json.RawMessage, error) {
+	switch v := data.(type) {
+	case nil:
+		return json.RawMessage(`{}`), nil
+	case json.RawMessage:
+		if len(v) == 0 {
+			return json.RawMessage(`{}`), nil
+		}
+		return v, nil
+	default:
+		b, err := json.Marshal(v)
+		if err != nil {
+			return nil, fmt.Errorf("marshal event data: %w", err)
+		}
+		return b, nil
+	}
+}
+
+// appendSQL takes the run's next seq and inserts the event in one statement.
+// The UPDATE row-locks the run until the transaction ends, so appends to one
+// run from any process are serialised, gap-free, and get growing ids.
+const appendSQL = `WITH s AS (UPDATE runs SET last_seq = last_seq + 1 WHERE id = $1 RETURNING user_id, last_seq)
+	INSERT INTO events (run_id, user_id, seq, type, data, created_at)
+	SELECT $1, user_id, last_seq, $2, $3, $4 FROM s RETURNING id, user_id, seq`
+
+// AppendEvent appends an event of typ with data (marshalled to JSON) to the
+// run's log inside tx. It is announced to every process after tx commits.
+func (tx *Tx) AppendEvent(ctx context.Context, runID, typ string, data any) (*spec.Event, error) {
+	b, err := marshalData(data)
+	if err != nil {
+		return nil, err
+	}
+	e := &spec.Event{RunID: runID, Type: typ, Data: b, CreatedAt: tx.now}
+	err = tx.QueryRow(ctx, appendSQL, runID, typ, string(b), tx.now.UnixMilli()).Scan(&e.ID, &e.UserID, &e.Seq)
+	if err != nil {
+		return nil, notFound(err, "Run")
+	}
+	tx.events = append(tx.events, e)
+	return e, nil
+}
+
+// Interrupt tells every process, through NOTIFY, to stop the run's
+// in-flight iteration; the one working it does (Options.OnInterrupt). It
+// is the engine's Interrupter on PostgreSQL; cause is implied (the run was
+// canceled).
+func (d *DB) Interrupt(ctx context.Context, runID string, cause error) error {
+	_, err := d.pool.Exec(ctx, `SELECT pg_notify($1, $2)`, interruptChannel, runID)
+	return err
+}
+
+// AppendEvent appends one event in its own transaction.
+func (d *DB) AppendEvent(ctx context.Context, runID, typ string, data any) (*spec.Event, error) {
+	var e *spec.Event
+	err := d.WriteTx(ctx, func(tx *Tx) (err error) {
+		e, err = tx.AppendEvent(ctx, runID, typ, data)
+		return err
+	})
+	return e, err
+}
+
+// wireEvent is an event in a notification; unlike spec.Event's JSON it
+// carries the user id.
+type wireEvent struct {
+	ID        int64           `json:"i"`
+	RunID     string          `json:"r"`
+	UserID    int64           `json:"u"`
+	Seq       int64           `json:"s"`
+	Type      string          `json:"t"`
+	Data      json.RawMessage `json:"d"`
+	CreatedAt int64           `json:"c"`
+}
+
+// notice is one transaction's announcement: its events, or only their ids
+// when they are too large for a notification.
+type notice struct {
+	Events []wireEvent `json:"e,omitempty"`
+	IDs    []int64     `json:"ids,omitempty"`
+}
+
+// notifyEvents announces the transaction's events; NOTIFY is delivered at
+// commit, in commit order, and not at all on rollback.
+func (tx *Tx) notifyEvents(ctx context.Context) error {
+	if len(tx.events) == 0 {
+		return nil
+	}
+	var n notice
+	for _, e := range tx.events {
+		n.Events = append(n.Events, wireEvent{e.ID, e.RunID, e.UserID, e.Seq, e.Type, e.Data, e.CreatedAt.UnixMilli()})
+	}
+	payload, err := json.Marshal(n)
+	if err != nil {
+		return err
+	}
+	if len(payload) > maxPayload {
+		n = notice{}
+		for _, e := range tx.events {
+			n.IDs = append(n.IDs, e.ID)
+		}
+		if payload, err = json.Marshal(n); err != nil {
+			return err
+		}
+	}
+	if _, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, eventsChannel, string(payload)); err != nil {
+		return fmt.Errorf("notify events: %w", err)
+	}
+	return nil
+}
+
+// listener holds one connection that LISTENs for committed events and hands
+// them to OnEvents in the order they were committed.
+type listener struct {
+	d           *DB
+	publish     func([]*spec.Event)
+	onInterrupt func(runID string)
+	onErr       func(error)
+	cancel      context.CancelFunc
+	done        chan struct{}
+}
+
+func startListener(ctx context.Context, d *DB, opts Options) (*listener, error) {
+	conn, err := d.listen(ctx)
+	if err != nil {
+		return nil, err
+	}
+	lctx, cancel := context.WithCancel(context.Background())
+	l := &listener{d: d, publish: opts.OnEvents, onInterrupt: opts.OnInterrupt, onErr: opts.OnListenError,
+		cancel: cancel, done: make(chan struct{})}
+	go l.loop(lctx, conn)
+	return l, nil
+}
+
+func (d *DB) listen(ctx context.Context) (*pgx.Conn, error) {
+	c, err := d.pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("pg: listener connection: %w", err)
+	}
+	conn := c.Hijack()
+	if _, err := conn.Exec(ctx, `LISTEN `+eventsChannel+`; LISTEN `+interruptChannel); err != nil {
+		conn.Close(ctx)
+		return nil, fmt.Errorf("pg: listen: %w", err)
+	}
+	return conn, nil
+}
+
+func (l *listener) stop() {
+	l.cancel()
+	<-l.done
+}
+
+func (l *listener) loop(ctx context.Context, conn *pgx.Conn) {
+	defer close(l.done)
+	defer func() {
+		if conn != nil {
+			conn.Close(context.Background())
+		}
+	}()
+	for {
+		if conn == nil {
+			c, err := l.d.listen(ctx)
+			if err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(250 * time.Millisecond):
+				}
+				continue
+			}
+			conn = c
+		}
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			// The connection is gone; what was committed meanwhile is
+			// in the database, and subscribers replay it from there.
+			conn.Close(context.Background())
+			conn = nil
+			if l.onErr != nil {
+				l.onErr(err)
+			}
+			continue
+		}
+		if n.Channel == interruptChannel {
+			if l.onInterrupt != nil {
+				l.onInterrupt(n.Payload)
+			}
+			continue
+		}
+		if l.publish == nil {
+			continue
+		}
+		evs, err := l.decode(ctx, n.Payload)
+		if err != nil {
+			if l.onErr != nil {
+				l.onErr(err)
+			}
+			continue
+		}
+		if len(evs) > 0 {
+			l.publish(evs)
+		}
+	}
+}
+
+func (l *listener) decode(ctx context.Context, payload string) ([]*spec.Event, error) {
+	var n notice
+	if err := json.Unmarshal([]byte(payload), &n); err != nil {
+		return nil, fmt.Errorf("pg: bad event notice: %w", err)
+	}
+	if len(n.IDs) > 0 {
+		return l.d.eventsByID(ctx, n.IDs)
+	}
+	out := make([]*spec.Event, len(n.Events))
+	for i, w := range n.Events {
+		out[i] = &spec.Event{ID: w.ID, RunID: w.RunID, UserID: w.UserID, Seq: w.Seq, Type: w.Type, Data: w.Data,
+			CreatedAt: time.UnixMilli(w.CreatedAt).UTC()}
+	}
+	return out, nil
+}
+
+func (d *DB) eventsByID(ctx context.Context, ids []int64) ([]*spec.Event, error) {
+	rows, err := d.pool.Query(ctx, `SELECT `+eventCols+` FROM events WHERE id = ANY($1) ORDER BY id`, ids)
+	if err != nil {
+		return nil, err
+	}
+	return scanEvents(rows)
+}
+
+const eventCols = `id, run_id, user_id, seq, type, data, created_at`
+
+func scanEvents(rows pgx.Rows) ([]*spec.Event, error) {
+	defer rows.Close()
+	var out []*spec.Event
+	for rows.Next() {
+		var e spec.Event
+		var data string
+		var created int64
+		if err := rows.Scan(&e.ID, &e.RunID, &e.UserID, &e.Seq, &e.Type, &data, &created); err != nil {
+			return nil, err
+		}
+		e.Data = json.RawMessage(data)
+		e.CreatedAt = time.UnixMilli(created).UTC()
+		out = append(out, &e)
+	}
+	return out, rows.Err()
+}
+
+// ListRunEvents returns up to limit events of the user's run with seq >
+// afterSeq, in seq order. Another user's run is ENOTFOUND.
+func (d *DB) ListRunEvents(ctx context.Context, userID int64, runID string, afterSeq int64, limit int) ([]*spec.Event, error) {
+	if err := d.checkRunOwner(ctx, userID, runID); err != nil {
+		return nil, err
+	}
+	if limit <= 0 {
+		limit = 1000
+	}
+	rows, err := d.pool.Query(ctx, `SELECT `+eventCols+` FROM events WHERE run_id = $1 AND seq > $2 ORDER BY seq LIMIT $3`,
+		runID, afterSeq, limit)
+	if err != nil {
+		return nil, err
+	}
+	return scanEvents(rows)
+}
+
+// ListRunEventsByType returns the run's events of the given types in seq
+// order. The caller must have checked ownership.
+func (d *DB) ListRunEventsByType(ctx context.Context, runID string, types ...string) ([]*spec.Event, error) {
+	if len(types) == 0 {
+		return nil, nil
+	}
+	rows, err := d.pool.Query(ctx, `SELECT `+eventCols+` FROM events WHERE run_id = $1 AND type = ANY($2) ORDER BY seq`, runID, types)
+	if err != nil {
+		return nil, err
+	}
+	return scanEvents(rows)
+}
+
+// ListUserEvents returns up to limit events of all the user's runs with id >
+// afterID, in id order (the dashboard feed).
+func (d *DB) ListUserEvents(ctx context.Context, userID, afterID int64, limit int) ([]*spec.Event, error) {
+	if limit <= 0 {
+		limit = 1000
+	}
+	rows, err := d.pool.Query(ctx, `SELECT `+eventCols+` FROM events WHERE user_id = $1 AND id > $2 ORDER BY id LIMIT $3`,
+		userID, afterID, limit)
+	if err != nil {
+		return nil, err
+	}
+	return scanEvents(rows)
+}
+
+// LastSeq returns the highest seq of the run's events (0 when none).
+func (d *DB) LastSeq(ctx context.Context, runID string) (int64, error) {
+	var n *int64
+	err := d.pool.QueryRow(ctx, `SELECT MAX(seq) FROM events WHERE run_id = $1`, runID).Scan(&n)
+	if n == nil {
+		return 0, err
+	}
+	return *n, err
+}
+
+// LastUserEventID returns the id of the newest event of the user's runs, or 0.
+func (d *DB) LastUserEventID(ctx context.Context, userID int64) (int64, error) {
+	var id int64
+	err := d.pool.QueryRow(ctx, `SELECT COALESCE(MAX(id), 0) FROM events WHERE user_id = $1`, userID).Scan(&id)
+	return id, err
+}

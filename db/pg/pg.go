@@ -1,0 +1,300 @@
+// Package pg is Homework's PostgreSQL store: the same store contract as the
+// SQLite store in package db, for running several server processes on one
+// database. It uses pgx v5 through a pgxpool, applies its embedded
+// migrations (recorded in schema_migrations) and River's own through
+// rivermigrate with riverpgxv5.
+//
+// Nothing is cached between transactions, because other processes write the
+// same rows:
+//   - Event seqs come from the run's last_seq counter, incremented in the
+//     appending transaction; the row lock it takes orders every writer of
+//     the run, in any process, until commit. Seqs are gap-free, and a run's
+//     event ids grow with its seqs.
+//   - Slot promotion takes a transaction-scoped advisory lock per user
+//     (LockUserSlots), so two processes cannot both take the last slot.
+//   - Committed events are announced with NOTIFY in the writing transaction.
+//     Every process LISTENs and hands them to OnEvents in commit order,
+//     this process's own events included, so one path feeds every bus.
+package pg
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/url"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivermigrate"
+
+	"homework/engine/spec"
+)
+
+//go:embed migrations/*.sql
+var migrationFS embed.FS
+
+// IsURL reports whether s names a PostgreSQL database (postgres:// or
+// postgresql://) rather than a SQLite file.
+func IsURL(s string) bool {
+	return strings.HasPrefix(s, "postgres://") || strings.HasPrefix(s, "postgresql://")
+}
+
+// Options configure Open.
+type Options struct {
+	// URL is the database's connection URL.
+	URL string
+	// Now is the clock; time.Now when nil.
+	Now func() time.Time
+	// MaxConns bounds the pool; pgxpool's default when zero.
+	MaxConns int32
+	// OnEvents, when set, receives the events every process commits, in
+	// commit order, from one goroutine. It must not block.
+	OnEvents func([]*spec.Event)
+	// OnInterrupt, when set, is told the run ids any process interrupted
+	// (Interrupt), so this process stops the run's iteration if it works
+	// it. It must not block.
+	OnInterrupt func(runID string)
+	// OnListenError is told when the event listener lost its connection;
+	// events committed meanwhile were not delivered and subscribers must
+	// replay from the database. It may be nil.
+	OnListenError func(error)
+}
+
+// DB is the PostgreSQL store.
+type DB struct {
+	pool     *pgxpool.Pool
+	now      func() time.Time
+	listener *listener
+}
+
+// Open connects to the database and applies every pending migration, ours
+// and River's. Several processes may open the same database at once.
+func Open(ctx context.Context, opts Options) (*DB, error) {
+	if !IsURL(opts.URL) {
+		return nil, fmt.Errorf("pg: %q is not a postgres:// URL", Redact(opts.URL))
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	cfg, err := pgxpool.ParseConfig(opts.URL)
+	if err != nil {
+		return nil, fmt.Errorf("pg: parse URL: %w", err)
+	}
+	if opts.MaxConns > 0 {
+		cfg.MaxConns = opts.MaxConns
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("pg: connect: %w", err)
+	}
+	d := &DB{pool: pool, now: opts.Now}
+	if err := d.migrate(ctx); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	if opts.OnEvents != nil || opts.OnInterrupt != nil {
+		l, err := startListener(ctx, d, opts)
+		if err != nil {
+			pool.Close()
+			return nil, err
+		}
+		d.listener = l
+	}
+	return d, nil
+}
+
+// Redact drops the password from a URL for messages.
+func Redact(u string) string {
+	p, err := url.Parse(u)
+	if err != nil {
+		return "postgres://(unparsable URL)"
+	}
+	return p.Redacted()
+}
+
+// Close stops the listener and closes the pool.
+func (d *DB) Close() error {
+	if d.listener != nil {
+		d.listener.stop()
+	}
+	d.pool.Close()
+	return nil
+}
+
+// Pool returns the connection pool, for River's driver.
+func (d *DB) Pool() *pgxpool.Pool { return d.pool }
+
+// Now returns the store's clock reading.
+func (d *DB) Now() time.Time { return d.now() }
+
+// Ping checks that the database answers a query.
+func (d *DB) Ping(ctx context.Context) error {
+	var n int
+	return d.pool.QueryRow(ctx, `SELECT 1`).Scan(&n)
+}
+
+// migrationLock is the advisory lock key under which one process at a time
+// migrates; the others wait and then find nothing to do.
+const migrationLock = 0x486f6d65776f726b // "Homework"
+
+// migrate applies our embedded migrations in order, each recorded in
+// schema_migrations, then River's own through rivermigrate.
+func (d *DB) migrate(ctx context.Context) error {
+	conn, err := d.pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("pg: acquire: %w", err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, int64(migrationLock)); err != nil {
+		return fmt.Errorf("pg: migration lock: %w", err)
+	}
+	defer conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, int64(migrationLock))
+	if _, err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+		version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at BIGINT NOT NULL)`); err != nil {
+		return fmt.Errorf("create schema_migrations: %w", err)
+	}
+	names, err := fs.Glob(migrationFS, "migrations/*.sql")
+	if err != nil {
+		return err
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		base := filepath.Base(name)
+		version, err := strconv.Atoi(strings.SplitN(base, "_", 2)[0])
+		if err != nil {
+			return fmt.Errorf("migration %s: bad version prefix", base)
+		}
+		if err := d.applyMigration(ctx, conn.Conn(), version, base, name); err != nil {
+			return err
+		}
+	}
+	migrator, err := rivermigrate.New(riverpgxv5.New(d.pool), nil)
+	if err != nil {
+		return fmt.Errorf("river migrator: %w", err)
+	}
+	if _, err := migrator.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
+		return fmt.Errorf("river migrations: %w", err)
+	}
+	return nil
+}
+
+func (d *DB) applyMigration(ctx context.Context, conn *pgx.Conn, version int, base, name string) error {
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(ctx)
+	var n int
+	if err := tx.QueryRow(ctx, `SELECT COUNT(*) FROM schema_migrations WHERE version = $1`, version).Scan(&n); err != nil {
+		return err
+	}
+	if n > 0 {
+		return nil
+	}
+	body, err := migrationFS.ReadFile(name)
+	if err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, string(body)); err != nil {
+		return fmt.Errorf("migration %s: %w", base, err)
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO schema_migrations (version, name, applied_at) VALUES ($1, $2, $3)`,
+		version, base, d.now().UnixMilli()); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
+// Tx is a write transaction. Events appended through it are announced to
+// every process when it commits.
+type Tx struct {
+	pgx.Tx
+	db     *DB
+	now    time.Time
+	events []*spec.Event
+}
+
+// Now returns the time stamped once for this transaction.
+func (tx *Tx) Now() time.Time { return tx.now }
+
+// WriteTx runs fn in one transaction and commits it when fn returns nil.
+// Transactions of this and other processes run concurrently; the rows they
+// share are locked by the statements that write them.
+func (d *DB) WriteTx(ctx context.Context, fn func(tx *Tx) error) error {
+	ptx, err := d.pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	tx := &Tx{Tx: ptx, db: d, now: d.now()}
+	if err := fn(tx); err != nil {
+		ptx.Rollback(context.WithoutCancel(ctx))
+		return err
+	}
+	if err := tx.notifyEvents(ctx); err != nil {
+		ptx.Rollback(context.WithoutCancel(ctx))
+		return err
+	}
+	if err := ptx.Commit(ctx); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
+}
+
+func ms(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return t.UnixMilli()
+}
+
+func fromMS(v *int64) time.Time {
+	if v == nil {
+		return time.Time{}
+	}
+	return time.UnixMilli(*v).UTC()
+}
+
+func nullString(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+// notFound maps pgx.ErrNoRows to an ENOTFOUND error naming what was missing.
+func notFound(err error, what string) error {
+	if errors.Is(err, pgx.ErrNoRows) {
+		return spec.Errorf(spec.ENOTFOUND, "%s not found.", what)
+	}
+	return err
+}
+
+// pgCode returns the SQLSTATE of a PostgreSQL error, or "".
+func pgCode(err error) string {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Code
+	}
+	return ""
+}
+
+const (
+	uniqueViolation     = "23505"
+	foreignKeyViolation = "23503"
+)

@@ -1,0 +1,39 @@
+package pg
+
+import (
+	"context"
+	"os"
+	"time"
+)
+
+// Heartbeat records that the process with engine id is alive at now, and
+// forgets processes silent for a day.
+func (d *DB) Heartbeat(ctx context.Context, id string, now time.Time) error {
+	host, _ := os.Hostname()
+	_, err := d.pool.Exec(ctx, `INSERT INTO processes (id, host, pid, started_at, heartbeat_at) VALUES ($1, $2, $3, $4, $4)
+		ON CONFLICT (id) DO UPDATE SET heartbeat_at = excluded.heartbeat_at`, id, host, os.Getpid(), now.UnixMilli())
+	if err != nil {
+		return err
+	}
+	_, err = d.pool.Exec(ctx, `DELETE FROM processes WHERE heartbeat_at < $1`, now.Add(-24*time.Hour).UnixMilli())
+	return err
+}
+
+// LiveProcesses returns the ids of the processes whose last heartbeat is
+// after since.
+func (d *DB) LiveProcesses(ctx context.Context, since time.Time) (map[string]bool, error) {
+	rows, err := d.pool.Query(ctx, `SELECT id FROM processes WHERE heartbeat_at > $1`, since.UnixMilli())
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]bool{}
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		out[id] = true
+	}
+	return out, rows.Err()
+}
