@@ -13,6 +13,7 @@ type host struct {
 	e         *Engine
 	runID     string
 	iteration int
+	tr        *transcript // nil outside an iteration (the summarizer)
 }
 
 func (h *host) Now() time.Time { return h.e.now() }
@@ -61,6 +62,7 @@ func (h *host) RecordLLMCall(ctx context.Context, c spec.LLMCall) error {
 		})
 		return err
 	})
+	h.transcribeModelCall(ctx, c)
 	if err == nil {
 		h.e.metrics.llmTokens.Add(float64(c.PromptTokens + c.CompletionTokens))
 		h.e.metrics.llmCost.Add(c.CostUSD)

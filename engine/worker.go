@@ -90,6 +90,7 @@ func (e *Engine) iterate(ctx context.Context, args IterateArgs) error {
 	}
 	execCtx, cancelExec := context.WithTimeout(iterCtx, timeout)
 	res, execErr := e.execute(execCtx, it)
+	hostOf(it).closeTranscript(ctx)
 	timedOut := errors.Is(execCtx.Err(), context.DeadlineExceeded) && iterCtx.Err() == nil
 	cancelExec()
 	close(renewDone)
@@ -130,6 +131,7 @@ func (e *Engine) iterate(ctx context.Context, args IterateArgs) error {
 			}
 		})
 		checkResults = checks.Run(checkCtx, it.cfg.Completion.Checks, e.checkEnv(it, res))
+		hostOf(it).transcribeChecks(ctx, checkResults)
 		stopAfter()
 		stopChecks(nil)
 		if errors.Is(context.Cause(iterCtx), errRunCanceled) {
@@ -296,7 +298,8 @@ func (e *Engine) beginIteration(ctx context.Context, args IterateArgs) (*iterati
 	if err != nil || it == nil {
 		return nil, err
 	}
-	it.input.Host = &host{e: e, runID: it.run.ID, iteration: it.row.Iteration}
+	it.input.Host = &host{e: e, runID: it.run.ID, iteration: it.row.Iteration,
+		tr: e.newTranscript(it.run.ID, it.row.Iteration, args.Attempt)}
 	return it, nil
 }
 

@@ -74,6 +74,7 @@ func (e *Executor) Iterate(ctx context.Context, in *spec.Input) (*spec.Result, e
 	if err != nil {
 		return fatal("The prompt template cannot be rendered: %v", err)
 	}
+	spec.Transcribe(ctx, in.Host, spec.TranscriptEntry{Kind: spec.TranscriptPrompt, Text: prompt})
 
 	timeout := e.opts.DefaultTimeout
 	if a.TimeoutMS > 0 {
@@ -205,6 +206,7 @@ func (e *Executor) runAgent(ctx context.Context, in *spec.Input, wd, prompt stri
 		defer wg.Done()
 		st.run(ctx, e.opts.FlushInterval, streamDone)
 	}()
+	transcript := spec.TranscriptWriter(in.Host, "output")
 	readDone := make(chan struct{})
 	go func() {
 		// Exits at EOF (every holder of the pipe gone) or when outR is
@@ -216,6 +218,7 @@ func (e *Executor) runAgent(ctx context.Context, in *spec.Input, wd, prompt stri
 			if n > 0 {
 				capt.Write(buf[:n])
 				st.add(buf[:n])
+				transcript.Write(buf[:n])
 			}
 			if err != nil {
 				return

@@ -1,0 +1,294 @@
+package db
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// TranscriptLine is one line of an iteration's transcript: a model message,
+// a tool call or its result, a repair, a model call (retries show as failed
+// calls), the prompt a command agent was given or a chunk of its output.
+type TranscriptLine struct {
+	RunID     string          `json:"-"`
+	Iteration int             `json:"iteration"`
+	Seq       int64           `json:"seq"`
+	Attempt   int             `json:"attempt"`
+	Kind      string          `json:"kind"`
+	Name      string          `json:"name,omitempty"`
+	Role      string          `json:"role,omitempty"`
+	Text      string          `json:"text"`
+	Data      json.RawMessage `json:"data,omitempty"`
+	CreatedAt time.Time       `json:"at"`
+}
+
+// size is what a line counts against its iteration's cap.
+func (l *TranscriptLine) size() int64 { return int64(len(l.Text) + len(l.Data)) }
+
+// TranscriptInfo is an iteration transcript's size and what its cap dropped.
+type TranscriptInfo struct {
+	RunID        string `json:"-"`
+	Iteration    int    `json:"iteration"`
+	Lines        int64  `json:"lines"`
+	Bytes        int64  `json:"bytes"`
+	DroppedBytes int64  `json:"dropped_bytes"`
+	DroppedLines int64  `json:"dropped_lines"`
+	CapBytes     int64  `json:"cap_bytes"`
+}
+
+const transcriptInfoCols = `run_id, iteration, lines, bytes, dropped_bytes, dropped_lines, cap_bytes`
+
+func scanTranscriptInfo(s rowScanner) (*TranscriptInfo, error) {
+	var t TranscriptInfo
+	err := s.Scan(&t.RunID, &t.Iteration, &t.Lines, &t.Bytes, &t.DroppedBytes, &t.DroppedLines, &t.CapBytes)
+	return &t, err
+}
+
+// AppendTranscript appends lines to the transcript of (runID, iteration)
+// inside tx, keeping at most capBytes of text and data for the iteration in
+// all attempts together. The line that reaches the cap is cut at a rune
+// boundary; every line after it is dropped. What is cut is counted in the
+// iteration's TranscriptInfo, with dropped more bytes the caller refused
+// itself once the cap was reached. It fills in the stored lines' Seq, RunID,
+// Iteration and CreatedAt and returns them with the updated info.
+func (tx *Tx) AppendTranscript(ctx context.Context, runID string, iteration int, capBytes int64, lines []*TranscriptLine, dropped int64) ([]*TranscriptLine, *TranscriptInfo, error) {
+	info, err := scanTranscriptInfo(tx.QueryRowContext(ctx, `SELECT `+transcriptInfoCols+` FROM transcripts
+		WHERE run_id = ? AND iteration = ?`, runID, iteration))
+	if err == sql.ErrNoRows {
+		info = &TranscriptInfo{RunID: runID, Iteration: iteration}
+	} else if err != nil {
+		return nil, nil, fmt.Errorf("load transcript info: %w", err)
+	}
+	info.CapBytes = capBytes
+	info.DroppedBytes += dropped
+	var next int64
+	if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(seq), 0) + 1 FROM transcript_lines WHERE run_id = ? AND iteration = ?`,
+		runID, iteration).Scan(&next); err != nil {
+		return nil, nil, fmt.Errorf("load transcript seq: %w", err)
+	}
+	var kept []*TranscriptLine
+	for _, l := range lines {
+		room := capBytes - info.Bytes
+		if room < l.size() || info.DroppedBytes > 0 {
+			// Once something was cut, later lines are dropped whole: a
+			// fragment after a gap would mislead.
+			if room <= int64(len(l.Data)) || info.DroppedBytes > 0 {
+				info.DroppedBytes += l.size()
+				info.DroppedLines++
+				continue
+			}
+			cut := cutRunes(l.Text, int(room)-len(l.Data))
+			info.DroppedBytes += int64(len(l.Text) - len(cut))
+			l.Text = cut
+		}
+		l.RunID, l.Iteration, l.Seq, l.CreatedAt = runID, iteration, next, tx.now
+		if l.Attempt == 0 {
+			l.Attempt = 1
+		}
+		next++
+		data, _ := jsonOrNil(l.Data)
+		if _, err := tx.ExecContext(ctx, `INSERT INTO transcript_lines (run_id, iteration, seq, attempt, kind, name, role, text, data, created_at)
+			VALUES (?,?,?,?,?,?,?,?,?,?)`, runID, iteration, l.Seq, l.Attempt, l.Kind, l.Name, l.Role, l.Text, data, tx.now.UnixMilli()); err != nil {
+			return nil, nil, fmt.Errorf("insert transcript line: %w", err)
+		}
+		info.Bytes += l.size()
+		info.Lines++
+		kept = append(kept, l)
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO transcripts (`+transcriptInfoCols+`, updated_at) VALUES (?,?,?,?,?,?,?,?)
+		ON CONFLICT (run_id, iteration) DO UPDATE SET lines=excluded.lines, bytes=excluded.bytes,
+		dropped_bytes=excluded.dropped_bytes, dropped_lines=excluded.dropped_lines, cap_bytes=excluded.cap_bytes,
+		updated_at=excluded.updated_at`, runID, iteration, info.Lines, info.Bytes, info.DroppedBytes, info.DroppedLines,
+		info.CapBytes, tx.now.UnixMilli()); err != nil {
+		return nil, nil, fmt.Errorf("update transcript info: %w", err)
+	}
+	return kept, info, nil
+}
+
+// cutRunes returns the longest prefix of s of at most n bytes that ends on
+// a rune boundary.
+func cutRunes(s string, n int) string {
+	if n >= len(s) {
+		return s
+	}
+	if n <= 0 {
+		return ""
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
+
+// Transcript is one page of an iteration's transcript.
+type Transcript struct {
+	Info  TranscriptInfo
+	Lines []*TranscriptLine
+	// More is set when lines after the page's last are left.
+	More bool
+}
+
+// FindTranscript returns the user's run's iteration transcript lines after
+// afterSeq, at most limit of them (all when limit <= 0), read in one
+// transaction. A run of another user is ENOTFOUND; an iteration without a
+// transcript has an empty one.
+func (d *DB) FindTranscript(ctx context.Context, userID int64, runID string, iteration int, afterSeq int64, limit int) (*Transcript, error) {
+	rtx, err := d.reader.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return nil, err
+	}
+	defer rtx.Rollback()
+	var n int
+	if err := rtx.QueryRowContext(ctx, `SELECT 1 FROM runs WHERE id = ? AND user_id = ?`, runID, userID).Scan(&n); err != nil {
+		return nil, notFound(err, "Run")
+	}
+	t := &Transcript{Info: TranscriptInfo{RunID: runID, Iteration: iteration}}
+	info, err := scanTranscriptInfo(rtx.QueryRowContext(ctx, `SELECT `+transcriptInfoCols+` FROM transcripts
+		WHERE run_id = ? AND iteration = ?`, runID, iteration))
+	switch {
+	case err == nil:
+		t.Info = *info
+	case err != sql.ErrNoRows:
+		return nil, err
+	}
+	q := `SELECT iteration, seq, attempt, kind, name, role, text, data, created_at FROM transcript_lines
+		WHERE run_id = ? AND iteration = ? AND seq > ? ORDER BY seq`
+	args := []any{runID, iteration, afterSeq}
+	if limit > 0 {
+		q += ` LIMIT ?`
+		args = append(args, limit+1)
+	}
+	rows, err := rtx.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		l := &TranscriptLine{RunID: runID}
+		var data sql.NullString
+		var at int64
+		if err := rows.Scan(&l.Iteration, &l.Seq, &l.Attempt, &l.Kind, &l.Name, &l.Role, &l.Text, &data, &at); err != nil {
+			return nil, err
+		}
+		if data.Valid {
+			l.Data = json.RawMessage(data.String)
+		}
+		l.CreatedAt = time.UnixMilli(at).UTC()
+		t.Lines = append(t.Lines, l)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if limit > 0 && len(t.Lines) > limit {
+		t.Lines, t.More = t.Lines[:limit], true
+	}
+	return t, nil
+}
+
+// transcriptInfos returns the transcript info of the run's iterations in
+// [from, to], keyed by iteration.
+func transcriptInfos(ctx context.Context, q queryer, runID string, from, to int) (map[int]*TranscriptInfo, error) {
+	rows, err := q.QueryContext(ctx, `SELECT `+transcriptInfoCols+` FROM transcripts
+		WHERE run_id = ? AND iteration BETWEEN ? AND ?`, runID, from, to)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[int]*TranscriptInfo{}
+	for rows.Next() {
+		t, err := scanTranscriptInfo(rows)
+		if err != nil {
+			return nil, err
+		}
+		out[t.Iteration] = t
+	}
+	return out, rows.Err()
+}
+
+// queryer is what both *sql.Tx and *sql.DB offer for reads.
+type queryer interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// IterationPage is one page of a run's iterations.
+type IterationPage struct {
+	Iterations []*Iteration
+	// Transcripts holds the page's iterations' transcript info, by
+	// iteration; an iteration without a transcript has no entry.
+	Transcripts map[int]*TranscriptInfo
+	// NextCursor continues the listing; empty on the last page.
+	NextCursor string
+}
+
+// PageIterations returns one page of the user's run's iterations, oldest
+// first, or newest first when desc is set, read in one transaction. The
+// cursor is the previous page's NextCursor. A run of another user is
+// ENOTFOUND; a bad cursor is EINVALID on field cursor.
+func (d *DB) PageIterations(ctx context.Context, userID int64, runID, cursor string, limit int, desc bool) (*IterationPage, error) {
+	if limit <= 0 || limit > 200 {
+		limit = 50
+	}
+	after := 0
+	if desc {
+		after = 1 << 62
+	}
+	if cursor != "" {
+		n, err := parseIterCursor(cursor)
+		if err != nil {
+			return nil, err
+		}
+		after = n
+	}
+	rtx, err := d.reader.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return nil, err
+	}
+	defer rtx.Rollback()
+	var one int
+	if err := rtx.QueryRowContext(ctx, `SELECT 1 FROM runs WHERE id = ? AND user_id = ?`, runID, userID).Scan(&one); err != nil {
+		return nil, notFound(err, "Run")
+	}
+	q := `SELECT ` + iterCols + ` FROM iterations WHERE run_id = ? AND iteration > ? ORDER BY iteration LIMIT ?`
+	if desc {
+		q = `SELECT ` + iterCols + ` FROM iterations WHERE run_id = ? AND iteration < ? ORDER BY iteration DESC LIMIT ?`
+	}
+	rows, err := rtx.QueryContext(ctx, q, runID, after, limit+1)
+	if err != nil {
+		return nil, err
+	}
+	its, err := scanIterations(rows)
+	if err != nil {
+		return nil, err
+	}
+	page := &IterationPage{Iterations: its}
+	if len(its) > limit {
+		page.Iterations = its[:limit]
+		page.NextCursor = fmt.Sprintf("i%d", page.Iterations[limit-1].Iteration)
+	}
+	if len(page.Iterations) > 0 {
+		lo, hi := page.Iterations[0].Iteration, page.Iterations[len(page.Iterations)-1].Iteration
+		if lo > hi {
+			lo, hi = hi, lo
+		}
+		if page.Transcripts, err = transcriptInfos(ctx, rtx, runID, lo, hi); err != nil {
+			return nil, err
+		}
+	}
+	return page, nil
+}
+
+func parseIterCursor(s string) (int, error) {
+	var n int
+	if !strings.HasPrefix(s, "i") {
+		return 0, FieldError("cursor", "Invalid cursor.")
+	}
+	if _, err := fmt.Sscanf(s[1:], "%d", &n); err != nil || n < 0 || fmt.Sprintf("i%d", n) != s {
+		return 0, FieldError("cursor", "Invalid cursor.")
+	}
+	return n, nil
+}
