@@ -292,3 +292,31 @@ func parseIterCursor(s string) (int, error) {
 	}
 	return n, nil
 }
+
+// SearchTranscripts returns up to limit lines of the user's run's
+// transcripts whose text contains q (case-insensitive for ASCII), oldest
+// first. A run of another user is ENOTFOUND.
+func (d *DB) SearchTranscripts(ctx context.Context, userID int64, runID, q string, limit int) ([]*TranscriptLine, error) {
+	if err := d.checkRunOwner(ctx, userID, runID); err != nil {
+		return nil, err
+	}
+	esc := strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`).Replace(q)
+	rows, err := d.reader.QueryContext(ctx, `SELECT iteration, seq, attempt, kind, name, role, text, created_at FROM transcript_lines
+		WHERE run_id = ? AND (text LIKE ? ESCAPE '\' OR name LIKE ? ESCAPE '\') ORDER BY iteration, seq LIMIT ?`,
+		runID, "%"+esc+"%", "%"+esc+"%", limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*TranscriptLine
+	for rows.Next() {
+		l := &TranscriptLine{RunID: runID}
+		var at int64
+		if err := rows.Scan(&l.Iteration, &l.Seq, &l.Attempt, &l.Kind, &l.Name, &l.Role, &l.Text, &at); err != nil {
+			return nil, err
+		}
+		l.CreatedAt = time.UnixMilli(at).UTC()
+		out = append(out, l)
+	}
+	return out, rows.Err()
+}

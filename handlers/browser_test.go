@@ -206,8 +206,12 @@ func TestBrowser(t *testing.T) {
 	t.Run("a running run is canceled from its page", func(t *testing.T) {
 		composeInBrowser(t, ctx, base, "Take forever", "", scripted.Step{Summary: "slow", SleepMS: 60_000})
 		until(t, ctx, "the run to be running", `document.querySelector("#run-live .badge").textContent === "Running"`)
+		// Cancel asks first; the browser's dialog is answered "yes" and its
+		// question kept to check it.
+		do(t, ctx, "answer the confirmation", chromedp.Evaluate[chromedp.Void](`window.confirm = function (m) { sessionStorage.setItem("asked", m); return true; }`))
 		submitTo(t, ctx, "#cancel", "done=canceled")
 		until(t, ctx, "the canceled badge", `document.querySelector("#run-live .badge").textContent === "Canceled" && !document.querySelector("#cancel")`)
+		until(t, ctx, "the cancel to have asked", `(sessionStorage.getItem("asked") || "").startsWith("Cancel this run?")`)
 	})
 
 	t.Run("a stopped run is continued from its page", func(t *testing.T) {

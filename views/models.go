@@ -98,6 +98,8 @@ type IterationView struct {
 	Metrics   db.Metrics
 	Created   []spec.Ref
 	Updated   []spec.Ref
+	// Transcript is the size of the iteration's transcript.
+	Transcript db.TranscriptInfo
 }
 
 // Evidence is a breaker's evidence (engine.Evidence) as shown on a stopped
@@ -136,6 +138,11 @@ type RunView struct {
 	// LastSeq is the run's last event sequence number; the live stream
 	// starts after it.
 	LastSeq int64
+	// TimelineFrom is the first iteration the timeline shows; its live
+	// refresh keeps every row from there on.
+	TimelineFrom int
+	// EarlierBefore is where "Show earlier" continues (0: nothing earlier).
+	EarlierBefore int
 	// Error is a refused control's message, shown above the controls.
 	Error      string
 	ErrorField string

@@ -52,6 +52,8 @@ type Step struct {
 	Transcript   []Line `json:"transcript,omitempty"`
 	Stream       string `json:"stream,omitempty"`
 	StreamRepeat int    `json:"stream_repeat,omitempty"`
+	// StreamEveryMS sleeps between the repeats of Stream.
+	StreamEveryMS int64 `json:"stream_every_ms,omitempty"`
 }
 
 // Line is a transcript line a step adds.
@@ -127,6 +129,15 @@ func (x *Executor) Iterate(ctx context.Context, in *spec.Input) (*spec.Result, e
 	if st.Stream != "" {
 		w := spec.TranscriptWriter(in.Host, "output")
 		for i := 0; i < max(st.StreamRepeat, 1); i++ {
+			if i > 0 && st.StreamEveryMS > 0 {
+				t := time.NewTimer(time.Duration(st.StreamEveryMS) * time.Millisecond)
+				select {
+				case <-ctx.Done():
+					t.Stop()
+					return &spec.Result{Summary: "interrupted"}, ctx.Err()
+				case <-t.C:
+				}
+			}
 			w.Write([]byte(st.Stream))
 		}
 	}

@@ -1,7 +1,8 @@
 // Homework's small page helpers. Live parts use htmx and its SSE extension;
-// this file only formats times relative to now (with the exact time kept in
-// the element's title) and opens <dialog>s from buttons with
-// data-open-dialog="ID" (the CSP allows no inline handlers).
+// this file formats times relative to now (with the exact time kept in the
+// element's title), opens <dialog>s from buttons with data-open-dialog="ID"
+// (the CSP allows no inline handlers), and schedules the run page's live
+// fetches (htmx does the swapping).
 (function () {
   "use strict";
   function rel(t) {
@@ -35,10 +36,32 @@
   // alive, and a few pages later the browser's six connections per host are
   // all held by streams and the next page waits.
   var sources = [];
+  // Every event of the stream is also relayed as a "hw:event" on document
+  // (detail: the event as the API sends it), so that the run page updates
+  // from the one stream the tab already holds (the dashboard feed).
+  var eventTypes = ["run_created", "run_started", "run_continued", "run_recovered", "iteration_started", "llm_call",
+    "iteration_cost_update", "tool_call", "tool_result", "document_created", "document_updated", "task_updated",
+    "check_result", "gate_decision", "iteration_completed", "run_waiting_on_user", "user_response", "message_queued",
+    "run_stalled", "run_stopped", "run_completed", "run_canceled", "run_failed", "notification_created",
+    "transcript", "agent_output", "agent_exit"];
+  function relay(e) {
+    var ev;
+    try { ev = JSON.parse(e.data); } catch (err) { return; }
+    if (!ev || !ev.type) return;
+    document.dispatchEvent(new CustomEvent("hw:event", { detail: ev }));
+  }
   if (window.htmx) {
     htmx.createEventSource = function (url) {
       sources = sources.filter(function (s) { return s.readyState !== 2; });
       var es = new EventSource(url, { withCredentials: true });
+      eventTypes.forEach(function (t) { es.addEventListener(t, relay); });
+      var opened = false;
+      es.addEventListener("open", function () {
+        // After a reconnect the stream replays from its cursor, but a part
+        // fetched meanwhile may have raced it: fetch every part again.
+        if (opened) document.dispatchEvent(new CustomEvent("hw:reconnect"));
+        opened = true;
+      });
       sources.push(es);
       return es;
     };
@@ -55,6 +78,110 @@
     var b = e.target.closest ? e.target.closest("[data-open-dialog]") : null;
     if (!b) return;
     var d = document.getElementById(b.getAttribute("data-open-dialog"));
-    if (d && typeof d.showModal === "function" && !d.open) d.showModal();
+    if (d && typeof d.showModal === "function" && !d.open) {
+      d.showModal();
+      d.querySelectorAll("[data-live-src]").forEach(refresh);
+    }
   });
+
+  // ---- The run page ----
+  // Parts with data-live-src are fetched again (into themselves) after the
+  // events named in data-live-on. At most one request per part is in flight;
+  // events arriving meanwhile mark it dirty and it is fetched once more when
+  // the request ends, so the last event is never dropped and the page
+  // converges to the server's state. A part with data-live-when-open is
+  // fetched only while that dialog is open.
+  function state(el) { return el._hw || (el._hw = {}); }
+  function refresh(el) {
+    var st = state(el);
+    if (st.inflight) { st.dirty = true; return; }
+    var only = el.getAttribute("data-live-when-open");
+    if (only) {
+      var dlg = document.getElementById(only);
+      if (!dlg || !dlg.open) return;
+    }
+    st.inflight = true;
+    st.dirty = false;
+    var done = function () {
+      st.inflight = false;
+      if (st.dirty) setTimeout(function () { refresh(el); }, 100);
+    };
+    htmx.ajax("GET", el.getAttribute("data-live-src"), { source: el, target: el, swap: "innerHTML" }).then(done, done);
+  }
+  // An iteration's log (details.log) loads when opened and then appends
+  // the lines after its last one whenever the iteration's transcript grows.
+  function lastSeq(box) {
+    for (var l = box.lastElementChild; l; l = l.previousElementSibling) {
+      if (l.getAttribute("data-seq")) return l.getAttribute("data-seq");
+    }
+    return "0";
+  }
+  function loadLog(d) {
+    var st = state(d);
+    if (st.inflight) { st.dirty = true; return; }
+    var box = d.querySelector(".log-lines");
+    if (!box) return;
+    st.inflight = true;
+    st.dirty = false;
+    st.loaded = true;
+    var done = function () {
+      st.inflight = false;
+      var more = box.querySelector(".log-more");
+      if (more) { more.remove(); st.dirty = true; }
+      if (st.dirty) loadLog(d);
+    };
+    htmx.ajax("GET", d.getAttribute("data-log-src") + "?after=" + lastSeq(box), { source: box, target: box, swap: "beforeend" }).then(done, done);
+  }
+  document.addEventListener("toggle", function (e) {
+    var d = e.target;
+    if (d && d.matches && d.matches("details.log") && d.open && !state(d).loaded) loadLog(d);
+  }, true);
+  var statusTypes = " run_started run_continued run_recovered run_waiting_on_user user_response run_stalled run_stopped run_completed run_canceled run_failed ";
+  function livePage(ev) {
+    var page = document.getElementById("run-page");
+    return page && page.getAttribute("data-run-id") === ev.run_id ? page : null;
+  }
+  document.addEventListener("hw:event", function (e) {
+    var ev = e.detail;
+    var page = livePage(ev);
+    if (!page) return;
+    if (ev.type === "transcript") {
+      var d = document.getElementById("log-" + (ev.data && ev.data.iteration));
+      if (d && state(d).loaded) loadLog(d);
+      return;
+    }
+    if (statusTypes.indexOf(" " + ev.type + " ") >= 0) {
+      // Banners about an earlier action ("Answer sent") are stale now.
+      document.querySelectorAll(".ok-box").forEach(function (b) { b.remove(); });
+    }
+    page.querySelectorAll("[data-live-on]").forEach(function (el) {
+      var on = " " + el.getAttribute("data-live-on") + " ";
+      if (on === " * " || on.indexOf(" " + ev.type + " ") >= 0) refresh(el);
+    });
+  });
+  document.addEventListener("hw:reconnect", function () {
+    var page = document.getElementById("run-page");
+    if (page) page.querySelectorAll("[data-live-src]").forEach(refresh);
+  });
+  // A search hit opens its iteration's log, or its text when the row is
+  // not on the page.
+  document.addEventListener("click", function (e) {
+    var a = e.target.closest ? e.target.closest("[data-open-log]") : null;
+    if (!a) return;
+    var d = document.getElementById("log-" + a.getAttribute("data-open-log"));
+    var page = document.getElementById("run-page");
+    e.preventDefault();
+    if (!d) {
+      if (page) window.open("/api/runs/" + page.getAttribute("data-run-id") + "/iterations/" + a.getAttribute("data-open-log") + "/transcript?format=text");
+      return;
+    }
+    d.open = true;
+    d.scrollIntoView({ block: "start" });
+  });
+  // Forms with data-confirm ask first (Cancel).
+  document.addEventListener("submit", function (e) {
+    var f = e.target;
+    var msg = f && f.getAttribute && f.getAttribute("data-confirm");
+    if (msg && !window.confirm(msg)) e.preventDefault();
+  }, true);
 })();
