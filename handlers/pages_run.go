@@ -289,7 +289,9 @@ func (s *Server) runControls(c *fiber.Ctx) error {
 }
 func (s *Server) runAnswer(c *fiber.Ctx) error { return s.runFragment(c, 0, views.RunAnswerBody) }
 func (s *Server) runWork(c *fiber.Ctx) error   { return s.runFragment(c, partWork, views.RunWorkBody) }
-func (s *Server) runModal(c *fiber.Ctx) error  { return s.runFragment(c, partModal, views.LiveModalContent) }
+func (s *Server) runModal(c *fiber.Ctx) error {
+	return s.runFragment(c, partModal, views.LiveModalContent)
+}
 
 // runTimeline renders timeline rows: ?from=N the rows from iteration N on
 // (the live refresh), ?before=N up to recentIterations rows before N ("Show
