@@ -294,7 +294,9 @@ func (s *Server) runModal(c *fiber.Ctx) error {
 }
 
 // runTimeline renders timeline rows: ?from=N the rows from iteration N on
-// (the live refresh), ?before=N up to recentIterations rows before N ("Show
+// (the live update: row N replaces the page's last row out of band, the
+// rest are appended, so an event costs the same however long the run),
+// ?before=N up to recentIterations rows before N ("Show
 // earlier"), else the latest rows.
 func (s *Server) runTimeline(c *fiber.Ctx) error {
 	from, err := queryInt(c, "from", 0, 0, 1<<31)
@@ -325,6 +327,7 @@ func (s *Server) runTimeline(c *fiber.Ctx) error {
 	if err := s.loadTimeline(c, &v, int(from)); err != nil {
 		return s.pageError(c, err)
 	}
+	v.TimelineTail = from > 0
 	return s.render(c, fiber.StatusOK, views.TimelineRows(v))
 }
 

@@ -143,6 +143,9 @@ type RunView struct {
 	TimelineFrom int
 	// EarlierBefore is where "Show earlier" continues (0: nothing earlier).
 	EarlierBefore int
+	// TimelineTail marks a live timeline update: the first row replaces
+	// the page's last row (out of band), the others are appended.
+	TimelineTail bool
 	// Error is a refused control's message, shown above the controls.
 	Error      string
 	ErrorField string

@@ -106,7 +106,18 @@
       st.inflight = false;
       if (st.dirty) setTimeout(function () { refresh(el); }, 100);
     };
-    htmx.ajax("GET", el.getAttribute("data-live-src"), { source: el, target: el, swap: "innerHTML" }).then(done, done);
+    var src = el.getAttribute("data-live-src"), swap = "innerHTML";
+    var tail = el.getAttribute("data-live-tail");
+    if (tail) {
+      // An append-only list: fetch from its last item on; the server sends
+      // that item out of band (it may have changed) and appends the rest.
+      var items = el.querySelectorAll(tail);
+      if (items.length) {
+        src += (src.indexOf("?") < 0 ? "?" : "&") + "from=" + items[items.length - 1].getAttribute("data-iteration");
+        swap = "beforeend";
+      }
+    }
+    htmx.ajax("GET", src, { source: el, target: el, swap: swap }).then(done, done);
   }
   // An iteration's log (details.log) loads when opened and then appends
   // the lines after its last one whenever the iteration's transcript grows.
