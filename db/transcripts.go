@@ -320,3 +320,22 @@ func (d *DB) SearchTranscripts(ctx context.Context, userID int64, runID, q strin
 	}
 	return out, rows.Err()
 }
+
+// ActionEventTypes are the events the run page's timeline shows beside the
+// iterations.
+var ActionEventTypes = []string{"iteration_started", "run_waiting_on_user", "user_response", "message_queued", "run_stopped",
+	"run_stalled", "run_continued", "run_canceled", "run_recovered", "run_completed", "run_failed"}
+
+// ListRunActions returns the run's action events (ActionEventTypes) created
+// at or after since, in order, at most 2,000. The caller must have checked
+// ownership.
+func (d *DB) ListRunActions(ctx context.Context, runID string, since time.Time) ([]*Event, error) {
+	rows, err := d.reader.QueryContext(ctx, `SELECT `+eventCols+` FROM events
+		WHERE run_id = ? AND type IN ('iteration_started', 'run_waiting_on_user', 'user_response', 'message_queued',
+			'run_stopped', 'run_stalled', 'run_continued', 'run_canceled', 'run_recovered', 'run_completed', 'run_failed')
+		AND created_at >= ? ORDER BY seq LIMIT 2000`, runID, since.UnixMilli())
+	if err != nil {
+		return nil, err
+	}
+	return scanEvents(rows)
+}

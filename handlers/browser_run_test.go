@@ -108,6 +108,28 @@ func TestBrowserRunPage(t *testing.T) {
 		submitTo(t, ctx, "#respond", "done=answered")
 		until(t, ctx, "the run to complete", `document.querySelector("#run-live .badge").dataset.status === "completed"`)
 		until(t, ctx, "the stale banner and the answer form to be gone", `document.querySelector(".ok-box") === null && document.querySelector("#respond-form") === null`)
+		until(t, ctx, "the question and the answer in the timeline",
+			`document.querySelector("#timeline").textContent.includes("Asked you: Which colour?") && document.querySelector("#timeline").textContent.includes("You answered: blue")`)
 		do(t, ctx, "desktop size", chromedp.EmulateViewport(1280, 1000))
+	})
+
+	t.Run("the timeline shows a message, a stop, a Continue with its budgets and a cancel with who", func(t *testing.T) {
+		id := create(t, "Stop, go on, cancel", 1, scripted.Step{Summary: "one"}, askStep("Go on?"), scripted.Step{Summary: "forever", SleepMS: 60_000})
+		ts.waitStatus(t, u, id, db.StatusStopped)
+		do(t, ctx, "open the stopped run", chromedp.Navigate(ts.URL+"/runs/"+id), chromedp.WaitVisible(chromedp.CSS("#continue-form")))
+		until(t, ctx, "the stop in the timeline", `document.querySelector("#timeline").textContent.includes("Stopped: Max iterations")`)
+		do(t, ctx, "raise the iterations", chromedp.SendKeys(chromedp.CSS("#continue-form #max_iterations"), "3"))
+		submitTo(t, ctx, "#continue", "done=continued")
+		until(t, ctx, "the Continue in the timeline", `document.querySelector("#timeline").textContent.includes("Continued with budgets raised: iterations 3")`)
+		ts.waitStatus(t, u, id, db.StatusWaiting)
+		do(t, ctx, "queue a message while the run waits", chromedp.Navigate(ts.URL+"/runs/"+id), chromedp.WaitVisible(chromedp.CSS("#message-body")),
+			chromedp.SendKeys(chromedp.CSS("#message-body"), "mind the licence"))
+		submitTo(t, ctx, "#send-message", "done=message")
+		do(t, ctx, "answer", chromedp.WaitVisible(chromedp.CSS("#answer-0")), chromedp.SendKeys(chromedp.CSS("#answer-0"), "yes"))
+		submitTo(t, ctx, "#respond", "done=answered")
+		until(t, ctx, "the message read by the next iteration", `document.querySelector("#timeline").textContent.includes("You queued a message: mind the licence — read by iteration 3")`)
+		do(t, ctx, "answer the confirmation", chromedp.Evaluate[chromedp.Void](`window.confirm = function () { return true; }`))
+		submitTo(t, ctx, "#cancel", "done=canceled")
+		until(t, ctx, "the cancel with who in the timeline", `document.querySelector("#timeline").textContent.includes("Canceled by ada@example.com")`)
 	})
 }

@@ -125,6 +125,9 @@ func (s *Server) loadTimeline(c *fiber.Ctx, v *views.RunView, from int) error {
 		slices.Reverse(page.Iterations)
 	}
 	v.Iterations = iterationViews(page)
+	if err := s.attachActions(ctx, v.Run, u.Email, v.Iterations); err != nil {
+		return err
+	}
 	if len(v.Iterations) > 0 {
 		v.TimelineFrom = v.Iterations[0].Iteration
 		v.EarlierBefore = v.TimelineFrom
@@ -318,6 +321,9 @@ func (s *Server) runTimeline(c *fiber.Ctx) error {
 		}
 		slices.Reverse(page.Iterations)
 		v.Iterations = iterationViews(page)
+		if err := s.attachActions(c.UserContext(), v.Run, userOf(c).Email, v.Iterations); err != nil {
+			return s.pageError(c, err)
+		}
 		v.EarlierBefore = 0
 		if len(v.Iterations) > 0 && v.Iterations[0].Iteration > 1 {
 			v.EarlierBefore = v.Iterations[0].Iteration

@@ -100,6 +100,19 @@ type IterationView struct {
 	Updated   []spec.Ref
 	// Transcript is the size of the iteration's transcript.
 	Transcript db.TranscriptInfo
+	// Inbox is how many of the person's answers and messages it read.
+	Inbox int
+	// Actions are what the person and the platform did while this was the
+	// run's latest iteration.
+	Actions []*Action
+}
+
+// Action is one entry of the run's timeline besides its iterations: a
+// question, an answer, a message, a stop, a Continue, a cancel, a recovery.
+type Action struct {
+	At   time.Time
+	Kind string // the event type
+	Text string
 }
 
 // Evidence is a breaker's evidence (engine.Evidence) as shown on a stopped

@@ -28,3 +28,10 @@ CREATE TABLE transcripts (
 	updated_at    INTEGER NOT NULL,
 	PRIMARY KEY (run_id, iteration)
 );
+
+-- The run page's timeline lists the person's and the platform's actions
+-- (questions, answers, messages, stops, continues, cancels, recoveries)
+-- beside the iterations; this index finds them without reading every event.
+CREATE INDEX events_run_actions ON events(run_id, seq) WHERE type IN ('iteration_started', 'run_waiting_on_user',
+	'user_response', 'message_queued', 'run_stopped', 'run_stalled', 'run_continued', 'run_canceled', 'run_recovered',
+	'run_completed', 'run_failed');

@@ -102,8 +102,19 @@
     }
     st.inflight = true;
     st.dirty = false;
+    // Opened logs inside the part outlive its refresh: the fresh copy only
+    // lends them its summary (their line count).
+    var kept = [];
+    el.querySelectorAll("details.log").forEach(function (d) { if (state(d).loaded) kept.push(d); });
     var done = function () {
       st.inflight = false;
+      kept.forEach(function (old) {
+        var fresh = document.getElementById(old.id);
+        if (!fresh || fresh === old) return;
+        var s = fresh.querySelector("summary"), os = old.querySelector("summary");
+        if (s && os) os.replaceWith(s);
+        fresh.replaceWith(old);
+      });
       if (st.dirty) setTimeout(function () { refresh(el); }, 100);
     };
     var src = el.getAttribute("data-live-src"), swap = "innerHTML";
