@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -41,6 +42,36 @@ func TestBrowserRunPage(t *testing.T) {
 		}
 		return run.ID
 	}
+
+	t.Run("six run tabs share one event stream and all keep updating", func(t *testing.T) {
+		do(t, ctx, "open the run list", chromedp.Navigate(ts.URL+"/"), chromedp.WaitVisible(chromedp.CSS("main")))
+		waitUntil(t, "the first tab's feed", func() bool { return ts.Bus.Subscribers() >= 1 })
+		baseline := ts.Bus.Subscribers()
+		var ids []string
+		for i := range 6 {
+			step := scripted.Step{Summary: fmt.Sprint("tab step ", i), SleepMS: 700}
+			ids = append(ids, create(t, fmt.Sprint("tab run ", i), 0, step, step, doneStep("done")))
+		}
+		var tabs []context.Context
+		for i, id := range ids {
+			tab, cancel := chromedp.NewContext(ctx)
+			t.Cleanup(cancel)
+			do(t, tab, fmt.Sprint("open tab ", i), chromedp.Navigate(ts.URL+"/runs/"+id), chromedp.WaitVisible(chromedp.CSS("#run-live")))
+			tabs = append(tabs, tab)
+		}
+		if n := ts.Bus.Subscribers(); n > baseline {
+			t.Fatalf("%d event subscriptions with seven tabs open, %d with one: the tabs do not share the stream", n, baseline)
+		}
+		for i, tab := range tabs {
+			run := ts.waitStatus(t, u, ids[i], db.StatusCompleted)
+			until(t, tab, fmt.Sprint("tab ", i, " to show the completed run"), fmt.Sprintf(
+				`document.querySelector("#run-live .badge").dataset.status === "completed" && document.querySelector("#iterations").textContent === "%d" && document.querySelectorAll("#timeline > li[id^=iteration-]").length === %d`,
+				run.Metrics.Iterations, run.Metrics.Iterations))
+		}
+		if n := ts.Bus.Subscribers(); n > baseline {
+			t.Fatalf("%d event subscriptions at the end, %d with one tab", n, baseline)
+		}
+	})
 
 	t.Run("the transcript appends live, is searchable and downloadable", func(t *testing.T) {
 		work := scripted.Step{Summary: "ticking", Stream: "tick\n", StreamRepeat: 6, StreamEveryMS: 400,

@@ -50,10 +50,75 @@
     if (!ev || !ev.type) return;
     document.dispatchEvent(new CustomEvent("hw:event", { detail: ev }));
   }
+  // The dashboard feed is shared by every tab of the site: one tab (the
+  // holder of a Web Lock) holds the EventSource and passes each event to
+  // the others over a BroadcastChannel, so six open run pages hold one
+  // stream between them, not six (browsers allow six connections per host
+  // on HTTP/1.1). When that tab goes, another takes the lock and opens the
+  // stream from the last event it saw. The feed's ids are global event ids,
+  // so duplicates are dropped by id. Without those APIs each tab holds its
+  // own stream.
+  function sharedSource(url) {
+    var shim = new EventTarget();
+    var m = /[?&]since_id=(\d+)/.exec(url);
+    var last = m ? parseInt(m[1], 10) : 0;
+    var base = url.replace(/[?&]since_id=\d+/, "");
+    var ch = new BroadcastChannel("homework-feed");
+    var es = null, closed = false, release = null;
+    shim.readyState = 1;
+    function deliver(type, data, id) {
+      var n = parseInt(id, 10);
+      if (n && n <= last) return;
+      if (n) last = n;
+      shim.dispatchEvent(new MessageEvent(type, { data: data, lastEventId: id }));
+    }
+    ch.onmessage = function (e) {
+      var msg = e.data;
+      if (msg && msg.type) deliver(msg.type, msg.data, msg.id);
+    };
+    function lead() {
+      return new Promise(function (resolve) {
+        release = resolve;
+        if (closed) return resolve();
+        var open = function () {
+          es = new EventSource(base + (base.indexOf("?") < 0 ? "?" : "&") + "since_id=" + last, { withCredentials: true });
+          eventTypes.forEach(function (t) {
+            es.addEventListener(t, function (e) {
+              ch.postMessage({ type: t, data: e.data, id: e.lastEventId });
+              deliver(t, e.data, e.lastEventId);
+            });
+          });
+          es.onerror = function () {
+            // A stream the server ended (or refused) is reopened from the
+            // last event seen; the browser retries the others itself.
+            if (es.readyState === 2 && !closed) setTimeout(open, 2000);
+          };
+        };
+        open();
+      });
+    }
+    navigator.locks.request("homework-feed", { ifAvailable: true }, function (lock) {
+      if (lock) return lead();
+      // Another tab holds the stream. Events it passed on before this tab
+      // listened are not replayed: fetch the live parts once, then wait to
+      // take over the stream if that tab goes.
+      document.dispatchEvent(new CustomEvent("hw:reconnect"));
+      navigator.locks.request("homework-feed", lead);
+    });
+    shim.close = function () {
+      closed = true;
+      shim.readyState = 2;
+      ch.close();
+      if (es) es.close();
+      if (release) release();
+    };
+    return shim;
+  }
+  var canShare = typeof BroadcastChannel === "function" && navigator.locks && typeof EventTarget === "function";
   if (window.htmx) {
     htmx.createEventSource = function (url) {
       sources = sources.filter(function (s) { return s.readyState !== 2; });
-      var es = new EventSource(url, { withCredentials: true });
+      var es = canShare && url.indexOf("/api/events") === 0 ? sharedSource(url) : new EventSource(url, { withCredentials: true });
       eventTypes.forEach(function (t) { es.addEventListener(t, relay); });
       var opened = false;
       es.addEventListener("open", function () {
