@@ -36,7 +36,9 @@ func TestRunPage(t *testing.T) {
 	t.Run("it shows overview, cost, budgets, timeline, outputs, tree, tasks and report", func(t *testing.T) {
 		expectContains(t, body, "Research &lt;haiku&gt;", ">Completed<", `id="cost-total">$0.01<`, "model-a", ">1500<", "<progress",
 			`id="iteration-1"`, "Wrote the findings", "Why we stopped: complete", `id="outputs"`, "findings.md", `id="tree"`,
-			"Write &lt;the&gt; haiku", "☑", `id="report"`, "Stopping reason", "Ask follow-up")
+			"Write &lt;the&gt; haiku", "☑", `id="report"`, "Stopping reason", "Ask follow-up",
+			// The settings panel: the full objective, executor, model, modes, budgets, breakers.
+			`<details class="card settings" id="settings">`, `class="objective-full">Research &lt;haiku&gt;`, "Write mode", "Breakers", "no progress 3 (default)")
 		expectLacks(t, body, "Research <haiku>", "Write <the> haiku", `id="cancel"`, `sse-connect="/api/runs/`)
 	})
 	t.Run("the live fragments render alone", func(t *testing.T) {
