@@ -65,9 +65,10 @@ type DB struct {
 	now      func() time.Time
 	onEvents func([]*Event)
 
-	writer *sql.DB
-	reader *sql.DB
-	lock   *os.File
+	writer   *sql.DB
+	reader   *sql.DB
+	readConn *cachingConnector // counts the reader's statements
+	lock     *os.File
 
 	// writeMu serialises our write transactions so that events are
 	// published in commit order. River's own statements use the same
@@ -129,7 +130,8 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 		return nil, err
 	}
 
-	d.reader = sql.OpenDB(&cachingConnector{dsn: dsn(opts.Path, true), drv: &sqlite.Driver{}})
+	d.readConn = &cachingConnector{dsn: dsn(opts.Path, true), drv: &sqlite.Driver{}}
+	d.reader = sql.OpenDB(d.readConn)
 	d.reader.SetMaxOpenConns(opts.ReadConns)
 	d.reader.SetMaxIdleConns(opts.ReadConns)
 	if err := d.reader.PingContext(ctx); err != nil {

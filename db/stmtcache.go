@@ -5,6 +5,7 @@ import (
 	"context"
 	"database/sql/driver"
 	"errors"
+	"sync/atomic"
 
 	"modernc.org/sqlite"
 )
@@ -21,6 +22,8 @@ const stmtCacheSize = 256
 type cachingConnector struct {
 	dsn string
 	drv *sqlite.Driver
+	// queries counts the statements run on the connector's connections.
+	queries atomic.Int64
 }
 
 func (c *cachingConnector) Connect(ctx context.Context) (driver.Conn, error) {
@@ -28,7 +31,7 @@ func (c *cachingConnector) Connect(ctx context.Context) (driver.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &cachingConn{inner: conn, lru: list.New(), byQuery: map[string]*list.Element{}}, nil
+	return &cachingConn{inner: conn, lru: list.New(), byQuery: map[string]*list.Element{}, queries: &c.queries}, nil
 }
 
 func (c *cachingConnector) Driver() driver.Driver { return c.drv }
@@ -39,6 +42,7 @@ type cachingConn struct {
 	inner   driver.Conn
 	lru     *list.List // of *cachedStmt, most recent first
 	byQuery map[string]*list.Element
+	queries *atomic.Int64
 }
 
 type cachedStmt struct {
@@ -56,10 +60,12 @@ func (s *cachedStmt) Close() error {
 }
 
 func (s *cachedStmt) ExecContext(ctx context.Context, args []driver.NamedValue) (driver.Result, error) {
+	s.conn.queries.Add(1)
 	return s.Stmt.(driver.StmtExecContext).ExecContext(ctx, args)
 }
 
 func (s *cachedStmt) QueryContext(ctx context.Context, args []driver.NamedValue) (driver.Rows, error) {
+	s.conn.queries.Add(1)
 	return s.Stmt.(driver.StmtQueryContext).QueryContext(ctx, args)
 }
 
@@ -126,4 +132,13 @@ func (c *cachingConn) ResetSession(ctx context.Context) error {
 
 func (c *cachingConn) IsValid() bool {
 	return c.inner.(driver.Validator).IsValid()
+}
+
+// ReadQueries returns how many statements the reader pool has run, for
+// measuring what a page or a request costs.
+func (d *DB) ReadQueries() int64 {
+	if d.readConn == nil {
+		return 0
+	}
+	return d.readConn.queries.Load()
 }

@@ -5,7 +5,6 @@ import (
 	"strings"
 	"testing"
 
-	"homework/db"
 	"homework/engine/spec"
 )
 
@@ -86,8 +85,8 @@ func TestValidateCycles(t *testing.T) {
 		if (err == nil) != ok {
 			t.Errorf("cycles %d: err %v, want ok %v", c, err, ok)
 		}
-		var de *db.Error
-		if err != nil && (!errors.As(err, &de) || de.Code != db.EINVALID || de.Field != "breakers.cycles") {
+		var de *spec.Error
+		if err != nil && (!errors.As(err, &de) || de.Code != spec.EINVALID || de.Field != "breakers.cycles") {
 			t.Errorf("cycles %d: error %#v is not an EINVALID field error on breakers.cycles", c, err)
 		}
 	}

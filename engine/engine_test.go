@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"homework/db"
 	"homework/engine/scripted"
 	"homework/engine/spec"
 )
@@ -153,13 +152,13 @@ func TestCancelDuringASlowIterationReturnsPromptly(t *testing.T) {
 	h := newHarness(t, nil)
 	u := h.user("a@example.com")
 	r := h.create(u, spec.Config{Script: script(scripted.Step{SleepMS: 60_000})})
-	h.waitFor(u, r.ID, "iteration started", func(r *db.Run) bool { return r.LeaseOwner != "" })
+	h.waitFor(u, r.ID, "iteration started", func(r *spec.Run) bool { return r.LeaseOwner != "" })
 	if _, err := h.e.Cancel(h.ctx, u.ID, r.ID); err != nil {
 		t.Fatal(err)
 	}
 	// The iteration sleeps a minute, three times waitFor's deadline: it is
 	// recorded in time only if the cancel interrupted it.
-	r = h.waitFor(u, r.ID, "iteration recorded", func(r *db.Run) bool {
+	r = h.waitFor(u, r.ID, "iteration recorded", func(r *spec.Run) bool {
 		its, _ := h.db.ListIterations(h.ctx, u.ID, r.ID)
 		return r.Status == spec.StatusCanceled && len(its) == 1 && its[0].Status != spec.IterRunning
 	})
@@ -451,7 +450,7 @@ func TestShutdownLeavesInFlightRunsRecoverable(t *testing.T) {
 	r := h.create(u, spec.Config{Budgets: spec.Budgets{MaxIterations: 2}, Script: script(
 		scripted.Step{SleepFirstMS: 60_000, Status: &spec.Status{RemainingWork: []string{"more"}}},
 		scripted.Step{Status: &spec.Status{RemainingWork: []string{"more"}}})})
-	h.waitFor(u, r.ID, "leased", func(r *db.Run) bool { return r.LeaseOwner != "" })
+	h.waitFor(u, r.ID, "leased", func(r *spec.Run) bool { return r.LeaseOwner != "" })
 	// The first iteration sleeps a minute; Stop must cancel it after the
 	// grace period, long before this bound, or it returns the bound's error.
 	stopCtx, cancel := context.WithTimeout(h.ctx, 30*time.Second)

@@ -18,6 +18,7 @@ type host struct {
 	budgets   *spec.Budgets
 	baseTools int
 	tools     atomic.Int64
+	tr        *transcript // nil outside an iteration (the summarizer)
 }
 
 func (h *host) Now() time.Time { return h.e.now() }
@@ -90,6 +91,7 @@ func (h *host) RecordLLMCall(ctx context.Context, c spec.LLMCall) error {
 		})
 		return err
 	})
+	h.transcribeModelCall(ctx, c)
 	if err == nil {
 		h.e.metrics.llmTokens.Add(float64(c.PromptTokens + c.CompletionTokens))
 		h.e.metrics.llmCost.Add(c.CostUSD)

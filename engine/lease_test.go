@@ -213,11 +213,11 @@ func TestShutdownLetsAnIterationWithinTheGraceFinish(t *testing.T) {
 		t.Fatal(err)
 	}
 	its, _ := h.db.ListIterations(h.ctx, u.ID, r.ID)
-	if len(its) != 1 || its[0].Status != db.IterSucceeded {
+	if len(its) != 1 || its[0].Status != spec.IterSucceeded {
 		t.Fatalf("the in-flight iteration did not finish within the grace: %+v", its)
 	}
 	got, _ := h.db.FindRun(h.ctx, u.ID, r.ID)
-	if got.Status != db.StatusRunning || got.Iteration != 2 || got.LeaseOwner != "" {
+	if got.Status != spec.StatusRunning || got.Iteration != 2 || got.LeaseOwner != "" {
 		t.Fatalf("run after shutdown: %s iteration %d owner %q", got.Status, got.Iteration, got.LeaseOwner)
 	}
 }
@@ -229,7 +229,7 @@ type slowNarrator struct {
 	delay time.Duration
 }
 
-func (n *slowNarrator) Narrate(ctx context.Context, run *db.Run, cfg *spec.Config, report *spec.Report) (string, error) {
+func (n *slowNarrator) Narrate(ctx context.Context, run *spec.Run, cfg *spec.Config, report *spec.Report) (string, error) {
 	select {
 	case <-time.After(n.delay):
 		return "It went well.", nil
@@ -247,7 +247,7 @@ func TestASlowSummarizerDoesNotGetTheIterationRecovered(t *testing.T) {
 	})
 	u := h.user("narrate@example.com")
 	r := h.create(u, spec.Config{Script: script(done("finished"))})
-	r = h.waitStatus(u, r.ID, db.StatusCompleted)
+	r = h.waitStatus(u, r.ID, spec.StatusCompleted)
 	evs := h.events(u, r.ID)
 	if n := countType(evs, "iteration_started"); n != 1 || countType(evs, "run_recovered") != 0 {
 		t.Fatalf("%d attempts, %d recoveries for one iteration", n, countType(evs, "run_recovered"))

@@ -80,6 +80,10 @@ type StoreTx interface {
 	ListRunDocuments(ctx context.Context, runID string) ([]*spec.Document, error)
 	ListTasks(ctx context.Context, runID string) ([]*spec.Task, error)
 
+	// AppendTranscript appends lines to an iteration's transcript under its
+	// cap (spec.CapTranscript) and returns the kept lines and the new info.
+	AppendTranscript(ctx context.Context, runID string, iteration int, capBytes int64, lines []*spec.TranscriptLine, dropped int64) ([]*spec.TranscriptLine, *spec.TranscriptInfo, error)
+
 	// Leases and the inbox, for the worker and recovery.
 	SetLease(ctx context.Context, r *spec.Run, owner string, until time.Time) error
 	PendingInbox(ctx context.Context, runID string) ([]*spec.InboxItem, error)

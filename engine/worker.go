@@ -127,6 +127,7 @@ func (e *Engine) iterate(ctx context.Context, args IterateArgs) error {
 func (e *Engine) work(ctx, iterCtx context.Context, it *iteration, start time.Time, timeout time.Duration) (*outcome, error) {
 	execCtx, cancelExec := context.WithTimeout(iterCtx, timeout)
 	res, execErr := e.execute(execCtx, it)
+	hostOf(it).closeTranscript(ctx)
 	timedOut := errors.Is(execCtx.Err(), context.DeadlineExceeded) && iterCtx.Err() == nil
 	cancelExec()
 
@@ -145,6 +146,7 @@ func (e *Engine) work(ctx, iterCtx context.Context, it *iteration, start time.Ti
 	}
 	if len(it.cfg.Completion.Checks) > 0 && out.cut == nil {
 		out.checks = e.runChecks(iterCtx, it, out.res)
+		hostOf(it).transcribeChecks(ctx, out.checks)
 		if stop, err := interrupted(ctx, iterCtx); stop {
 			return nil, err
 		}
@@ -400,7 +402,7 @@ func (e *Engine) beginIteration(ctx context.Context, args IterateArgs) (*iterati
 		return nil, err
 	}
 	it.input.Host = &host{e: e, runID: it.run.ID, iteration: it.row.Iteration, budgets: &it.cfg.Budgets,
-		baseTools: it.run.Metrics.ToolCallsTotal}
+		baseTools: it.run.Metrics.ToolCallsTotal, tr: e.newTranscript(it.run.ID, it.row.Iteration, args.Attempt)}
 	return it, nil
 }
 

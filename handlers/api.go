@@ -27,6 +27,7 @@ func (s *Server) apiRoutes(api fiber.Router) {
 	api.Post("/runs/:id/message", s.apiMessageRun)
 	api.Get("/runs/:id/events", s.apiRunEvents)
 	api.Get("/runs/:id/documents", s.apiRunDocuments)
+	s.transcriptRoutes(api)
 	api.Get("/events", s.apiUserEvents)
 
 	api.Get("/documents/:id", s.apiGetDocument)

@@ -55,6 +55,8 @@ type IterationJSON struct {
 	Metrics   spec.Metrics    `json:"metrics"`
 	StartedAt *time.Time      `json:"started_at"`
 	EndedAt   *time.Time      `json:"ended_at"`
+	// Transcript is the iteration's transcript size (paged listing only).
+	Transcript *spec.TranscriptInfo `json:"transcript,omitempty"`
 }
 
 // WorkspaceJSON is a run's research workspace: its document tree (without

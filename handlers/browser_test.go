@@ -181,9 +181,9 @@ func TestBrowser(t *testing.T) {
 		until(t, ctx, "the report", `document.querySelector("#report") !== null && document.querySelector("#run-live .badge").textContent === "Completed"`)
 		until(t, ctx, "the unread count to change", `document.querySelector("#unread").textContent.trim().startsWith("1")`)
 		until(t, ctx, "the page not to have reloaded", `window.__noReload === true`)
-		if got := text(t, ctx, "#cost-total"); got != "$0.04" {
-			t.Fatalf("cost %q, want $0.04", got)
-		}
+		// Read in the page: a live refresh may swap the node between a
+		// lookup and a read over the protocol.
+		until(t, ctx, "the cost to be $0.04", `document.querySelector("#cost-total").textContent.trim() === "$0.04"`)
 	})
 
 	t.Run("the run list shows the run", func(t *testing.T) {
@@ -207,8 +207,12 @@ func TestBrowser(t *testing.T) {
 	t.Run("a running run is canceled from its page", func(t *testing.T) {
 		composeInBrowser(t, ctx, base, "Take forever", "", scripted.Step{Summary: "slow", SleepMS: 60_000})
 		until(t, ctx, "the run to be running", `document.querySelector("#run-live .badge").textContent === "Running"`)
+		// Cancel asks first; the browser's dialog is answered "yes" and its
+		// question kept to check it.
+		do(t, ctx, "answer the confirmation", chromedp.Evaluate[chromedp.Void](`window.confirm = function (m) { sessionStorage.setItem("asked", m); return true; }`))
 		submitTo(t, ctx, "#cancel", "done=canceled")
 		until(t, ctx, "the canceled badge", `document.querySelector("#run-live .badge").textContent === "Canceled" && !document.querySelector("#cancel")`)
+		until(t, ctx, "the cancel to have asked", `(sessionStorage.getItem("asked") || "").startsWith("Cancel this run?")`)
 	})
 
 	t.Run("a stopped run is continued from its page", func(t *testing.T) {

@@ -2,6 +2,8 @@ package handlers
 
 import (
 	"encoding/json"
+	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -16,18 +18,30 @@ import (
 // modalEvents is how many of the latest events the live modal lists.
 const modalEvents = 30
 
-// runView loads everything the run page shows. Another user's run is
+// recentIterations is how many of the latest iterations the run page shows
+// at first; "Show earlier" loads more, this many at a time.
+const recentIterations = 20
+
+// runParts selects what runView loads, so that each live fragment reads
+// only what it shows.
+type runParts uint
+
+const (
+	partStatus runParts = 1 << iota
+	partTimeline
+	partWork
+	partModal
+	partAll = partStatus | partTimeline | partWork | partModal
+)
+
+// runView loads the parts of the run page in parts. Another user's run is
 // ENOTFOUND.
-func (s *Server) runView(c *fiber.Ctx, runID string) (views.RunView, error) {
+func (s *Server) runView(c *fiber.Ctx, runID string, parts runParts) (views.RunView, error) {
 	ctx := c.UserContext()
 	u := userOf(c)
-	// The cursors are read before the run, so that an event committed while
-	// the page is assembled is replayed by the live streams, never skipped.
+	// The feed cursor (in page) is read before the run, so that an event
+	// committed while the page is assembled is replayed, never skipped.
 	page := s.page(c, "")
-	lastSeq, err := s.db.LastSeq(ctx, runID)
-	if err != nil {
-		return views.RunView{}, err
-	}
 	run, err := s.db.FindRun(ctx, u.ID, runID)
 	if err != nil {
 		return views.RunView{}, err
@@ -36,64 +50,127 @@ func (s *Server) runView(c *fiber.Ctx, runID string) (views.RunView, error) {
 	if r := []rune(page.Title); len(r) > 60 {
 		page.Title = string(r[:59]) + "…"
 	}
-	v := views.RunView{Page: page, Run: run, LastSeq: lastSeq, Now: s.db.Now()}
+	v := views.RunView{Page: page, Run: run, Now: s.db.Now()}
 	if v.Config, err = engine.RunConfig(run); err != nil {
 		s.log.Warn("run config", "run", run.ID, "err", err)
 		v.Config = nil
 	}
-	iters, err := s.db.ListIterations(ctx, u.ID, run.ID)
-	if err != nil {
-		return v, err
+	if parts&partStatus != 0 {
+		if rep := reportOf(run); rep.Title != "" || rep.Status != "" {
+			v.Report = &rep
+			v.ReportHTML = renderMarkdown().HTML(rep.Summary)
+			v.Created, v.Updated = rep.WhatChanged.Created, rep.WhatChanged.Updated
+		}
+		if run.StopReason != nil && len(run.StopReason.Evidence) > 0 {
+			var ev views.Evidence
+			if json.Unmarshal(run.StopReason.Evidence, &ev) == nil && ev.Breaker != "" {
+				v.Evidence = &ev
+			}
+		}
+		if run.ParentRunID != "" {
+			v.Parent, _ = s.db.FindRun(ctx, u.ID, run.ParentRunID)
+		}
+		if v.Children, err = s.db.ListChildRuns(ctx, u.ID, run.ID); err != nil {
+			return v, err
+		}
 	}
-	seen := map[string]bool{}
-	for _, it := range iters {
+	if parts&partTimeline != 0 {
+		if err := s.loadTimeline(c, &v, 0); err != nil {
+			return v, err
+		}
+	}
+	if parts&(partWork|partModal) != 0 {
+		docs, err := s.db.ListRunDocuments(ctx, u.ID, run.ID)
+		if err != nil {
+			return v, err
+		}
+		v.Tree = docTree(docs)
+		v.Scratchpad, v.Branch = scratchpadAndBranch(docs)
+		if v.Tasks, err = s.db.ListTasks(ctx, u.ID, run.ID); err != nil {
+			return v, err
+		}
+	}
+	if parts&partModal != 0 {
+		last, err := s.db.LastSeq(ctx, run.ID)
+		if err != nil {
+			return v, err
+		}
+		if v.Events, err = s.db.ListRunEvents(ctx, u.ID, run.ID, max(0, last-modalEvents), modalEvents); err != nil {
+			return v, err
+		}
+	}
+	return v, nil
+}
+
+// loadTimeline loads the timeline's iterations: from iteration from on
+// when from > 0 (a live refresh keeps every row the page showed), else the
+// latest recentIterations; v.EarlierBefore says where "Show earlier"
+// continues.
+func (s *Server) loadTimeline(c *fiber.Ctx, v *views.RunView, from int) error {
+	ctx := c.UserContext()
+	u := userOf(c)
+	var page *spec.IterationPage
+	var err error
+	if from > 0 {
+		page, err = s.db.PageIterations(ctx, u.ID, v.Run.ID, fmt.Sprintf("i%d", from-1), 200, false)
+		if err != nil {
+			return err
+		}
+	} else {
+		page, err = s.db.PageIterations(ctx, u.ID, v.Run.ID, "", recentIterations, true)
+		if err != nil {
+			return err
+		}
+		slices.Reverse(page.Iterations)
+	}
+	v.Iterations = iterationViews(page)
+	if err := s.attachActions(ctx, v.Run, u.Email, v.Iterations); err != nil {
+		return err
+	}
+	if len(v.Iterations) > 0 {
+		v.TimelineFrom = v.Iterations[0].Iteration
+		v.EarlierBefore = v.TimelineFrom
+		if v.EarlierBefore <= 1 {
+			v.EarlierBefore = 0
+		}
+	}
+	if v.Report == nil {
+		v.Created, v.Updated = outputsOf(v.Iterations)
+	}
+	return nil
+}
+
+// iterationViews decodes a page of iterations with their transcript sizes.
+func iterationViews(page *spec.IterationPage) []views.IterationView {
+	out := make([]views.IterationView, 0, len(page.Iterations))
+	for _, it := range page.Iterations {
 		iv := iterationView(it)
-		v.Iterations = append(v.Iterations, iv)
+		if t := page.Transcripts[it.Iteration]; t != nil {
+			iv.Transcript = *t
+		}
+		out = append(out, iv)
+	}
+	return out
+}
+
+// outputsOf collects what the iterations created and updated, each once.
+func outputsOf(its []views.IterationView) (created, updated []spec.Ref) {
+	seen := map[string]bool{}
+	for _, iv := range its {
 		for _, r := range iv.Created {
 			if k := r.Type + r.ID; !seen[k] {
 				seen[k] = true
-				v.Created = append(v.Created, r)
+				created = append(created, r)
 			}
 		}
 		for _, r := range iv.Updated {
 			if k := r.Type + r.ID; !seen[k] {
 				seen[k] = true
-				v.Updated = append(v.Updated, r)
+				updated = append(updated, r)
 			}
 		}
 	}
-	if rep := reportOf(run); rep.Title != "" || rep.Status != "" {
-		v.Report = &rep
-		v.ReportHTML = renderMarkdown().HTML(rep.Summary)
-		if len(v.Created) == 0 && len(v.Updated) == 0 {
-			v.Created, v.Updated = rep.WhatChanged.Created, rep.WhatChanged.Updated
-		}
-	}
-	if run.StopReason != nil && len(run.StopReason.Evidence) > 0 {
-		var ev views.Evidence
-		if json.Unmarshal(run.StopReason.Evidence, &ev) == nil && ev.Breaker != "" {
-			v.Evidence = &ev
-		}
-	}
-	docs, err := s.db.ListRunDocuments(ctx, u.ID, run.ID)
-	if err != nil {
-		return v, err
-	}
-	v.Tree = docTree(docs)
-	v.Scratchpad, v.Branch = scratchpadAndBranch(docs)
-	if v.Tasks, err = s.db.ListTasks(ctx, u.ID, run.ID); err != nil {
-		return v, err
-	}
-	if run.ParentRunID != "" {
-		v.Parent, _ = s.db.FindRun(ctx, u.ID, run.ParentRunID)
-	}
-	if v.Children, err = s.db.ListChildRuns(ctx, u.ID, run.ID); err != nil {
-		return v, err
-	}
-	if v.Events, err = s.db.ListRunEvents(ctx, u.ID, run.ID, max(0, v.LastSeq-modalEvents), modalEvents); err != nil {
-		return v, err
-	}
-	return v, nil
+	return created, updated
 }
 
 // scratchpadAndBranch finds the run's scratchpad and the branch being
@@ -183,7 +260,7 @@ func (s *Server) runPage(c *fiber.Ctx) error {
 	if _, err := s.db.MarkRunNotificationsRead(c.UserContext(), userOf(c).ID, c.Params("id")); err != nil {
 		return s.pageError(c, err)
 	}
-	v, err := s.runView(c, c.Params("id"))
+	v, err := s.runView(c, c.Params("id"), partAll)
 	if err != nil {
 		return s.pageError(c, err)
 	}
@@ -191,19 +268,101 @@ func (s *Server) runPage(c *fiber.Ctx) error {
 	return s.render(c, fiber.StatusOK, views.RunPage(v))
 }
 
-// runFragment renders one live part of the run page.
-func (s *Server) runFragment(c *fiber.Ctx, part func(views.RunView) templ.Component) error {
-	v, err := s.runView(c, c.Params("id"))
+// runFragment renders one live part of the run page (its content, swapped
+// into the part's element).
+func (s *Server) runFragment(c *fiber.Ctx, parts runParts, part func(views.RunView) templ.Component) error {
+	v, err := s.runView(c, c.Params("id"), parts)
 	if err != nil {
 		return s.pageError(c, err)
 	}
 	return s.render(c, fiber.StatusOK, part(v))
 }
 
-func (s *Server) runLive(c *fiber.Ctx) error     { return s.runFragment(c, views.RunLive) }
-func (s *Server) runControls(c *fiber.Ctx) error { return s.runFragment(c, views.RunControls) }
-func (s *Server) runModal(c *fiber.Ctx) error    { return s.runFragment(c, views.LiveModalBody) }
-func (s *Server) runStream(c *fiber.Ctx) error   { return s.runFragment(c, views.RunStream) }
+func (s *Server) runLive(c *fiber.Ctx) error {
+	return s.runFragment(c, partStatus, views.RunLiveBody)
+}
+func (s *Server) runControls(c *fiber.Ctx) error {
+	return s.runFragment(c, 0, views.RunControlsBody)
+}
+func (s *Server) runAnswer(c *fiber.Ctx) error { return s.runFragment(c, 0, views.RunAnswerBody) }
+func (s *Server) runWork(c *fiber.Ctx) error   { return s.runFragment(c, partWork, views.RunWorkBody) }
+func (s *Server) runModal(c *fiber.Ctx) error {
+	return s.runFragment(c, partModal, views.LiveModalContent)
+}
+
+// runTimeline renders timeline rows: ?from=N the rows from iteration N on
+// (the live update: row N replaces the page's last row out of band, the
+// rest are appended, so an event costs the same however long the run),
+// ?before=N up to recentIterations rows before N ("Show
+// earlier"), else the latest rows.
+func (s *Server) runTimeline(c *fiber.Ctx) error {
+	from, err := queryInt(c, "from", 0, 0, 1<<31)
+	if err != nil {
+		return s.pageError(c, err)
+	}
+	before, err := queryInt(c, "before", 0, 0, 1<<31)
+	if err != nil {
+		return s.pageError(c, err)
+	}
+	v, err := s.runView(c, c.Params("id"), 0)
+	if err != nil {
+		return s.pageError(c, err)
+	}
+	if before > 0 {
+		page, err := s.db.PageIterations(c.UserContext(), userOf(c).ID, v.Run.ID, fmt.Sprintf("i%d", before), recentIterations, true)
+		if err != nil {
+			return s.pageError(c, err)
+		}
+		slices.Reverse(page.Iterations)
+		v.Iterations = iterationViews(page)
+		if err := s.attachActions(c.UserContext(), v.Run, userOf(c).Email, v.Iterations); err != nil {
+			return s.pageError(c, err)
+		}
+		v.EarlierBefore = 0
+		if len(v.Iterations) > 0 && v.Iterations[0].Iteration > 1 {
+			v.EarlierBefore = v.Iterations[0].Iteration
+		}
+		return s.render(c, fiber.StatusOK, views.TimelineEarlier(v))
+	}
+	if err := s.loadTimeline(c, &v, int(from)); err != nil {
+		return s.pageError(c, err)
+	}
+	v.TimelineTail = from > 0
+	return s.render(c, fiber.StatusOK, views.TimelineRows(v))
+}
+
+// logPageLines is how many transcript lines one log fetch returns.
+const logPageLines = 500
+
+// runLog renders an iteration's transcript lines after ?after=SEQ for the
+// run page's log.
+func (s *Server) runLog(c *fiber.Ctx) error {
+	n, after, err := transcriptQuery(c)
+	if err != nil {
+		return s.pageError(c, err)
+	}
+	t, err := s.db.FindTranscript(c.UserContext(), userOf(c).ID, c.Params("id"), n, after, logPageLines)
+	if err != nil {
+		return s.pageError(c, err)
+	}
+	return s.render(c, fiber.StatusOK, views.LogLines(c.Params("id"), t))
+}
+
+// runLogSearch renders the transcript lines of the run matching ?q=.
+func (s *Server) runLogSearch(c *fiber.Ctx) error {
+	q := strings.TrimSpace(c.Query("q"))
+	if len(q) > 200 {
+		return s.pageError(c, spec.FieldError("q", "The search is too long."))
+	}
+	var hits []*spec.TranscriptLine
+	if q != "" {
+		var err error
+		if hits, err = s.db.SearchTranscripts(c.UserContext(), userOf(c).ID, c.Params("id"), q, 50); err != nil {
+			return s.pageError(c, err)
+		}
+	}
+	return s.render(c, fiber.StatusOK, views.LogSearchResults(c.Params("id"), q, hits))
+}
 
 // controlDone finishes a control POST: 303 back to the run on success; on a
 // refused action the run page again, with the message above the controls
@@ -217,7 +376,7 @@ func (s *Server) controlDone(c *fiber.Ctx, err error, done string) error {
 	if code == spec.EINTERNAL || code == spec.ENOTFOUND {
 		return s.pageError(c, err)
 	}
-	v, verr := s.runView(c, id)
+	v, verr := s.runView(c, id, partAll)
 	if verr != nil {
 		return s.pageError(c, verr)
 	}

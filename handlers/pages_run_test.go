@@ -35,11 +35,14 @@ func TestRunPage(t *testing.T) {
 	t.Run("it shows overview, cost, budgets, timeline, outputs, tree, tasks and report", func(t *testing.T) {
 		expectContains(t, body, "Research &lt;haiku&gt;", ">Completed<", `id="cost-total">$0.01<`, "model-a", ">1500<", "<progress",
 			`id="iteration-1"`, "Wrote the findings", "Why we stopped: complete", `id="outputs"`, "findings.md", `id="tree"`,
-			"Write &lt;the&gt; haiku", "☑", `id="report"`, "Stopping reason", "Ask follow-up")
+			"Write &lt;the&gt; haiku", "☑", `id="report"`, "Stopping reason", "Ask follow-up",
+			// The settings panel: the full objective, executor, model, modes, budgets, breakers.
+			`<details class="card settings" id="settings">`, `class="objective-full">Research &lt;haiku&gt;`, "Write mode", "Breakers", "no progress 3 (default)")
 		expectLacks(t, body, "Research <haiku>", "Write <the> haiku", `id="cancel"`, `sse-connect="/api/runs/`)
 	})
 	t.Run("the live fragments render alone", func(t *testing.T) {
-		for path, want := range map[string]string{"/live": `id="run-live"`, "/controls": `id="run-controls"`, "/modal": `id="live-body"`, "/stream": `id="run-stream"`} {
+		for path, want := range map[string]string{"/live": `id="cost-total"`, "/controls": `id="follow-up-hint"`, "/modal": `id="live-iteration"`,
+			"/timeline?from=1": `id="iteration-1"`, "/work": `id="tree"`, "/iterations/1/log": `class="log-line`} {
 			resp, body := pc.get("/runs/" + id + path)
 			expectStatus(t, resp, body, http.StatusOK, "")
 			expectContains(t, body, want)
@@ -65,7 +68,8 @@ func TestRunPage(t *testing.T) {
 	t.Run("another user's run, fragments, controls and documents are 404", func(t *testing.T) {
 		eve := ts.signedIn(t, "eve@example.com")
 		m := docLink.FindStringSubmatch(body)
-		for _, p := range []string{"/runs/" + id, "/runs/" + id + "/live", "/runs/" + id + "/controls", "/runs/" + id + "/modal", "/runs/" + id + "/stream", m[1]} {
+		for _, p := range []string{"/runs/" + id, "/runs/" + id + "/live", "/runs/" + id + "/controls", "/runs/" + id + "/modal", "/runs/" + id + "/timeline",
+			"/runs/" + id + "/work", "/runs/" + id + "/answer", "/runs/" + id + "/iterations/1/log", "/runs/" + id + "/log-search?q=x", m[1]} {
 			resp, b := eve.get(p)
 			expectStatus(t, resp, b, http.StatusNotFound, "")
 			expectLacks(t, b, "haiku")
@@ -94,8 +98,10 @@ func TestRunControls(t *testing.T) {
 		id := pc.compose(t, composeForm("Ask first", askStep("Which <colour>?"), doneStep("thanks")))
 		ts.waitStatus(t, u, id, spec.StatusWaiting)
 		_, body := pc.get("/runs/" + id)
-		expectContains(t, body, "Waiting for you", "Which &lt;colour&gt;?", `id="respond-form"`, `id="message-form"`, `id="cancel"`, `sse-connect="/api/runs/`+id+`/events?since_seq=`, `id="live-modal"`)
-		expectLacks(t, body, `id="continue-form"`)
+		expectContains(t, body, "Waiting for you", "Which &lt;colour&gt;?", `id="respond-form"`, `id="message-form"`, `id="cancel"`, `id="live-modal"`,
+			// One event stream per tab: the page follows the run on the feed the layout holds.
+			`sse-connect="/api/events?since_id=`, `data-run-id="`+id+`"`, `data-live-on="`, `data-confirm="Cancel this run?`)
+		expectLacks(t, body, `id="continue-form"`, `sse-connect="/api/runs/`)
 		resp, b := pc.post("/runs/"+id+"/respond", url.Values{"answer": {"   "}})
 		expectStatus(t, resp, b, http.StatusBadRequest, "")
 		expectContains(t, b, "At least one non-empty answer is required.")

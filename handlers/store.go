@@ -37,6 +37,13 @@ type Store interface {
 	ListChildRuns(ctx context.Context, userID int64, parentID string) ([]*spec.Run, error)
 	CountRunsByStatus(ctx context.Context, userID int64) (map[string]int, error)
 	ListIterations(ctx context.Context, userID int64, runID string) ([]*spec.Iteration, error)
+	// PageIterations pages a run's iterations with their transcript info.
+	PageIterations(ctx context.Context, userID int64, runID, cursor string, limit int, desc bool) (*spec.IterationPage, error)
+
+	// Transcripts and the run's action events (the timeline).
+	FindTranscript(ctx context.Context, userID int64, runID string, iteration int, afterSeq int64, limit int) (*spec.Transcript, error)
+	SearchTranscripts(ctx context.Context, userID int64, runID, q string, limit int) ([]*spec.TranscriptLine, error)
+	ListRunActions(ctx context.Context, runID string, since time.Time) ([]*spec.Event, error)
 
 	// The effectiveness report: the rows behind its figures, and the tags
 	// in use.

@@ -186,6 +186,21 @@ type IterationView struct {
 	Metrics   spec.Metrics
 	Created   []spec.Ref
 	Updated   []spec.Ref
+	// Transcript is the size of the iteration's transcript.
+	Transcript spec.TranscriptInfo
+	// Inbox is how many of the person's answers and messages it read.
+	Inbox int
+	// Actions are what the person and the platform did while this was the
+	// run's latest iteration.
+	Actions []*Action
+}
+
+// Action is one entry of the run's timeline besides its iterations: a
+// question, an answer, a message, a stop, a Continue, a cancel, a recovery.
+type Action struct {
+	At   time.Time
+	Kind string // the event type
+	Text string
 }
 
 // Evidence is a breaker's evidence (spec.Evidence) as shown on a stopped
@@ -224,6 +239,14 @@ type RunView struct {
 	// LastSeq is the run's last event sequence number; the live stream
 	// starts after it.
 	LastSeq int64
+	// TimelineFrom is the first iteration the timeline shows; its live
+	// refresh keeps every row from there on.
+	TimelineFrom int
+	// EarlierBefore is where "Show earlier" continues (0: nothing earlier).
+	EarlierBefore int
+	// TimelineTail marks a live timeline update: the first row replaces
+	// the page's last row (out of band), the others are appended.
+	TimelineTail bool
 	// Error is a refused control's message, shown above the controls.
 	Error      string
 	ErrorField string

@@ -90,6 +90,7 @@ func (e *Executor) Iterate(ctx context.Context, in *spec.Input) (*spec.Result, e
 	if err != nil {
 		return fatal("The prompt template cannot be rendered: %v", err)
 	}
+	spec.Transcribe(ctx, in.Host, spec.TranscriptEntry{Kind: spec.TranscriptPrompt, Text: prompt})
 
 	timeout := e.opts.DefaultTimeout
 	if a.TimeoutMS > 0 {
@@ -264,6 +265,7 @@ func (e *Executor) runAgent(ctx context.Context, in *spec.Input, wd, prompt stri
 			live.run(ctx, in.Host, in.Iteration)
 		}()
 	}
+	transcript := spec.TranscriptWriter(in.Host, "output")
 	readDone := make(chan struct{})
 	go func() {
 		// Exits at EOF (every holder of the pipe gone) or when outR is
@@ -278,6 +280,7 @@ func (e *Executor) runAgent(ctx context.Context, in *spec.Input, wd, prompt stri
 				if live != nil {
 					live.write(buf[:n])
 				}
+				transcript.Write(buf[:n])
 			}
 			if err != nil {
 				return

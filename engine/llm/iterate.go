@@ -285,6 +285,9 @@ func (it *iteration) loop(ctx context.Context, sc *scope, msgs []openai.ChatComp
 		choice := resp.Choices[0]
 		msg := choice.Message
 		if strings.TrimSpace(msg.Content) != "" {
+			spec.Transcribe(ctx, it.host, spec.TranscriptEntry{Kind: spec.TranscriptAssistant, Role: sc.transcriptRole(), Text: msg.Content})
+		}
+		if strings.TrimSpace(msg.Content) != "" {
 			sc.lastText = msg.Content
 		}
 		if len(msg.ToolCalls) == 0 {
@@ -375,6 +378,7 @@ func (it *iteration) execCall(ctx context.Context, sc *scope, tc openai.ToolCall
 	it.res.ToolCalls++
 	it.mu.Unlock()
 	it.emit(ctx, "tool_call", map[string]any{"tool": name, "call_id": tc.ID, "arguments": truncate(raw, maxEventData), "branch": sc.branch, "role": sc.role})
+	spec.Transcribe(ctx, it.host, spec.TranscriptEntry{Kind: spec.TranscriptToolCall, Name: name, Role: sc.transcriptRole(), Text: raw})
 
 	st := step{action: name + " " + raw}
 	var t *tool
@@ -396,6 +400,7 @@ func (it *iteration) execCall(ctx context.Context, sc *scope, tc openai.ToolCall
 		if verr != nil {
 			args, verr = it.repair(ctx, sc, t, raw, verr)
 			repaired = verr == nil
+			transcribeRepair(ctx, it.host, sc, name, args, verr)
 		}
 		if verr != nil {
 			obs, errored = fmt.Sprintf("error: invalid arguments for %s: %s\nExpected JSON schema: %s", name, verr.Error(), t.schema), true
@@ -423,6 +428,8 @@ func (it *iteration) execCall(ctx context.Context, sc *scope, tc openai.ToolCall
 	st.observation, st.errored = obs, errored
 	it.emit(ctx, "tool_result", map[string]any{"tool": name, "call_id": tc.ID, "ok": !errored, "repaired": repaired,
 		"result": truncate(obs, maxEventData), "branch": sc.branch, "role": sc.role})
+	spec.Transcribe(ctx, it.host, spec.TranscriptEntry{Kind: spec.TranscriptToolResult, Name: name, Role: sc.transcriptRole(), Text: obs,
+		Data: spec.TranscriptJSON(map[string]any{"ok": !errored, "repaired": repaired})})
 	return obs, st
 }
 

@@ -46,6 +46,21 @@ type Step struct {
 	Tasks        []Task         `json:"tasks,omitempty"`
 	Emit         int            `json:"emit,omitempty"` // extra tool_call events to emit
 	Approve      string         `json:"wait_for_approval,omitempty"`
+	// Transcript lines are added to the iteration's transcript in order;
+	// Stream is written StreamRepeat times (once when zero) as streamed
+	// output, after them.
+	Transcript   []Line `json:"transcript,omitempty"`
+	Stream       string `json:"stream,omitempty"`
+	StreamRepeat int    `json:"stream_repeat,omitempty"`
+	// StreamEveryMS sleeps between the repeats of Stream.
+	StreamEveryMS int64 `json:"stream_every_ms,omitempty"`
+}
+
+// Line is a transcript line a step adds.
+type Line struct {
+	Kind string `json:"kind"`
+	Name string `json:"name,omitempty"`
+	Text string `json:"text"`
 }
 
 // Doc is a document a step writes into the run's workspace.
@@ -126,6 +141,24 @@ func (x *Executor) Iterate(ctx context.Context, in *spec.Input) (*spec.Result, e
 	for _, c := range st.LLM {
 		if err := in.Host.RecordLLMCall(ctx, c); err != nil {
 			return nil, err
+		}
+	}
+	for _, l := range st.Transcript {
+		spec.Transcribe(ctx, in.Host, spec.TranscriptEntry{Kind: l.Kind, Name: l.Name, Text: l.Text})
+	}
+	if st.Stream != "" {
+		w := spec.TranscriptWriter(in.Host, "output")
+		for i := 0; i < max(st.StreamRepeat, 1); i++ {
+			if i > 0 && st.StreamEveryMS > 0 {
+				t := time.NewTimer(time.Duration(st.StreamEveryMS) * time.Millisecond)
+				select {
+				case <-ctx.Done():
+					t.Stop()
+					return &spec.Result{Summary: "interrupted"}, ctx.Err()
+				case <-t.C:
+				}
+			}
+			w.Write([]byte(st.Stream))
 		}
 	}
 	for i := 0; i < st.Emit; i++ {

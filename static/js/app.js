@@ -1,8 +1,9 @@
 // Homework's small page helpers. Live parts use htmx and its SSE extension;
-// this file only formats times relative to now (with the exact time kept in
-// the element's title) and opens <dialog>s from buttons with
-// data-open-dialog="ID" (the CSP allows no inline handlers); the composer's
-// agent preset fills in the agent command.
+// this file formats times relative to now (with the exact time kept in the
+// element's title), opens <dialog>s from buttons with data-open-dialog="ID"
+// (the CSP allows no inline handlers), and schedules the run page's live
+// fetches (htmx does the swapping); the composer's agent preset fills in the
+// agent command.
 (function () {
   "use strict";
   function rel(t) {
@@ -36,10 +37,97 @@
   // alive, and a few pages later the browser's six connections per host are
   // all held by streams and the next page waits.
   var sources = [];
+  // Every event of the stream is also relayed as a "hw:event" on document
+  // (detail: the event as the API sends it), so that the run page updates
+  // from the one stream the tab already holds (the dashboard feed).
+  var eventTypes = ["run_created", "run_started", "run_continued", "run_recovered", "iteration_started", "llm_call",
+    "iteration_cost_update", "tool_call", "tool_result", "document_created", "document_updated", "task_updated",
+    "check_result", "gate_decision", "iteration_completed", "run_waiting_on_user", "user_response", "message_queued",
+    "run_stalled", "run_stopped", "run_completed", "run_canceled", "run_failed", "notification_created",
+    "transcript", "agent_output", "agent_exit"];
+  function relay(e) {
+    var ev;
+    try { ev = JSON.parse(e.data); } catch (err) { return; }
+    if (!ev || !ev.type) return;
+    document.dispatchEvent(new CustomEvent("hw:event", { detail: ev }));
+  }
+  // The dashboard feed is shared by every tab of the site: one tab (the
+  // holder of a Web Lock) holds the EventSource and passes each event to
+  // the others over a BroadcastChannel, so six open run pages hold one
+  // stream between them, not six (browsers allow six connections per host
+  // on HTTP/1.1). When that tab goes, another takes the lock and opens the
+  // stream from the last event it saw. The feed's ids are global event ids,
+  // so duplicates are dropped by id. Without those APIs each tab holds its
+  // own stream.
+  function sharedSource(url) {
+    var shim = new EventTarget();
+    var m = /[?&]since_id=(\d+)/.exec(url);
+    var last = m ? parseInt(m[1], 10) : 0;
+    var base = url.replace(/[?&]since_id=\d+/, "");
+    var ch = new BroadcastChannel("homework-feed");
+    var es = null, closed = false, release = null;
+    shim.readyState = 1;
+    function deliver(type, data, id) {
+      var n = parseInt(id, 10);
+      if (n && n <= last) return;
+      if (n) last = n;
+      shim.dispatchEvent(new MessageEvent(type, { data: data, lastEventId: id }));
+    }
+    ch.onmessage = function (e) {
+      var msg = e.data;
+      if (msg && msg.type) deliver(msg.type, msg.data, msg.id);
+    };
+    function lead() {
+      return new Promise(function (resolve) {
+        release = resolve;
+        if (closed) return resolve();
+        var open = function () {
+          es = new EventSource(base + (base.indexOf("?") < 0 ? "?" : "&") + "since_id=" + last, { withCredentials: true });
+          eventTypes.forEach(function (t) {
+            es.addEventListener(t, function (e) {
+              ch.postMessage({ type: t, data: e.data, id: e.lastEventId });
+              deliver(t, e.data, e.lastEventId);
+            });
+          });
+          es.onerror = function () {
+            // A stream the server ended (or refused) is reopened from the
+            // last event seen; the browser retries the others itself.
+            if (es.readyState === 2 && !closed) setTimeout(open, 2000);
+          };
+        };
+        open();
+      });
+    }
+    navigator.locks.request("homework-feed", { ifAvailable: true }, function (lock) {
+      if (lock) return lead();
+      // Another tab holds the stream. Events it passed on before this tab
+      // listened are not replayed: fetch the live parts once, then wait to
+      // take over the stream if that tab goes.
+      document.dispatchEvent(new CustomEvent("hw:reconnect"));
+      navigator.locks.request("homework-feed", lead);
+    });
+    shim.close = function () {
+      closed = true;
+      shim.readyState = 2;
+      ch.close();
+      if (es) es.close();
+      if (release) release();
+    };
+    return shim;
+  }
+  var canShare = typeof BroadcastChannel === "function" && navigator.locks && typeof EventTarget === "function";
   if (window.htmx) {
     htmx.createEventSource = function (url) {
       sources = sources.filter(function (s) { return s.readyState !== 2; });
-      var es = new EventSource(url, { withCredentials: true });
+      var es = canShare && url.indexOf("/api/events") === 0 ? sharedSource(url) : new EventSource(url, { withCredentials: true });
+      eventTypes.forEach(function (t) { es.addEventListener(t, relay); });
+      var opened = false;
+      es.addEventListener("open", function () {
+        // After a reconnect the stream replays from its cursor, but a part
+        // fetched meanwhile may have raced it: fetch every part again.
+        if (opened) document.dispatchEvent(new CustomEvent("hw:reconnect"));
+        opened = true;
+      });
       sources.push(es);
       return es;
     };
@@ -66,6 +154,132 @@
     var b = e.target.closest ? e.target.closest("[data-open-dialog]") : null;
     if (!b) return;
     var d = document.getElementById(b.getAttribute("data-open-dialog"));
-    if (d && typeof d.showModal === "function" && !d.open) d.showModal();
+    if (d && typeof d.showModal === "function" && !d.open) {
+      d.showModal();
+      d.querySelectorAll("[data-live-src]").forEach(refresh);
+    }
   });
+
+  // ---- The run page ----
+  // Parts with data-live-src are fetched again (into themselves) after the
+  // events named in data-live-on. At most one request per part is in flight;
+  // events arriving meanwhile mark it dirty and it is fetched once more when
+  // the request ends, so the last event is never dropped and the page
+  // converges to the server's state. A part with data-live-when-open is
+  // fetched only while that dialog is open.
+  function state(el) { return el._hw || (el._hw = {}); }
+  function refresh(el) {
+    var st = state(el);
+    if (st.inflight) { st.dirty = true; return; }
+    var only = el.getAttribute("data-live-when-open");
+    if (only) {
+      var dlg = document.getElementById(only);
+      if (!dlg || !dlg.open) return;
+    }
+    st.inflight = true;
+    st.dirty = false;
+    // Opened logs inside the part outlive its refresh: the fresh copy only
+    // lends them its summary (their line count).
+    var kept = [];
+    el.querySelectorAll("details.log").forEach(function (d) { if (state(d).loaded) kept.push(d); });
+    var done = function () {
+      st.inflight = false;
+      kept.forEach(function (old) {
+        var fresh = document.getElementById(old.id);
+        if (!fresh || fresh === old) return;
+        var s = fresh.querySelector("summary"), os = old.querySelector("summary");
+        if (s && os) os.replaceWith(s);
+        fresh.replaceWith(old);
+      });
+      if (st.dirty) setTimeout(function () { refresh(el); }, 100);
+    };
+    var src = el.getAttribute("data-live-src"), swap = "innerHTML";
+    var tail = el.getAttribute("data-live-tail");
+    if (tail) {
+      // An append-only list: fetch from its last item on; the server sends
+      // that item out of band (it may have changed) and appends the rest.
+      var items = el.querySelectorAll(tail);
+      if (items.length) {
+        src += (src.indexOf("?") < 0 ? "?" : "&") + "from=" + items[items.length - 1].getAttribute("data-iteration");
+        swap = "beforeend";
+      }
+    }
+    htmx.ajax("GET", src, { source: el, target: el, swap: swap }).then(done, done);
+  }
+  // An iteration's log (details.log) loads when opened and then appends
+  // the lines after its last one whenever the iteration's transcript grows.
+  function lastSeq(box) {
+    for (var l = box.lastElementChild; l; l = l.previousElementSibling) {
+      if (l.getAttribute("data-seq")) return l.getAttribute("data-seq");
+    }
+    return "0";
+  }
+  function loadLog(d) {
+    var st = state(d);
+    if (st.inflight) { st.dirty = true; return; }
+    var box = d.querySelector(".log-lines");
+    if (!box) return;
+    st.inflight = true;
+    st.dirty = false;
+    st.loaded = true;
+    var done = function () {
+      st.inflight = false;
+      var more = box.querySelector(".log-more");
+      if (more) { more.remove(); st.dirty = true; }
+      if (st.dirty) loadLog(d);
+    };
+    htmx.ajax("GET", d.getAttribute("data-log-src") + "?after=" + lastSeq(box), { source: box, target: box, swap: "beforeend" }).then(done, done);
+  }
+  document.addEventListener("toggle", function (e) {
+    var d = e.target;
+    if (d && d.matches && d.matches("details.log") && d.open && !state(d).loaded) loadLog(d);
+  }, true);
+  var statusTypes = " run_started run_continued run_recovered run_waiting_on_user user_response run_stalled run_stopped run_completed run_canceled run_failed ";
+  function livePage(ev) {
+    var page = document.getElementById("run-page");
+    return page && page.getAttribute("data-run-id") === ev.run_id ? page : null;
+  }
+  document.addEventListener("hw:event", function (e) {
+    var ev = e.detail;
+    var page = livePage(ev);
+    if (!page) return;
+    if (ev.type === "transcript") {
+      var d = document.getElementById("log-" + (ev.data && ev.data.iteration));
+      if (d && state(d).loaded) loadLog(d);
+      return;
+    }
+    if (statusTypes.indexOf(" " + ev.type + " ") >= 0) {
+      // Banners about an earlier action ("Answer sent") are stale now.
+      document.querySelectorAll(".ok-box").forEach(function (b) { b.remove(); });
+    }
+    page.querySelectorAll("[data-live-on]").forEach(function (el) {
+      var on = " " + el.getAttribute("data-live-on") + " ";
+      if (on === " * " || on.indexOf(" " + ev.type + " ") >= 0) refresh(el);
+    });
+  });
+  document.addEventListener("hw:reconnect", function () {
+    var page = document.getElementById("run-page");
+    if (page) page.querySelectorAll("[data-live-src]").forEach(refresh);
+  });
+  // A search hit opens its iteration's log, or its text when the row is
+  // not on the page.
+  document.addEventListener("click", function (e) {
+    var a = e.target.closest ? e.target.closest("[data-open-log]") : null;
+    if (!a) return;
+    var d = document.getElementById("log-" + a.getAttribute("data-open-log"));
+    var page = document.getElementById("run-page");
+    e.preventDefault();
+    if (!d) {
+      if (page) window.open("/api/runs/" + page.getAttribute("data-run-id") + "/iterations/" + a.getAttribute("data-open-log") + "/transcript?format=text");
+      return;
+    }
+    d.open = true;
+    d.scrollIntoView({ block: "start" });
+  });
+  // Forms with data-confirm ask first (Cancel).
+  document.addEventListener("submit", function (e) {
+    var f = e.target;
+    var msg = f && f.getAttribute && f.getAttribute("data-confirm");
+    if (msg && !window.confirm(msg)) e.preventDefault();
+  }, true);
 })();

@@ -1,0 +1,270 @@
+package db
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"homework/engine/spec"
+)
+
+const transcriptInfoCols = `run_id, iteration, lines, bytes, dropped_bytes, dropped_lines, cap_bytes`
+
+func scanTranscriptInfo(s rowScanner) (*TranscriptInfo, error) {
+	var t TranscriptInfo
+	err := s.Scan(&t.RunID, &t.Iteration, &t.Lines, &t.Bytes, &t.DroppedBytes, &t.DroppedLines, &t.CapBytes)
+	return &t, err
+}
+
+// AppendTranscript appends lines to the transcript of (runID, iteration)
+// inside tx, keeping at most capBytes of text and data for the iteration in
+// all attempts together. The line that reaches the cap is cut at a rune
+// boundary; every line after it is dropped. What is cut is counted in the
+// iteration's TranscriptInfo, with dropped more bytes the caller refused
+// itself once the cap was reached. It fills in the stored lines' Seq, RunID,
+// Iteration and CreatedAt and returns them with the updated info.
+func (tx *Tx) AppendTranscript(ctx context.Context, runID string, iteration int, capBytes int64, lines []*TranscriptLine, dropped int64) ([]*TranscriptLine, *TranscriptInfo, error) {
+	info, err := scanTranscriptInfo(tx.QueryRowContext(ctx, `SELECT `+transcriptInfoCols+` FROM transcripts
+		WHERE run_id = ? AND iteration = ?`, runID, iteration))
+	if err == sql.ErrNoRows {
+		info = &TranscriptInfo{RunID: runID, Iteration: iteration}
+	} else if err != nil {
+		return nil, nil, fmt.Errorf("load transcript info: %w", err)
+	}
+	info.CapBytes = capBytes
+	info.DroppedBytes += dropped
+	info.RunID, info.Iteration = runID, iteration
+	var next int64
+	if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(seq), 0) + 1 FROM transcript_lines WHERE run_id = ? AND iteration = ?`,
+		runID, iteration).Scan(&next); err != nil {
+		return nil, nil, fmt.Errorf("load transcript seq: %w", err)
+	}
+	kept := spec.CapTranscript(info, lines, next, tx.now)
+	for _, l := range kept {
+		data, _ := jsonOrNil(l.Data)
+		if _, err := tx.ExecContext(ctx, `INSERT INTO transcript_lines (run_id, iteration, seq, attempt, kind, name, role, text, data, created_at)
+			VALUES (?,?,?,?,?,?,?,?,?,?)`, runID, iteration, l.Seq, l.Attempt, l.Kind, l.Name, l.Role, l.Text, data, tx.now.UnixMilli()); err != nil {
+			return nil, nil, fmt.Errorf("insert transcript line: %w", err)
+		}
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO transcripts (`+transcriptInfoCols+`, updated_at) VALUES (?,?,?,?,?,?,?,?)
+		ON CONFLICT (run_id, iteration) DO UPDATE SET lines=excluded.lines, bytes=excluded.bytes,
+		dropped_bytes=excluded.dropped_bytes, dropped_lines=excluded.dropped_lines, cap_bytes=excluded.cap_bytes,
+		updated_at=excluded.updated_at`, runID, iteration, info.Lines, info.Bytes, info.DroppedBytes, info.DroppedLines,
+		info.CapBytes, tx.now.UnixMilli()); err != nil {
+		return nil, nil, fmt.Errorf("update transcript info: %w", err)
+	}
+	return kept, info, nil
+}
+
+// FindTranscript returns the user's run's iteration transcript lines after
+// afterSeq, at most limit of them (all when limit <= 0), read in one
+// transaction. A run of another user is ENOTFOUND; an iteration without a
+// transcript has an empty one.
+func (d *DB) FindTranscript(ctx context.Context, userID int64, runID string, iteration int, afterSeq int64, limit int) (*Transcript, error) {
+	rtx, err := d.reader.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return nil, err
+	}
+	defer rtx.Rollback()
+	var n int
+	if err := rtx.QueryRowContext(ctx, `SELECT 1 FROM runs WHERE id = ? AND user_id = ?`, runID, userID).Scan(&n); err != nil {
+		return nil, notFound(err, "Run")
+	}
+	t := &Transcript{Info: TranscriptInfo{RunID: runID, Iteration: iteration}}
+	info, err := scanTranscriptInfo(rtx.QueryRowContext(ctx, `SELECT `+transcriptInfoCols+` FROM transcripts
+		WHERE run_id = ? AND iteration = ?`, runID, iteration))
+	switch {
+	case err == nil:
+		t.Info = *info
+	case err != sql.ErrNoRows:
+		return nil, err
+	}
+	q := `SELECT iteration, seq, attempt, kind, name, role, text, data, created_at FROM transcript_lines
+		WHERE run_id = ? AND iteration = ? AND seq > ? ORDER BY seq`
+	args := []any{runID, iteration, afterSeq}
+	if limit > 0 {
+		q += ` LIMIT ?`
+		args = append(args, limit+1)
+	}
+	rows, err := rtx.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		l := &TranscriptLine{RunID: runID}
+		var data sql.NullString
+		var at int64
+		if err := rows.Scan(&l.Iteration, &l.Seq, &l.Attempt, &l.Kind, &l.Name, &l.Role, &l.Text, &data, &at); err != nil {
+			return nil, err
+		}
+		if data.Valid {
+			l.Data = json.RawMessage(data.String)
+		}
+		l.CreatedAt = time.UnixMilli(at).UTC()
+		t.Lines = append(t.Lines, l)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if limit > 0 && len(t.Lines) > limit {
+		t.Lines, t.More = t.Lines[:limit], true
+	}
+	return t, nil
+}
+
+// transcriptInfos returns the transcript info of the run's iterations in
+// [from, to], keyed by iteration.
+func transcriptInfos(ctx context.Context, q queryer, runID string, from, to int) (map[int]*TranscriptInfo, error) {
+	rows, err := q.QueryContext(ctx, `SELECT `+transcriptInfoCols+` FROM transcripts
+		WHERE run_id = ? AND iteration BETWEEN ? AND ?`, runID, from, to)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[int]*TranscriptInfo{}
+	for rows.Next() {
+		t, err := scanTranscriptInfo(rows)
+		if err != nil {
+			return nil, err
+		}
+		out[t.Iteration] = t
+	}
+	return out, rows.Err()
+}
+
+// queryer is what both *sql.Tx and *sql.DB offer for reads.
+type queryer interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// PageIterations returns one page of the user's run's iterations, oldest
+// first, or newest first when desc is set, read in one transaction. The
+// cursor is the previous page's NextCursor. A run of another user is
+// ENOTFOUND; a bad cursor is EINVALID on field cursor.
+func (d *DB) PageIterations(ctx context.Context, userID int64, runID, cursor string, limit int, desc bool) (*IterationPage, error) {
+	if limit <= 0 || limit > 200 {
+		limit = 50
+	}
+	after := 0
+	if desc {
+		after = 1 << 62
+	}
+	if cursor != "" {
+		n, err := parseIterCursor(cursor)
+		if err != nil {
+			return nil, err
+		}
+		after = n
+	}
+	rtx, err := d.reader.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return nil, err
+	}
+	defer rtx.Rollback()
+	var one int
+	if err := rtx.QueryRowContext(ctx, `SELECT 1 FROM runs WHERE id = ? AND user_id = ?`, runID, userID).Scan(&one); err != nil {
+		return nil, notFound(err, "Run")
+	}
+	q := `SELECT ` + iterCols + ` FROM iterations WHERE run_id = ? AND iteration > ? ORDER BY iteration LIMIT ?`
+	if desc {
+		q = `SELECT ` + iterCols + ` FROM iterations WHERE run_id = ? AND iteration < ? ORDER BY iteration DESC LIMIT ?`
+	}
+	rows, err := rtx.QueryContext(ctx, q, runID, after, limit+1)
+	if err != nil {
+		return nil, err
+	}
+	its, err := scanIterations(rows)
+	if err != nil {
+		return nil, err
+	}
+	page := &IterationPage{Iterations: its}
+	if len(its) > limit {
+		page.Iterations = its[:limit]
+		page.NextCursor = fmt.Sprintf("i%d", page.Iterations[limit-1].Iteration)
+	}
+	if len(page.Iterations) > 0 {
+		lo, hi := page.Iterations[0].Iteration, page.Iterations[len(page.Iterations)-1].Iteration
+		if lo > hi {
+			lo, hi = hi, lo
+		}
+		if page.Transcripts, err = transcriptInfos(ctx, rtx, runID, lo, hi); err != nil {
+			return nil, err
+		}
+	}
+	return page, nil
+}
+
+func parseIterCursor(s string) (int, error) {
+	var n int
+	if !strings.HasPrefix(s, "i") {
+		return 0, FieldError("cursor", "Invalid cursor.")
+	}
+	if _, err := fmt.Sscanf(s[1:], "%d", &n); err != nil || n < 0 || fmt.Sprintf("i%d", n) != s {
+		return 0, FieldError("cursor", "Invalid cursor.")
+	}
+	return n, nil
+}
+
+// SearchTranscripts returns up to limit lines of the user's run's
+// transcripts whose text contains q (case-insensitive for ASCII), oldest
+// first. A run of another user is ENOTFOUND.
+func (d *DB) SearchTranscripts(ctx context.Context, userID int64, runID, q string, limit int) ([]*TranscriptLine, error) {
+	if err := d.checkRunOwner(ctx, userID, runID); err != nil {
+		return nil, err
+	}
+	esc := strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`).Replace(q)
+	rows, err := d.reader.QueryContext(ctx, `SELECT iteration, seq, attempt, kind, name, role, text, created_at FROM transcript_lines
+		WHERE run_id = ? AND (text LIKE ? ESCAPE '\' OR name LIKE ? ESCAPE '\') ORDER BY iteration, seq LIMIT ?`,
+		runID, "%"+esc+"%", "%"+esc+"%", limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*TranscriptLine
+	for rows.Next() {
+		l := &TranscriptLine{RunID: runID}
+		var at int64
+		if err := rows.Scan(&l.Iteration, &l.Seq, &l.Attempt, &l.Kind, &l.Name, &l.Role, &l.Text, &at); err != nil {
+			return nil, err
+		}
+		l.CreatedAt = time.UnixMilli(at).UTC()
+		out = append(out, l)
+	}
+	return out, rows.Err()
+}
+
+// ListRunActions returns the run's action events (ActionEventTypes) created
+// at or after since, in order, at most 2,000. The caller must have checked
+// ownership.
+func (d *DB) ListRunActions(ctx context.Context, runID string, since time.Time) ([]*Event, error) {
+	rows, err := d.reader.QueryContext(ctx, `SELECT `+eventCols+` FROM events
+		WHERE run_id = ? AND type IN ('iteration_started', 'run_waiting_on_user', 'user_response', 'message_queued',
+			'run_stopped', 'run_stalled', 'run_continued', 'run_canceled', 'run_recovered', 'run_completed', 'run_failed')
+		AND created_at >= ? ORDER BY seq LIMIT 2000`, runID, since.UnixMilli())
+	if err != nil {
+		return nil, err
+	}
+	return scanEvents(rows)
+}
+
+// Transcript vocabulary, kept here for older callers.
+type (
+	// Deprecated: use spec.TranscriptLine.
+	TranscriptLine = spec.TranscriptLine
+	// Deprecated: use spec.TranscriptInfo.
+	TranscriptInfo = spec.TranscriptInfo
+	// Deprecated: use spec.Transcript.
+	Transcript = spec.Transcript
+	// Deprecated: use spec.IterationPage.
+	IterationPage = spec.IterationPage
+)
+
+// ActionEventTypes are the events the run page's timeline shows beside the
+// iterations. Deprecated: use spec.ActionEventTypes.
+var ActionEventTypes = spec.ActionEventTypes

@@ -1,0 +1,154 @@
+package db
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func appendLines(t *testing.T, d *DB, runID string, iteration int, capBytes int64, dropped int64, lines ...*TranscriptLine) *TranscriptInfo {
+	t.Helper()
+	var info *TranscriptInfo
+	err := d.WriteTx(context.Background(), func(tx *Tx) error {
+		var err error
+		_, info, err = tx.AppendTranscript(context.Background(), runID, iteration, capBytes, lines, dropped)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info
+}
+
+func TestTranscriptKeepsLinesInOrderPerIteration(t *testing.T) {
+	ctx := context.Background()
+	d := openTest(t, filepath.Join(t.TempDir(), "t.db"))
+	u, _ := d.CreateUser(ctx, "a@example.com", "h", false)
+	other, _ := d.CreateUser(ctx, "b@example.com", "h", false)
+	newRun(t, d, u.ID, "r1")
+
+	appendLines(t, d, "r1", 1, 1<<20, 0,
+		&TranscriptLine{Kind: "assistant", Role: "executor", Text: "I will list the documents."},
+		&TranscriptLine{Kind: "tool_call", Name: "workspace_list", Text: `{"path":"/"}`})
+	appendLines(t, d, "r1", 1, 1<<20, 0,
+		&TranscriptLine{Kind: "tool_result", Name: "workspace_list", Text: "scratchpad.md", Data: json.RawMessage(`{"ok":true}`)})
+	appendLines(t, d, "r1", 2, 1<<20, 0, &TranscriptLine{Kind: "assistant", Text: "second iteration"})
+
+	tr, err := d.FindTranscript(ctx, u.ID, "r1", 1, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, l := range tr.Lines {
+		got = append(got, fmt.Sprintf("%d:%s:%s", l.Seq, l.Kind, l.Text))
+	}
+	want := []string{`1:assistant:I will list the documents.`, `2:tool_call:{"path":"/"}`, `3:tool_result:scratchpad.md`}
+	if strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Fatalf("lines = %q, want %q", got, want)
+	}
+	if string(tr.Lines[2].Data) != `{"ok":true}` || tr.Info.Lines != 3 {
+		t.Fatalf("data %s, info %+v", tr.Lines[2].Data, tr.Info)
+	}
+
+	t.Run("after a seq only the newer lines come, limited", func(t *testing.T) {
+		tr, err := d.FindTranscript(ctx, u.ID, "r1", 1, 1, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(tr.Lines) != 1 || tr.Lines[0].Seq != 2 || !tr.More {
+			t.Fatalf("got %d lines (first %+v), more %v", len(tr.Lines), tr.Lines[0], tr.More)
+		}
+	})
+	t.Run("another user's run is not found", func(t *testing.T) {
+		if _, err := d.FindTranscript(ctx, other.ID, "r1", 1, 0, 0); ErrorCode(err) != ENOTFOUND {
+			t.Fatalf("err = %v, want ENOTFOUND", err)
+		}
+	})
+	t.Run("an iteration without transcript is empty", func(t *testing.T) {
+		tr, err := d.FindTranscript(ctx, u.ID, "r1", 9, 0, 0)
+		if err != nil || len(tr.Lines) != 0 || tr.Info.Lines != 0 {
+			t.Fatalf("got %+v, %v", tr, err)
+		}
+	})
+}
+
+func TestTranscriptCapCutsAndCountsWhatItDrops(t *testing.T) {
+	ctx := context.Background()
+	d := openTest(t, filepath.Join(t.TempDir(), "t.db"))
+	u, _ := d.CreateUser(ctx, "a@example.com", "h", false)
+	newRun(t, d, u.ID, "r1")
+	const capBytes = 100
+	// 60 bytes fit; of the next 60 only 40 (cut at a rune boundary: "é" is
+	// two bytes and must not be split); the third line has no room.
+	appendLines(t, d, "r1", 1, capBytes, 0, &TranscriptLine{Kind: "output", Text: strings.Repeat("a", 60)})
+	info := appendLines(t, d, "r1", 1, capBytes, 0,
+		&TranscriptLine{Kind: "output", Text: strings.Repeat("b", 39) + "é" + strings.Repeat("c", 19)},
+		&TranscriptLine{Kind: "output", Text: "dropped entirely"})
+	info = appendLines(t, d, "r1", 1, capBytes, 1000) // bytes the writer refused itself
+	if info.Bytes != 99 || info.DroppedBytes != 21+16+1000 || info.DroppedLines != 1 || info.CapBytes != capBytes {
+		t.Fatalf("info = %+v", info)
+	}
+	tr, err := d.FindTranscript(ctx, u.ID, "r1", 1, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tr.Lines) != 2 || tr.Lines[1].Text != strings.Repeat("b", 39) {
+		t.Fatalf("lines = %+v", tr.Lines)
+	}
+}
+
+func TestPageIterationsWalksBothWays(t *testing.T) {
+	ctx := context.Background()
+	d := openTest(t, filepath.Join(t.TempDir(), "t.db"))
+	u, _ := d.CreateUser(ctx, "a@example.com", "h", false)
+	other, _ := d.CreateUser(ctx, "b@example.com", "h", false)
+	newRun(t, d, u.ID, "r1")
+	err := d.WriteTx(ctx, func(tx *Tx) error {
+		for i := 1; i <= 7; i++ {
+			if err := tx.UpsertIteration(ctx, &Iteration{RunID: "r1", Iteration: i, Attempt: 1, Status: IterSucceeded, StartedAt: tx.Now(), Summary: fmt.Sprint("it ", i)}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	appendLines(t, d, "r1", 6, 1<<20, 0, &TranscriptLine{Kind: "note", Text: "hello"})
+
+	walk := func(desc bool) []int {
+		var seen []int
+		cursor := ""
+		for {
+			p, err := d.PageIterations(ctx, u.ID, "r1", cursor, 3, desc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, it := range p.Iterations {
+				seen = append(seen, it.Iteration)
+				if it.Iteration == 6 && (p.Transcripts[6] == nil || p.Transcripts[6].Lines != 1) {
+					t.Fatalf("iteration 6's transcript info missing: %+v", p.Transcripts)
+				}
+			}
+			if p.NextCursor == "" {
+				return seen
+			}
+			cursor = p.NextCursor
+		}
+	}
+	if got := fmt.Sprint(walk(false)); got != "[1 2 3 4 5 6 7]" {
+		t.Fatalf("ascending = %s", got)
+	}
+	if got := fmt.Sprint(walk(true)); got != "[7 6 5 4 3 2 1]" {
+		t.Fatalf("descending = %s", got)
+	}
+	if _, err := d.PageIterations(ctx, u.ID, "r1", "garbage", 3, false); ErrorCode(err) != EINVALID || ErrorField(err) != "cursor" {
+		t.Fatalf("bad cursor: %v", err)
+	}
+	if _, err := d.PageIterations(ctx, other.ID, "r1", "", 3, false); ErrorCode(err) != ENOTFOUND {
+		t.Fatalf("other user: %v", err)
+	}
+}

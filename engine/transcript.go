@@ -1,0 +1,294 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"homework/engine/spec"
+)
+
+// Transcript bounds. An iteration keeps at most TranscriptCapBytes of
+// transcript (text and structured data) over all its attempts; what the cap
+// drops is counted and shown.
+const (
+	TranscriptCapBytes = 2 << 20
+
+	transcriptFlushInterval = 250 * time.Millisecond
+	transcriptFlushBytes    = 32 << 10
+	transcriptWriteTimeout  = 10 * time.Second
+)
+
+// EventTranscript is appended, in the same transaction, whenever lines are
+// added to an iteration's transcript, so that pages append them live.
+const EventTranscript = "transcript"
+
+// transcript collects one iteration attempt's transcript and stores it.
+// Discrete entries are stored at once; streamed output is batched by a
+// flusher goroutine that starts with the first streamed byte and exits in
+// close.
+type transcript struct {
+	e         *Engine
+	runID     string
+	iteration int
+	attempt   int
+	capBytes  int64
+	interval  time.Duration
+
+	flushMu sync.Mutex // one store at a time, so lines keep their order
+
+	mu      sync.Mutex
+	pending []*spec.TranscriptLine
+	streams map[string][]byte // streamed bytes not yet made a line
+	order   []string          // streams in first-write order
+	full    bool              // the iteration's cap is reached: drop without storing
+	// droppedPending counts streamed bytes refused since the last store.
+	droppedPending int64
+	started        bool
+	closed         bool
+	kick           chan struct{}
+	stop           chan struct{}
+	wg             sync.WaitGroup
+}
+
+func (e *Engine) newTranscript(runID string, iteration, attempt int) *transcript {
+	return &transcript{e: e, runID: runID, iteration: iteration, attempt: max(attempt, 1), capBytes: TranscriptCapBytes,
+		interval: transcriptFlushInterval, streams: map[string][]byte{}, kick: make(chan struct{}, 1), stop: make(chan struct{})}
+}
+
+// add queues an entry after whatever was streamed before it.
+func (t *transcript) add(en spec.TranscriptEntry) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.takeStreamsLocked(true)
+	t.pending = append(t.pending, &spec.TranscriptLine{Attempt: t.attempt, Kind: en.Kind, Name: en.Name, Role: en.Role,
+		Text: strings.ToValidUTF8(en.Text, "\uFFFD"), Data: en.Data})
+}
+
+// takeStreamsLocked turns buffered stream bytes into pending lines. Unless
+// final, an incomplete trailing rune stays buffered for the next write.
+func (t *transcript) takeStreamsLocked(final bool) {
+	for _, name := range t.order {
+		b := t.streams[name]
+		n := len(b)
+		if !final {
+			n = completeRunes(b)
+		}
+		if n == 0 {
+			continue
+		}
+		t.pending = append(t.pending, &spec.TranscriptLine{Attempt: t.attempt, Kind: spec.TranscriptOutput, Name: name,
+			Text: strings.ToValidUTF8(string(b[:n]), "\uFFFD")})
+		t.streams[name] = append([]byte(nil), b[n:]...)
+	}
+}
+
+// completeRunes returns how many leading bytes of b end on a whole rune.
+func completeRunes(b []byte) int {
+	for i := len(b) - 1; i >= 0 && i >= len(b)-utf8.UTFMax; i-- {
+		if utf8.RuneStart(b[i]) {
+			if !utf8.FullRune(b[i:]) {
+				return i
+			}
+			break
+		}
+	}
+	return len(b)
+}
+
+// flush stores the pending lines and appends EventTranscript, unless the run
+// already ended (its terminal event is its last). The store outlives the
+// iteration's cancellation: what an interrupted agent did is worth keeping.
+func (t *transcript) flush(ctx context.Context, final bool) {
+	t.flushMu.Lock()
+	defer t.flushMu.Unlock()
+	t.mu.Lock()
+	t.takeStreamsLocked(final)
+	lines, dropped := t.pending, t.droppedPending
+	t.pending, t.droppedPending = nil, 0
+	t.mu.Unlock()
+	if len(lines) == 0 && dropped == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), transcriptWriteTimeout)
+	defer cancel()
+	err := t.e.inTx(ctx, func(tx StoreTx) error {
+		kept, info, err := tx.AppendTranscript(ctx, t.runID, t.iteration, t.capBytes, lines, dropped)
+		if err != nil {
+			return err
+		}
+		if info.Bytes >= info.CapBytes {
+			t.mu.Lock()
+			t.full = true
+			t.mu.Unlock()
+		}
+		if len(kept) == 0 {
+			return nil
+		}
+		run, err := tx.FindRun(ctx, t.runID)
+		if err != nil {
+			return err
+		}
+		if spec.IsTerminalStatus(run.Status) {
+			return nil
+		}
+		_, err = tx.AppendEvent(ctx, t.runID, EventTranscript, map[string]any{
+			"iteration": t.iteration, "attempt": t.attempt, "from_seq": kept[0].Seq, "to_seq": kept[len(kept)-1].Seq,
+			"lines": info.Lines, "bytes": info.Bytes, "dropped_bytes": info.DroppedBytes,
+		})
+		return err
+	})
+	if err != nil {
+		t.e.log.Warn("store transcript", "run", t.runID, "iteration", t.iteration, "err", err)
+	}
+}
+
+// Transcribe stores en at once (after any output streamed before it).
+func (t *transcript) Transcribe(ctx context.Context, en spec.TranscriptEntry) {
+	t.add(en)
+	t.flush(ctx, false)
+}
+
+// write buffers streamed bytes; the flusher stores them.
+func (t *transcript) write(stream string, p []byte) {
+	t.mu.Lock()
+	if t.full {
+		// Count what the cap drops without queueing it.
+		t.droppedPending += int64(len(p))
+		t.mu.Unlock()
+		return
+	}
+	if _, ok := t.streams[stream]; !ok {
+		t.order = append(t.order, stream)
+	}
+	t.streams[stream] = append(t.streams[stream], p...)
+	big := len(t.streams[stream]) >= transcriptFlushBytes
+	if !t.started && !t.closed {
+		t.started = true
+		t.wg.Add(1)
+		go func() {
+			// Exits when close closes t.stop.
+			defer t.wg.Done()
+			t.run()
+		}()
+	}
+	t.mu.Unlock()
+	if big {
+		select {
+		case t.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (t *transcript) run() {
+	tick := time.NewTicker(t.interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-t.stop:
+			return
+		case <-t.kick:
+		case <-tick.C:
+		}
+		t.flush(context.Background(), false)
+	}
+}
+
+// close stops the flusher and stores everything buffered. Entries added
+// after close are still stored (the checks' outcomes).
+func (t *transcript) close(ctx context.Context) {
+	t.mu.Lock()
+	wasClosed := t.closed
+	t.closed = true
+	t.mu.Unlock()
+	if !wasClosed {
+		close(t.stop)
+	}
+	t.wg.Wait()
+	t.flush(ctx, true)
+}
+
+// streamWriter is the io.Writer of one stream of a transcript.
+type streamWriter struct {
+	t    *transcript
+	name string
+}
+
+func (w streamWriter) Write(p []byte) (int, error) {
+	w.t.write(w.name, p)
+	return len(p), nil
+}
+
+// Transcribe implements spec.Transcriber.
+func (h *host) Transcribe(ctx context.Context, en spec.TranscriptEntry) {
+	if h.tr != nil {
+		h.tr.Transcribe(ctx, en)
+	}
+}
+
+// TranscriptWriter implements spec.Transcriber.
+func (h *host) TranscriptWriter(stream string) io.Writer {
+	if h.tr == nil {
+		return io.Discard
+	}
+	return streamWriter{t: h.tr, name: stream}
+}
+
+// closeTranscript ends the iteration's streamed output.
+func (h *host) closeTranscript(ctx context.Context) {
+	if h != nil && h.tr != nil {
+		h.tr.close(ctx)
+	}
+}
+
+// transcribeModelCall adds a model call to the transcript: its usage, and
+// its error when it failed (a retried call shows as a failed one first).
+func (h *host) transcribeModelCall(ctx context.Context, c spec.LLMCall) {
+	if h.tr == nil {
+		return
+	}
+	text := fmt.Sprintf("%s call to %s: %d prompt + %d completion tokens, %d ms", c.Role, c.Model, c.PromptTokens, c.CompletionTokens, c.LatencyMS)
+	if c.Error != "" {
+		text = fmt.Sprintf("%s call to %s failed after %d ms: %s", c.Role, c.Model, c.LatencyMS, c.Error)
+	}
+	h.tr.Transcribe(ctx, spec.TranscriptEntry{Kind: spec.TranscriptModelCall, Name: c.Model, Role: c.Role, Text: text,
+		Data: spec.TranscriptJSON(map[string]any{"prompt_tokens": c.PromptTokens, "completion_tokens": c.CompletionTokens,
+			"cost_usd": c.CostUSD, "priced": c.Priced, "latency_ms": c.LatencyMS, "error": c.Error})})
+}
+
+// transcribeChecks adds each objective check's outcome and output.
+func (h *host) transcribeChecks(ctx context.Context, results []spec.CheckResult) {
+	if h == nil || h.tr == nil {
+		return
+	}
+	for _, r := range results {
+		verdict := "passed"
+		switch {
+		case r.Errored:
+			verdict = "errored"
+		case !r.Passed:
+			verdict = "failed"
+		}
+		text := fmt.Sprintf("%s %s (%d ms): %s", r.Name, verdict, r.DurationMS, r.Message)
+		if r.OutputTail != "" {
+			text += "\n" + r.OutputTail
+		}
+		h.tr.add(spec.TranscriptEntry{Kind: spec.TranscriptCheck, Name: r.Name, Text: text,
+			Data: spec.TranscriptJSON(map[string]any{"type": r.Type, "passed": r.Passed, "errored": r.Errored})})
+	}
+	h.tr.flush(ctx, true)
+}
+
+// hostOf returns the engine host of an iteration, or nil.
+func hostOf(it *iteration) *host {
+	if it == nil || it.input == nil {
+		return nil
+	}
+	h, _ := it.input.Host.(*host)
+	return h
+}

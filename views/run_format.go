@@ -1,0 +1,157 @@
+package views
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"homework/engine/spec"
+)
+
+// CostText is the run's cost, or "not measured" for a command run that
+// reported no usage (a command agent's spend is not seen, never "$0.00").
+func CostText(v RunView) string {
+	m := v.Run.Metrics
+	if m.CostTotalUSD == 0 && m.LLMCalls == 0 && v.Run.Executor == spec.ExecutorCommand {
+		return "not measured"
+	}
+	return Money(m.CostTotalUSD)
+}
+
+// Bytes formats a byte count.
+func Bytes(n int64) string {
+	switch {
+	case n >= 1<<20:
+		return strconv.FormatFloat(float64(n)/(1<<20), 'f', 1, 64) + " MiB"
+	case n >= 1<<10:
+		return strconv.FormatFloat(float64(n)/(1<<10), 'f', 1, 64) + " KiB"
+	}
+	return plural(int(n), "byte", "bytes")
+}
+
+func joinArgs(argv []string) string {
+	out := make([]string, len(argv))
+	for i, a := range argv {
+		if a == "" || strings.ContainsAny(a, " \t\"'") {
+			a = strconv.Quote(a)
+		}
+		out[i] = a
+	}
+	return strings.Join(out, " ")
+}
+
+func orText(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+// budgetText lists the run's budgets with their limits.
+func budgetText(b spec.Budgets) string {
+	var parts []string
+	if b.MaxIterations > 0 {
+		parts = append(parts, plural(b.MaxIterations, "iteration", "iterations"))
+	}
+	if b.MaxRunningMS > 0 {
+		parts = append(parts, Duration(msDuration(b.MaxRunningMS))+" running")
+	}
+	if b.MaxTotalTokens > 0 {
+		parts = append(parts, Count(b.MaxTotalTokens)+" tokens")
+	}
+	if b.MaxCostUSD > 0 {
+		parts = append(parts, Money(b.MaxCostUSD))
+	}
+	if b.MaxToolCalls > 0 {
+		parts = append(parts, plural(b.MaxToolCalls, "tool call", "tool calls"))
+	}
+	if b.IterationTimeoutMS > 0 {
+		parts = append(parts, Duration(msDuration(b.IterationTimeoutMS))+" per iteration")
+	}
+	if b.IterationToolCalls > 0 {
+		parts = append(parts, plural(b.IterationToolCalls, "tool call", "tool calls")+" per iteration")
+	}
+	if len(parts) == 0 {
+		return "server defaults"
+	}
+	return strings.Join(parts, " · ")
+}
+
+// checkText describes what a completion check looks at.
+func checkText(c spec.CheckSpec) string {
+	switch c.Type {
+	case spec.CheckCommand:
+		return "runs " + joinArgs(c.Argv)
+	case "content_pattern":
+		return fmt.Sprintf("%s matches /%s/", orText(c.Target, "output"), c.Pattern)
+	case "document_exists":
+		return c.Path + " exists"
+	case "prd_all_pass":
+		return "every story of " + orText(c.Path, "prd.json") + " passes"
+	case "tasks_all_done":
+		return "every task is done"
+	}
+	return c.Type
+}
+
+// breakerText lists the breaker thresholds (defaults named as such).
+func breakerText(b spec.Breakers) string {
+	n := func(v, def int) string {
+		if v > 0 {
+			return strconv.Itoa(v)
+		}
+		return strconv.Itoa(def) + " (default)"
+	}
+	q := "on (default)"
+	if b.QualityRegression != nil {
+		q = map[bool]string{true: "on", false: "off"}[*b.QualityRegression]
+	}
+	return "no progress " + n(b.NoProgress, 3) + " · repeated error " + n(b.RepeatedError, 5) +
+		" · stall repeats " + n(b.StallRepeats, 3) + " · quality regression " + q
+}
+
+// logWho names the tool, check and role of a transcript line.
+func logWho(l *spec.TranscriptLine) string {
+	var parts []string
+	if l.Name != "" {
+		parts = append(parts, l.Name)
+	}
+	if l.Role != "" {
+		parts = append(parts, "("+l.Role+")")
+	}
+	if l.Attempt > 1 {
+		parts = append(parts, "attempt "+strconv.Itoa(l.Attempt))
+	}
+	if len(parts) == 0 {
+		return " "
+	}
+	return " " + strings.Join(parts, " ") + " "
+}
+
+// snippet returns up to n bytes of text around the first match of q.
+func snippet(text, q string, n int) string {
+	i := strings.Index(strings.ToLower(text), strings.ToLower(q))
+	if i < 0 {
+		i = 0
+	}
+	start := max(0, i-n/3)
+	for start > 0 && !utf8.RuneStart(text[start]) {
+		start--
+	}
+	end := min(len(text), start+n)
+	for end < len(text) && !utf8.RuneStart(text[end]) {
+		end++
+	}
+	out := strings.Join(strings.Fields(text[start:end]), " ")
+	if start > 0 {
+		out = "…" + out
+	}
+	if end < len(text) {
+		out += "…"
+	}
+	return out
+}
+
+func msDuration(ms int64) time.Duration { return time.Duration(ms) * time.Millisecond }
