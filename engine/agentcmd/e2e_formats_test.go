@@ -104,6 +104,27 @@ func TestStructuredAgentOutput(t *testing.T) {
 		if its[0].Metrics.CostTotalUSD == 0 || its[0].Metrics.TokensTotal != 1720 {
 			t.Errorf("iteration metrics %+v", its[0].Metrics)
 		}
+		// The tool uses are in the iteration's transcript too, beside the
+		// raw output.
+		tr, err := h.db.FindTranscript(h.ctx, h.admin.ID, run.ID, 1, 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var toolCalls, toolResults int
+		for _, l := range tr.Lines {
+			switch l.Kind {
+			case spec.TranscriptToolCall:
+				toolCalls++
+				if toolCalls == 1 && (l.Name != "Bash" || !strings.Contains(l.Text, "go test ./...")) {
+					t.Errorf("first transcribed tool call %+v", l)
+				}
+			case spec.TranscriptToolResult:
+				toolResults++
+			}
+		}
+		if toolCalls != 2 || toolResults != 2 {
+			t.Errorf("transcript has %d tool calls and %d results, want 2 and 2", toolCalls, toolResults)
+		}
 	})
 
 	t.Run("a promise that appears only in a tool result, not in the agent's result, does not complete the run", func(t *testing.T) {

@@ -74,7 +74,7 @@ func (l *liveTools) run(ctx context.Context, h spec.Host, iteration int) {
 		for _, ev := range l.events(line) {
 			ev.data["iteration"] = iteration
 			ev.data["role"] = RoleAgent
-			emitWith(ctx, h, ev.typ, ev.data)
+			emitTool(ctx, h, ev.typ, ev.data)
 		}
 	}
 }
@@ -154,4 +154,29 @@ func (l *liveTools) sent(id string) (call, result bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.sentCall[id], l.sentResult[id]
+}
+
+// emitTool emits a tool_call or tool_result event of the agent and adds
+// the same to the iteration's transcript, so the run page's log shows what
+// the agent did between the lines of its raw output.
+func emitTool(ctx context.Context, h spec.Host, typ string, data map[string]any) {
+	emitWith(ctx, h, typ, data)
+	if h == nil {
+		return
+	}
+	name, _ := data["tool"].(string)
+	e := spec.TranscriptEntry{Name: name, Role: RoleAgent}
+	switch typ {
+	case spec.EventToolCall:
+		e.Kind = spec.TranscriptToolCall
+		e.Text, _ = data["arguments"].(string)
+		e.Data, _ = json.Marshal(map[string]any{"call_id": data["call_id"]})
+	case spec.EventToolResult:
+		e.Kind = spec.TranscriptToolResult
+		e.Text, _ = data["result"].(string)
+		e.Data, _ = json.Marshal(map[string]any{"call_id": data["call_id"], "ok": data["ok"]})
+	default:
+		return
+	}
+	spec.Transcribe(ctx, h, e)
 }

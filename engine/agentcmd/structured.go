@@ -52,11 +52,11 @@ func (e *Executor) readStructured(ctx context.Context, in *spec.Input, output st
 	for _, tu := range p.ToolUses {
 		sentCall, sentResult := live.sent(tu.ID)
 		if !sentCall {
-			e.emit(ctx, in, "tool_call", map[string]any{"iteration": in.Iteration, "tool": tu.Name, "call_id": tu.ID,
+			emitTool(ctx, in.Host, spec.EventToolCall, map[string]any{"iteration": in.Iteration, "tool": tu.Name, "call_id": tu.ID,
 				"arguments": tu.Arguments, "role": RoleAgent})
 		}
 		if tu.HasResult && !sentResult {
-			e.emit(ctx, in, "tool_result", map[string]any{"iteration": in.Iteration, "tool": tu.Name, "call_id": tu.ID,
+			emitTool(ctx, in.Host, spec.EventToolResult, map[string]any{"iteration": in.Iteration, "tool": tu.Name, "call_id": tu.ID,
 				"ok": !tu.IsError, "result": tu.Output, "role": RoleAgent})
 		}
 	}
