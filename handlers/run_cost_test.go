@@ -34,7 +34,7 @@ func seedRun(tb testing.TB, ts *testServer, userID int64, iterations, docs int) 
 		for i := 1; i <= iterations; i++ {
 			it := &spec.Iteration{RunID: id, Iteration: i, Attempt: 1, Status: spec.IterSucceeded, StartedAt: tx.Now(), EndedAt: tx.Now(),
 				Summary: fmt.Sprintf("Iteration %d read two more sources and updated the notes on the drivers.", i),
-				Gate:    json.RawMessage(`{"decision":{"decision":"continue"},"reasons":["work remains: compare licences"]}`),
+				Gate:    json.RawMessage(`{"decision":"continue","reasons":["work remains: compare licences"]}`),
 				Checks:  json.RawMessage(`[{"name":"report exists","type":"document_exists","passed":false,"message":"report.md is missing"}]`)}
 			if err := tx.UpsertIteration(ctx, it); err != nil {
 				return err
