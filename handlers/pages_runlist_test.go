@@ -127,7 +127,11 @@ func TestRunAgainAndFollowUpCopySettings(t *testing.T) {
 	id := pc.compose(t, form)
 	ts.waitStatus(t, u, id, spec.StatusStopped) // the checks never pass
 
-	resp, body := pc.get("/runs/new?from=" + id)
+	resp, body := pc.get("/runs/" + id)
+	expectStatus(t, resp, body, http.StatusOK, "")
+	expectContains(t, body, `href="/runs/new?from=`+id+`" id="run-again"`, `href="/runs/new?parent=`+id+`" id="follow-up"`)
+
+	resp, body = pc.get("/runs/new?from=" + id)
 	expectStatus(t, resp, body, http.StatusOK, "")
 	expectContains(t, body, ">Count the words</textarea>", `value="7"`, `value="1.25"`, `value="report.md"`, `value="DONE"`, `<details id="advanced" open`)
 	expectLacks(t, body, `name="parent_run_id"`)
