@@ -9,7 +9,6 @@ import (
 	"mime"
 	"net/http"
 	"net/url"
-	"regexp"
 	"strings"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
@@ -477,12 +476,6 @@ func runDelegate(ctx context.Context, sc *scope, args json.RawMessage) (string, 
 	return sc.it.delegate(ctx, a.Tasks), nil
 }
 
-var (
-	scriptStyleRE = regexp.MustCompile(`(?is)<(script|style|noscript)[^>]*>.*?</(script|style|noscript)>`)
-	tagRE         = regexp.MustCompile(`(?s)<[^>]+>`)
-	blankLinesRE  = regexp.MustCompile(`\n\s*\n\s*\n+`)
-)
-
 func runWebFetch(ctx context.Context, sc *scope, args json.RawMessage) (string, error) {
 	var a struct{ URL string }
 	json.Unmarshal(args, &a)
@@ -533,10 +526,7 @@ func runWebFetch(ctx context.Context, sc *scope, args json.RawMessage) (string, 
 	}
 	text := string(body)
 	if strings.Contains(mt, "html") {
-		text = scriptStyleRE.ReplaceAllString(text, "")
-		text = tagRE.ReplaceAllString(text, " ")
-		text = htmlUnescaper.Replace(text)
-		text = blankLinesRE.ReplaceAllString(text, "\n\n")
+		text = htmlText(text)
 	}
 	text = strings.TrimSpace(text)
 	out := fmt.Sprintf("HTTP %d %s (%s)\n\n%s", resp.StatusCode, u, mt, truncate(text, 12000))
@@ -545,8 +535,6 @@ func runWebFetch(ctx context.Context, sc *scope, args json.RawMessage) (string, 
 	}
 	return out, nil
 }
-
-var htmlUnescaper = strings.NewReplacer("&amp;", "&", "&lt;", "<", "&gt;", ">", "&quot;", `"`, "&#39;", "'", "&nbsp;", " ")
 
 func hostAllowed(host string, allow []string) bool {
 	host = strings.ToLower(strings.TrimSuffix(host, "."))
