@@ -29,14 +29,42 @@ func (it *iteration) buildContext(ctx context.Context) (string, error) {
 		fmt.Fprintf(&b, "## %s\n\n%s\n\n", title, truncate(body, size))
 	}
 	section("Objective", cfg.Objective, 4000)
+	section("Mode and permissions", it.modeText(), 3000)
+	if f := in.Feedback; f != nil {
+		section("Gate feedback (why you are continuing)", feedbackText(f), 6000)
+	}
+	if len(in.Inbox) > 0 {
+		section("New from the person", inboxText(in.Inbox), 6000)
+	}
+	if len(tasks) > 0 {
+		section("Checklist", formatTasks(tasks, 60, 4000), 4500)
+	} else {
+		section("Checklist", "(empty — add tasks with tasks_add)", 200)
+	}
+	if len(in.Summaries) > 0 {
+		section("Recent iteration summaries (newest last)", summariesText(in.Summaries), 3000)
+	}
+	ws := readWorkspace(docs)
+	if ws.plan != "" && !it.planPhase {
+		section("Plan (plan.md)", ws.plan, 3000)
+	}
+	section("Scratchpad (most recent notes)", tail(ws.scratchpad, 4000), 4100)
+	section("Workspace documents", ws.list, 3000)
 
+	out := b.String()
+	if bound := e.opts.MaxContextChars; len(out) > bound {
+		out = truncate(out, bound-60) + "\n\n[context cut to its size bound]"
+	}
+	return out, nil
+}
+
+// modeText tells the model the iteration's number, mode, write mode, bound
+// and completion checks.
+func (it *iteration) modeText() string {
+	in, cfg := it.in, it.cfg
 	var mode strings.Builder
 	fmt.Fprintf(&mode, "This is iteration %d. Mode: %s. Write mode: %s.\n", in.Iteration, orDefault(cfg.Mode, spec.ModeAuto), orDefault(cfg.Permissions.WriteMode, spec.WriteAutopilot))
-	limit := cfg.Budgets.IterationToolCalls
-	if limit <= 0 {
-		limit = e.opts.DefaultToolCalls
-	}
-	fmt.Fprintf(&mode, "You have at most %d tool calls in this iteration.\n", limit)
+	fmt.Fprintf(&mode, "You have at most %d tool calls in this iteration.\n", it.toolCallLimit())
 	switch {
 	case it.planPhase:
 		mode.WriteString("The person must approve a plan before the work starts. In this iteration: research as needed, write the plan to plan.md (steps, deliverables, how completion will be verified, proposed tasks), then call report_status with exit_signal false. The checklist and other documents cannot be changed until the plan is approved.\n")
@@ -54,72 +82,83 @@ func (it *iteration) buildContext(ctx context.Context) (string, error) {
 			fmt.Fprintf(&mode, "- %s (%s)%s\n", c.DisplayName(), c.Type, checkDetail(c))
 		}
 	}
-	section("Mode and permissions", mode.String(), 3000)
+	return mode.String()
+}
 
-	if f := in.Feedback; f != nil {
-		var fb strings.Builder
-		fmt.Fprintf(&fb, "After the previous iteration the platform decided: %s.\n", f.Decision)
-		for _, r := range f.Reasons {
-			fmt.Fprintf(&fb, "- %s\n", truncate(r, 500))
-		}
-		for i, c := range f.FailingChecks {
-			if i == 6 {
-				fmt.Fprintf(&fb, "… %d more failing checks\n", len(f.FailingChecks)-i)
-				break
-			}
-			fmt.Fprintf(&fb, "\nFailing check %q (%s): %s\n", c.Name, c.Type, truncate(c.Message, 500))
-			if c.OutputTail != "" {
-				fmt.Fprintf(&fb, "Output tail:\n```\n%s\n```\n", tail(c.OutputTail, 800))
-			}
-		}
-		if len(f.RemainingWork) > 0 {
-			fb.WriteString("\nRemaining work:\n")
-			for _, w := range f.RemainingWork {
-				fmt.Fprintf(&fb, "- %s\n", truncate(w, 300))
-			}
-		}
-		if len(f.Questions) > 0 {
-			fb.WriteString("\nYou asked the person:\n")
-			for _, q := range f.Questions {
-				fmt.Fprintf(&fb, "- %s\n", truncate(q, 300))
-			}
-		}
-		section("Gate feedback (why you are continuing)", fb.String(), 6000)
+// feedbackText tells the model why the gate let the run continue: its
+// reasons, up to six failing checks, the remaining work and open questions.
+func feedbackText(f *spec.Feedback) string {
+	var fb strings.Builder
+	fmt.Fprintf(&fb, "After the previous iteration the platform decided: %s.\n", f.Decision)
+	for _, r := range f.Reasons {
+		fmt.Fprintf(&fb, "- %s\n", truncate(r, 500))
 	}
+	for i, c := range f.FailingChecks {
+		if i == 6 {
+			fmt.Fprintf(&fb, "… %d more failing checks\n", len(f.FailingChecks)-i)
+			break
+		}
+		fmt.Fprintf(&fb, "\nFailing check %q (%s): %s\n", c.Name, c.Type, truncate(c.Message, 500))
+		if c.OutputTail != "" {
+			fmt.Fprintf(&fb, "Output tail:\n```\n%s\n```\n", tail(c.OutputTail, 800))
+		}
+	}
+	if len(f.RemainingWork) > 0 {
+		fb.WriteString("\nRemaining work:\n")
+		for _, w := range f.RemainingWork {
+			fmt.Fprintf(&fb, "- %s\n", truncate(w, 300))
+		}
+	}
+	if len(f.Questions) > 0 {
+		fb.WriteString("\nYou asked the person:\n")
+		for _, q := range f.Questions {
+			fmt.Fprintf(&fb, "- %s\n", truncate(q, 300))
+		}
+	}
+	return fb.String()
+}
 
-	if len(in.Inbox) > 0 {
-		var ib strings.Builder
-		for _, m := range in.Inbox {
-			label := "Message"
-			if m.Kind == "answer" {
-				label = "Answer"
-			}
-			fmt.Fprintf(&ib, "%s from the person:\n%s\n\n", label, truncate(m.Body, 2000))
+// inboxText lists the person's new answers and messages.
+func inboxText(inbox []spec.InboxItem) string {
+	var ib strings.Builder
+	for _, m := range inbox {
+		label := "Message"
+		if m.Kind == "answer" {
+			label = "Answer"
 		}
-		section("New from the person", ib.String(), 6000)
+		fmt.Fprintf(&ib, "%s from the person:\n%s\n\n", label, truncate(m.Body, 2000))
 	}
+	return ib.String()
+}
 
-	if len(tasks) > 0 {
-		section("Checklist", formatTasks(tasks, 60, 4000), 4500)
-	} else {
-		section("Checklist", "(empty — add tasks with tasks_add)", 200)
+// summariesText lists the last iteration summaries, newest last, one line
+// each.
+func summariesText(summaries []string) string {
+	var sb strings.Builder
+	for i, s := range summaries {
+		fmt.Fprintf(&sb, "- %d iteration(s) ago: %s\n", len(summaries)-i, truncate(oneLine(s), 800))
 	}
-	if len(in.Summaries) > 0 {
-		var sb strings.Builder
-		for i, s := range in.Summaries {
-			fmt.Fprintf(&sb, "- %d iteration(s) ago: %s\n", len(in.Summaries)-i, truncate(oneLine(s), 800))
-		}
-		section("Recent iteration summaries (newest last)", sb.String(), 3000)
-	}
-	var plan, pad string
+	return sb.String()
+}
+
+// workspaceView is what the context shows of the workspace.
+type workspaceView struct {
+	plan, scratchpad string
+	list             string // up to 60 documents, leaving out folders, summaries and archives
+}
+
+// readWorkspace picks the plan and the scratchpad out of docs and lists
+// the documents.
+func readWorkspace(docs []*spec.Document) workspaceView {
+	var ws workspaceView
 	var list strings.Builder
 	n := 0
 	for _, d := range docs {
 		switch d.Path {
 		case scratchpadPath:
-			pad = d.Content
+			ws.scratchpad = d.Content
 		case planPath:
-			plan = d.Content
+			ws.plan = d.Content
 		}
 		if d.Path == "" || d.Kind == spec.DocFolder || strings.HasPrefix(d.Path, iterationsFolder+"/") || strings.HasPrefix(d.Path, scratchpadFolder+"/") {
 			continue
@@ -131,17 +170,8 @@ func (it *iteration) buildContext(ctx context.Context) (string, error) {
 	if n > 60 {
 		fmt.Fprintf(&list, "… %d more; use workspace_list\n", n-60)
 	}
-	if plan != "" && !it.planPhase {
-		section("Plan (plan.md)", plan, 3000)
-	}
-	section("Scratchpad (most recent notes)", tail(pad, 4000), 4100)
-	section("Workspace documents", list.String(), 3000)
-
-	out := b.String()
-	if bound := e.opts.MaxContextChars; len(out) > bound {
-		out = truncate(out, bound-60) + "\n\n[context cut to its size bound]"
-	}
-	return out, nil
+	ws.list = list.String()
+	return ws
 }
 
 func checkDetail(c spec.CheckSpec) string {

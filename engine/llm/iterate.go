@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/sashabaranov/go-openai"
 
@@ -48,29 +47,11 @@ func (e *Executor) Iterate(ctx context.Context, in *spec.Input) (*spec.Result, e
 	if in.Host == nil {
 		return nil, errors.New("llm: Input.Host is required")
 	}
-	cfg := in.Config
-	if cfg == nil {
-		cfg = &spec.Config{}
+	cfg, err := e.config(ctx, in)
+	if err != nil {
+		return nil, err
 	}
-	if cfg.Objective == "" {
-		run, err := e.db.FindRunByID(ctx, in.RunID)
-		if err != nil {
-			return nil, fmt.Errorf("load run: %w", err)
-		}
-		c := *cfg
-		c.Objective = run.Objective
-		cfg = &c
-	}
-	it := &iteration{
-		e: e, in: in, cfg: cfg, host: in.Host,
-		readOnly:      cfg.Permissions.WriteMode == spec.WriteReadOnly,
-		planPhase:     cfg.Permissions.WriteMode == spec.WriteApprovePlan && in.Iteration <= 1 && !hasAnswer(in.Inbox),
-		plannerModel:  e.Model(cfg, RolePlanner),
-		executorModel: e.Model(cfg, RoleExecutor),
-		repairModel:   e.Model(cfg, RoleRepair),
-		res:           &spec.Result{},
-		refs:          map[string]refPos{},
-	}
+	it := e.newIteration(in, cfg)
 	res := it.res
 	if it.plannerModel == "" {
 		res.Summary = NotDoneSummary + " (no model is configured)"
@@ -85,73 +66,117 @@ func (e *Executor) Iterate(ctx context.Context, in *spec.Input) (*spec.Result, e
 	if err != nil {
 		return res, fmt.Errorf("assemble context: %w", err)
 	}
-	limit := cfg.Budgets.IterationToolCalls
-	if limit <= 0 {
-		limit = e.opts.DefaultToolCalls
-	}
+	limit := it.toolCallLimit()
 	sc := &scope{it: it, role: RolePlanner, model: it.plannerModel, tools: e.plannerTools(it.planPhase), limit: limit, u: &usage{}}
-	msgs := []openai.ChatCompletionMessage{
+	it.loop(ctx, sc, []openai.ChatCompletionMessage{
 		{Role: openai.ChatMessageRoleSystem, Content: plannerPrompt},
 		{Role: openai.ChatMessageRoleUser, Content: prompt},
-	}
-	it.loop(ctx, sc, msgs)
+	})
+	retErr := it.conclude(ctx, sc)
+	it.record(ctx, limit)
+	return res, retErr
+}
 
-	var retErr error
+// config returns the run's configuration, with the objective loaded from
+// the store when in.Config leaves it out.
+func (e *Executor) config(ctx context.Context, in *spec.Input) (*spec.Config, error) {
+	cfg := in.Config
+	if cfg == nil {
+		cfg = &spec.Config{}
+	}
+	if cfg.Objective == "" {
+		run, err := e.db.FindRunByID(ctx, in.RunID)
+		if err != nil {
+			return nil, fmt.Errorf("load run: %w", err)
+		}
+		c := *cfg
+		c.Objective = run.Objective
+		cfg = &c
+	}
+	return cfg, nil
+}
+
+// newIteration returns the state of one Iterate call of in.
+func (e *Executor) newIteration(in *spec.Input, cfg *spec.Config) *iteration {
+	return &iteration{
+		e: e, in: in, cfg: cfg, host: in.Host,
+		readOnly:      cfg.Permissions.WriteMode == spec.WriteReadOnly,
+		planPhase:     cfg.Permissions.WriteMode == spec.WriteApprovePlan && in.Iteration <= 1 && !hasAnswer(in.Inbox),
+		plannerModel:  e.Model(cfg, RolePlanner),
+		executorModel: e.Model(cfg, RoleExecutor),
+		repairModel:   e.Model(cfg, RoleRepair),
+		res:           &spec.Result{},
+		refs:          map[string]refPos{},
+	}
+}
+
+// toolCallLimit is the planner's bound on tool calls in this iteration.
+func (it *iteration) toolCallLimit() int {
+	if limit := it.cfg.Budgets.IterationToolCalls; limit > 0 {
+		return limit
+	}
+	return it.e.opts.DefaultToolCalls
+}
+
+// conclude fills in the Result from the planner's scope sc once its loop
+// has ended, and returns the error Iterate returns: sc's model error, or
+// ctx's error when the iteration ran out of time.
+func (it *iteration) conclude(ctx context.Context, sc *scope) error {
 	it.mu.Lock()
+	defer it.mu.Unlock()
+	res := it.res
 	res.Status, res.Output, res.Stuck = sc.status, truncate(sc.lastText, 20000), sc.stuck
-	switch {
-	case sc.status != nil:
-		res.Summary = strings.TrimSpace(sc.status.ProgressSummary)
-		if res.Summary == "" {
-			res.Summary = "The model reported its status without a summary."
-		}
-		if res.Output == "" {
-			// The final output of a model that only called tools is its report.
-			res.Output = res.Summary
-		}
-	case sc.modelErr != nil && ctx.Err() != nil:
-		res.Summary = NotDoneSummary + " (the iteration ran out of time)"
-	case sc.modelErr != nil:
-		res.Summary = NotDoneSummary + " (model error: " + sc.modelErr.Message + ")"
-	case sc.stuck != "":
-		res.Summary = NotDoneSummary + " (stuck: " + sc.stuck + ")"
-	case sc.bound:
-		res.Summary = fmt.Sprintf("%s (the iteration's bound of %d tool calls was reached)", NotDoneSummary, limit)
-	default:
-		res.Summary = NotDoneSummary
+	res.Summary = outcomeSummary(ctx, sc)
+	if sc.status != nil && res.Output == "" {
+		// The final output of a model that only called tools is its report.
+		res.Output = res.Summary
 	}
-	if me := sc.modelErr; me != nil {
-		if ctx.Err() != nil {
-			res.Error, res.ErrorFingerprint = "the iteration ran out of time", "iteration:timeout"
-			retErr = fmt.Errorf("llm iteration: %w", ctx.Err())
-		} else {
-			res.Error, res.ErrorFingerprint, res.RetryAfter = me.Message, me.Fingerprint, me.RetryAfter
-			retErr = me
-			if me.Fatal {
-				res.Fatal = &spec.Fatal{Type: "error", Detail: me.Message}
-			}
-		}
-	}
+	err := recordModelError(ctx, res, sc.modelErr)
 	if it.planPhase && res.Fatal == nil {
 		res.WaitForApproval = "The plan is in plan.md. Answer to approve it (or say what to change); the run proceeds after your answer."
 		if !it.wrote(planPath) {
 			res.WaitForApproval = "The model did not write plan.md this iteration; see its notes and summary. Answer to let the run proceed, or say what the plan should be."
 		}
 	}
-	it.mu.Unlock()
+	return err
+}
 
-	// The record of the iteration survives the iteration's own deadline.
-	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
-	defer cancel()
-	if err := it.writeSummary(fctx, limit); err != nil {
-		e.log.Warn("write iteration summary", "run", in.RunID, "iteration", in.Iteration, "err", err)
+// outcomeSummary is the iteration's summary: the model's own when it
+// reported its status, otherwise why it did not.
+func outcomeSummary(ctx context.Context, sc *scope) string {
+	switch {
+	case sc.status != nil:
+		if s := strings.TrimSpace(sc.status.ProgressSummary); s != "" {
+			return s
+		}
+		return "The model reported its status without a summary."
+	case sc.modelErr != nil && ctx.Err() != nil:
+		return NotDoneSummary + " (the iteration ran out of time)"
+	case sc.modelErr != nil:
+		return NotDoneSummary + " (model error: " + sc.modelErr.Message + ")"
+	case sc.stuck != "":
+		return NotDoneSummary + " (stuck: " + sc.stuck + ")"
+	case sc.bound:
+		return fmt.Sprintf("%s (the iteration's bound of %d tool calls was reached)", NotDoneSummary, sc.limit)
 	}
-	if p, err := e.progress(fctx, in); err == nil {
-		res.Progress = p
-	} else {
-		e.log.Warn("progress fingerprint", "run", in.RunID, "err", err)
+	return NotDoneSummary
+}
+
+// recordModelError records me, the model error that ended the iteration,
+// in res and returns the error Iterate returns; nil when me is nil.
+func recordModelError(ctx context.Context, res *spec.Result, me *ModelError) error {
+	if me == nil {
+		return nil
 	}
-	return res, retErr
+	if ctx.Err() != nil {
+		res.Error, res.ErrorFingerprint = "the iteration ran out of time", "iteration:timeout"
+		return fmt.Errorf("llm iteration: %w", ctx.Err())
+	}
+	res.Error, res.ErrorFingerprint, res.RetryAfter = me.Message, me.Fingerprint, me.RetryAfter
+	if me.Fatal {
+		res.Fatal = &spec.Fatal{Type: "error", Detail: me.Message}
+	}
+	return me
 }
 
 func hasAnswer(items []spec.InboxItem) bool {

@@ -40,107 +40,145 @@ type scope struct {
 	modelErr *ModelError
 }
 
+// loopState is the state of one tool loop across its turns.
+type loopState struct {
+	msgs     []openai.ChatCompletionMessage
+	steps    []step
+	finisher string  // the tool that ends the loop: report_status or finish
+	tools    []*tool // the tools offered in this turn
+	finalTry bool    // the bound is reached: this turn may only call finisher
+}
+
 // loop runs sc's tool loop until the model finishes, the tool-call bound,
 // a stuck pattern, a model error or the end of ctx.
 func (it *iteration) loop(ctx context.Context, sc *scope, msgs []openai.ChatCompletionMessage) {
-	finisher := toolReportStatus
+	ls := &loopState{msgs: msgs, finisher: toolReportStatus}
 	if sc.branch != "" {
-		finisher = toolFinish
+		ls.finisher = toolFinish
 	}
-	var steps []step
-	finalTry := false
 	for turn := 0; !sc.done; turn++ {
 		if err := ctx.Err(); err != nil {
 			sc.modelErr = classify(err)
 			return
 		}
-		tools := sc.tools
+		ls.tools = sc.tools
 		if sc.calls >= sc.limit {
-			if finalTry {
+			if ls.finalTry {
 				sc.bound = true
 				return
 			}
-			// One last turn that may only report.
-			finalTry = true
-			tools = it.e.pick([]string{finisher})
-			msgs = append(msgs, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleUser, Content: fmt.Sprintf(
-				"You have used all %d tool calls of this iteration. Call %s now.", sc.limit, finisher)})
+			ls.lastTurn(it.e, sc.limit)
 		}
-		msgs = compact(msgs)
-		req := openai.ChatCompletionRequest{Messages: msgs}
-		for _, t := range tools {
-			req.Tools = append(req.Tools, t.openai())
-		}
-		resp, err := it.e.chat(ctx, it.host.RecordLLMCall, sc.u, sc.role, sc.model, req)
+		ls.msgs = compact(ls.msgs)
+		choice, err := it.ask(ctx, sc, ls.msgs, ls.tools)
 		if err != nil {
 			sc.modelErr = classify(err)
 			return
 		}
-		choice := resp.Choices[0]
-		msg := choice.Message
-		if strings.TrimSpace(msg.Content) != "" {
-			spec.Transcribe(ctx, it.host, spec.TranscriptEntry{Kind: spec.TranscriptAssistant, Role: sc.transcriptRole(), Text: msg.Content})
+		var goOn bool
+		if len(choice.Message.ToolCalls) == 0 {
+			goOn = ls.nudge(sc, choice)
+		} else {
+			goOn = it.runCalls(ctx, sc, ls, turn, choice.Message)
 		}
-		if strings.TrimSpace(msg.Content) != "" {
-			sc.lastText = msg.Content
-		}
-		if len(msg.ToolCalls) == 0 {
-			if finalTry {
-				sc.bound = true
-				return
-			}
-			steps = append(steps, step{noAction: true})
-			if s := detectStuck(steps); s != "" {
-				sc.stuck = s
-				return
-			}
-			content := msg.Content
-			if strings.TrimSpace(content) == "" {
-				content = "(no reply)"
-			}
-			nudge := fmt.Sprintf("Act through tool calls. When this iteration's work is done, call %s.", finisher)
-			if choice.FinishReason == openai.FinishReasonLength {
-				nudge = "Your reply was cut off for length. Keep replies short and act through tool calls; write long text with workspace_write in parts. " + nudge
-			}
-			msgs = append(msgs,
-				openai.ChatCompletionMessage{Role: openai.ChatMessageRoleAssistant, Content: truncate(content, 4000)},
-				openai.ChatCompletionMessage{Role: openai.ChatMessageRoleUser, Content: nudge})
-			continue
-		}
-		calls := msg.ToolCalls
-		for i := range calls {
-			if calls[i].ID == "" {
-				calls[i].ID = fmt.Sprintf("call_%d_%d", turn, i)
-			}
-			calls[i].Type = openai.ToolTypeFunction
-		}
-		msgs = append(msgs, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleAssistant, Content: msg.Content, ToolCalls: calls})
-		for i, tc := range calls {
-			if sc.done || sc.stuck != "" {
-				break
-			}
-			if sc.calls >= sc.limit && !finalTry {
-				for _, rest := range calls[i:] {
-					msgs = append(msgs, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleTool, ToolCallID: rest.ID,
-						Content: "not run: the iteration's tool-call bound was reached"})
-				}
-				break
-			}
-			obs, st := it.execCall(ctx, sc, tc, tools)
-			msgs = append(msgs, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleTool, ToolCallID: tc.ID, Content: obs})
-			steps = append(steps, st)
-			if s := detectStuck(steps); s != "" && !sc.done {
-				sc.stuck = s
-			}
-		}
-		if sc.stuck != "" && !sc.done {
-			return
-		}
-		if finalTry && !sc.done {
-			sc.bound = true
+		if !goOn {
 			return
 		}
 	}
+}
+
+// lastTurn offers one last turn that may only call the finisher.
+func (ls *loopState) lastTurn(e *Executor, limit int) {
+	ls.finalTry = true
+	ls.tools = e.pick([]string{ls.finisher})
+	ls.msgs = append(ls.msgs, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleUser, Content: fmt.Sprintf(
+		"You have used all %d tool calls of this iteration. Call %s now.", limit, ls.finisher)})
+}
+
+// ask sends the transcript with tools to sc's model and returns its reply,
+// keeping any text the reply has as the scope's last text.
+func (it *iteration) ask(ctx context.Context, sc *scope, msgs []openai.ChatCompletionMessage, tools []*tool) (openai.ChatCompletionChoice, error) {
+	req := openai.ChatCompletionRequest{Messages: msgs}
+	for _, t := range tools {
+		req.Tools = append(req.Tools, t.openai())
+	}
+	resp, err := it.e.chat(ctx, it.host.RecordLLMCall, sc.u, sc.role, sc.model, req)
+	if err != nil {
+		return openai.ChatCompletionChoice{}, err
+	}
+	choice := resp.Choices[0]
+	if content := choice.Message.Content; strings.TrimSpace(content) != "" {
+		spec.Transcribe(ctx, it.host, spec.TranscriptEntry{Kind: spec.TranscriptAssistant, Role: sc.transcriptRole(), Text: content})
+		sc.lastText = content
+	}
+	return choice, nil
+}
+
+// nudge answers a reply without tool calls by asking the model to act. It
+// reports whether the loop goes on: not after the last turn, nor once the
+// model is stuck.
+func (ls *loopState) nudge(sc *scope, choice openai.ChatCompletionChoice) bool {
+	if ls.finalTry {
+		sc.bound = true
+		return false
+	}
+	ls.steps = append(ls.steps, step{noAction: true})
+	if s := detectStuck(ls.steps); s != "" {
+		sc.stuck = s
+		return false
+	}
+	content := choice.Message.Content
+	if strings.TrimSpace(content) == "" {
+		content = "(no reply)"
+	}
+	nudge := fmt.Sprintf("Act through tool calls. When this iteration's work is done, call %s.", ls.finisher)
+	if choice.FinishReason == openai.FinishReasonLength {
+		nudge = "Your reply was cut off for length. Keep replies short and act through tool calls; write long text with workspace_write in parts. " + nudge
+	}
+	ls.msgs = append(ls.msgs,
+		openai.ChatCompletionMessage{Role: openai.ChatMessageRoleAssistant, Content: truncate(content, 4000)},
+		openai.ChatCompletionMessage{Role: openai.ChatMessageRoleUser, Content: nudge})
+	return true
+}
+
+// runCalls runs the tool calls of the model's reply msg in order, until
+// the model finishes, is stuck or reaches the bound (calls past the bound
+// are answered as not run). It reports whether the loop goes on.
+func (it *iteration) runCalls(ctx context.Context, sc *scope, ls *loopState, turn int, msg openai.ChatCompletionMessage) bool {
+	calls := msg.ToolCalls
+	for i := range calls {
+		if calls[i].ID == "" {
+			calls[i].ID = fmt.Sprintf("call_%d_%d", turn, i)
+		}
+		calls[i].Type = openai.ToolTypeFunction
+	}
+	ls.msgs = append(ls.msgs, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleAssistant, Content: msg.Content, ToolCalls: calls})
+	for i, tc := range calls {
+		if sc.done || sc.stuck != "" {
+			break
+		}
+		if sc.calls >= sc.limit && !ls.finalTry {
+			for _, rest := range calls[i:] {
+				ls.msgs = append(ls.msgs, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleTool, ToolCallID: rest.ID,
+					Content: "not run: the iteration's tool-call bound was reached"})
+			}
+			break
+		}
+		obs, st := it.execCall(ctx, sc, tc, ls.tools)
+		ls.msgs = append(ls.msgs, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleTool, ToolCallID: tc.ID, Content: obs})
+		ls.steps = append(ls.steps, st)
+		if s := detectStuck(ls.steps); s != "" && !sc.done {
+			sc.stuck = s
+		}
+	}
+	if sc.stuck != "" && !sc.done {
+		return false
+	}
+	if ls.finalTry && !sc.done {
+		sc.bound = true
+		return false
+	}
+	return true
 }
 
 // compact elides the oldest tool results once the transcript passes

@@ -6,9 +6,26 @@ import (
 	"encoding/hex"
 	"fmt"
 	"strings"
+	"time"
 
 	"homework/engine/spec"
 )
+
+// record writes the iteration's summary document and fingerprints its
+// progress into the Result. The record survives the iteration's own
+// deadline.
+func (it *iteration) record(ctx context.Context, limit int) {
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
+	defer cancel()
+	if err := it.writeSummary(fctx, limit); err != nil {
+		it.e.log.Warn("write iteration summary", "run", it.in.RunID, "iteration", it.in.Iteration, "err", err)
+	}
+	if p, err := it.e.progress(fctx, it.in); err == nil {
+		it.res.Progress = p
+	} else {
+		it.e.log.Warn("progress fingerprint", "run", it.in.RunID, "err", err)
+	}
+}
 
 // writeSummary writes iterations/NNN-summary.md.
 func (it *iteration) writeSummary(ctx context.Context, limit int) error {
