@@ -143,29 +143,9 @@ func (it *iteration) appendScratchpad(ctx context.Context, heading, text string)
 		}
 		content := sp.Content + section
 		if len(content) > limit {
-			all, err := tx.ListRunDocuments(ctx, it.in.RunID)
-			if err != nil {
+			if archived, err = it.archiveScratchpad(ctx, tx, sp, &docs); err != nil {
 				return err
 			}
-			n := 1
-			for _, d := range all {
-				if strings.HasPrefix(d.Path, scratchpadFolder+"/") {
-					n++
-				}
-			}
-			archived = fmt.Sprintf("%s/%03d.md", scratchpadFolder, n)
-			arch := &spec.Document{RunID: it.in.RunID, Path: archived, Kind: spec.DocScratchpad, Iteration: it.in.Iteration,
-				Title: fmt.Sprintf("Scratchpad archive %03d", n), Description: "Earlier scratchpad notes.", Content: sp.Content}
-			if arch.ParentID, err = ensureParents(ctx, tx, it.in.RunID, it.cfg.Objective, archived, it.in.Iteration, &docs); err != nil {
-				return err
-			}
-			if _, err := tx.PutDocument(ctx, arch); err != nil {
-				return err
-			}
-			if _, err := tx.AppendEvent(ctx, it.in.RunID, spec.EventDocumentCreated, docEvent(arch)); err != nil {
-				return err
-			}
-			docs = append(docs, arch)
 			content = rolloverSummary(sp.Content, archived) + section
 		}
 		parent, err := ensureParents(ctx, tx, it.in.RunID, it.cfg.Objective, scratchpadPath, it.in.Iteration, &docs)
@@ -198,6 +178,36 @@ func (it *iteration) appendScratchpad(ctx context.Context, heading, text string)
 		return fmt.Sprintf("appended to %s; the scratchpad was full, so its earlier notes were archived to %s", scratchpadPath, archived), nil
 	}
 	return "appended to " + scratchpadPath, nil
+}
+
+// archiveScratchpad copies the notes of the full scratchpad sp to the next
+// scratchpad/NNN.md in tx, adds the archive and any folder it creates to
+// docs, and returns the archive's path.
+func (it *iteration) archiveScratchpad(ctx context.Context, tx *db.Tx, sp *spec.Document, docs *[]*spec.Document) (string, error) {
+	all, err := tx.ListRunDocuments(ctx, it.in.RunID)
+	if err != nil {
+		return "", err
+	}
+	n := 1
+	for _, d := range all {
+		if strings.HasPrefix(d.Path, scratchpadFolder+"/") {
+			n++
+		}
+	}
+	archived := fmt.Sprintf("%s/%03d.md", scratchpadFolder, n)
+	arch := &spec.Document{RunID: it.in.RunID, Path: archived, Kind: spec.DocScratchpad, Iteration: it.in.Iteration,
+		Title: fmt.Sprintf("Scratchpad archive %03d", n), Description: "Earlier scratchpad notes.", Content: sp.Content}
+	if arch.ParentID, err = ensureParents(ctx, tx, it.in.RunID, it.cfg.Objective, archived, it.in.Iteration, docs); err != nil {
+		return "", err
+	}
+	if _, err := tx.PutDocument(ctx, arch); err != nil {
+		return "", err
+	}
+	if _, err := tx.AppendEvent(ctx, it.in.RunID, spec.EventDocumentCreated, docEvent(arch)); err != nil {
+		return "", err
+	}
+	*docs = append(*docs, arch)
+	return archived, nil
 }
 
 // rolloverSummary is the head of a fresh scratchpad: where the old notes
