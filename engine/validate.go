@@ -14,16 +14,8 @@ import (
 // validateConfig checks a run's configuration and fills in defaults. It
 // returns a field-level *spec.Error for the first problem.
 func (e *Engine) validateConfig(ctx context.Context, user *spec.User, cfg *spec.Config) error {
-	cfg.Objective = strings.TrimSpace(cfg.Objective)
-	switch {
-	case cfg.Objective == "":
-		return spec.FieldError("objective", "Objective is required.")
-	case len(cfg.Objective) > e.opts.MaxObjectiveBytes:
-		return spec.FieldError("objective", "Objective is too long (%d bytes; the limit is %d).", len(cfg.Objective), e.opts.MaxObjectiveBytes)
-	case checkText("objective", "Objective", cfg.Objective) != nil:
-		return checkText("objective", "Objective", cfg.Objective)
-	case strings.ContainsFunc(cfg.Model, isControl) || strings.ContainsFunc(cfg.Completion.Token, isControl):
-		return spec.FieldError("model", "Model and completion token must not contain control characters.")
+	if err := e.validateText(cfg); err != nil {
+		return err
 	}
 	if cfg.Mode == "" {
 		cfg.Mode = spec.ModeAuto
@@ -31,18 +23,9 @@ func (e *Engine) validateConfig(ctx context.Context, user *spec.User, cfg *spec.
 	if cfg.Mode != spec.ModeAuto && cfg.Mode != spec.ModeInteractive {
 		return spec.FieldError("mode", "Mode must be %q or %q.", spec.ModeAuto, spec.ModeInteractive)
 	}
-	if cfg.Executor == "" {
-		cfg.Executor = spec.ExecutorLLM
-	}
-	x, ok := e.executor(cfg.Executor)
-	if err := e.checkScriptField(cfg); err != nil {
+	x, err := e.validateExecutor(cfg)
+	if err != nil {
 		return err
-	}
-	if !ok {
-		if cfg.Executor == spec.ExecutorLLM || cfg.Executor == spec.ExecutorCommand {
-			return &spec.Error{Code: spec.EUNAVAILABLE, Field: "executor", Message: fmt.Sprintf("The %s executor is not available on this server.", cfg.Executor)}
-		}
-		return spec.FieldError("executor", "Executor must be %q or %q.", spec.ExecutorLLM, spec.ExecutorCommand)
 	}
 	if cfg.Permissions.WriteMode == "" {
 		cfg.Permissions.WriteMode = spec.WriteAutopilot
@@ -58,16 +41,7 @@ func (e *Engine) validateConfig(ctx context.Context, user *spec.User, cfg *spec.
 	if err := e.validateBudgets(&cfg.Budgets); err != nil {
 		return err
 	}
-	b := &cfg.Breakers
-	for _, f := range []struct {
-		name string
-		v    int
-	}{{"breakers.no_progress", b.NoProgress}, {"breakers.repeated_error", b.RepeatedError}, {"breakers.stall_repeats", b.StallRepeats}} {
-		if f.v < 0 || f.v > 100 {
-			return spec.FieldError(f.name, "Must be between 1 and 100.")
-		}
-	}
-	if err := validateCycles(*b); err != nil {
+	if err := validateBreakers(cfg.Breakers); err != nil {
 		return err
 	}
 	tags, err := NormalizeTags("tags", cfg.Tags)
@@ -85,8 +59,68 @@ func (e *Engine) validateConfig(ctx context.Context, user *spec.User, cfg *spec.
 			return err
 		}
 	}
-	// Command checks run programs on the server: only where command runs may,
-	// in the run's work directory.
+	if err := e.validateChecks(user, cfg); err != nil {
+		return err
+	}
+	if cfg.Agent != nil && cfg.Executor == spec.ExecutorLLM {
+		return spec.FieldError("agent", "agent is only used by command runs.")
+	}
+	return nil
+}
+
+// validateText checks the objective (trimmed here), the model and the
+// completion token for emptiness, length and control characters.
+func (e *Engine) validateText(cfg *spec.Config) error {
+	cfg.Objective = strings.TrimSpace(cfg.Objective)
+	switch {
+	case cfg.Objective == "":
+		return spec.FieldError("objective", "Objective is required.")
+	case len(cfg.Objective) > e.opts.MaxObjectiveBytes:
+		return spec.FieldError("objective", "Objective is too long (%d bytes; the limit is %d).", len(cfg.Objective), e.opts.MaxObjectiveBytes)
+	case checkText("objective", "Objective", cfg.Objective) != nil:
+		return checkText("objective", "Objective", cfg.Objective)
+	case strings.ContainsFunc(cfg.Model, isControl) || strings.ContainsFunc(cfg.Completion.Token, isControl):
+		return spec.FieldError("model", "Model and completion token must not contain control characters.")
+	}
+	return nil
+}
+
+// validateExecutor fills in the default executor and returns it, or
+// refuses an executor this server does not have (EUNAVAILABLE for a known
+// one that is not enabled) and a script on a run that is not a script run.
+func (e *Engine) validateExecutor(cfg *spec.Config) (Executor, error) {
+	if cfg.Executor == "" {
+		cfg.Executor = spec.ExecutorLLM
+	}
+	x, ok := e.executor(cfg.Executor)
+	if err := e.checkScriptField(cfg); err != nil {
+		return nil, err
+	}
+	if !ok {
+		if cfg.Executor == spec.ExecutorLLM || cfg.Executor == spec.ExecutorCommand {
+			return nil, &spec.Error{Code: spec.EUNAVAILABLE, Field: "executor", Message: fmt.Sprintf("The %s executor is not available on this server.", cfg.Executor)}
+		}
+		return nil, spec.FieldError("executor", "Executor must be %q or %q.", spec.ExecutorLLM, spec.ExecutorCommand)
+	}
+	return x, nil
+}
+
+// validateBreakers checks the circuit breakers' thresholds and cycles.
+func validateBreakers(b spec.Breakers) error {
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"breakers.no_progress", b.NoProgress}, {"breakers.repeated_error", b.RepeatedError}, {"breakers.stall_repeats", b.StallRepeats}} {
+		if f.v < 0 || f.v > 100 {
+			return spec.FieldError(f.name, "Must be between 1 and 100.")
+		}
+	}
+	return validateCycles(b)
+}
+
+// validateChecks checks the completion checks. Command checks run programs
+// on the server: only where command runs may, in the run's work directory.
+func (e *Engine) validateChecks(user *spec.User, cfg *spec.Config) error {
 	hasWorkdir := cfg.Agent != nil && cfg.Agent.Workdir != ""
 	commandAllowed := cfg.Executor == spec.ExecutorScript ||
 		cfg.Executor == spec.ExecutorCommand && e.opts.CommandRunsAllowed && user.IsAdmin
@@ -97,9 +131,6 @@ func (e *Engine) validateConfig(ctx context.Context, user *spec.User, cfg *spec.
 		if c.Type == spec.CheckCommand && !hasWorkdir {
 			return spec.FieldError(fmt.Sprintf("completion.checks[%d]", i), "Command checks run in the agent's work directory: set agent.workdir.")
 		}
-	}
-	if cfg.Agent != nil && cfg.Executor == spec.ExecutorLLM {
-		return spec.FieldError("agent", "agent is only used by command runs.")
 	}
 	return nil
 }

@@ -107,42 +107,14 @@ var ruleStops = map[string]bool{
 // decided before budgets in decide, so they stand as recorded.
 func ReplayRun(run *spec.Run, cfg *spec.Config, iters []*spec.Iteration, rules WhatIfRules) WhatIfRun {
 	alt := rules.Apply(*cfg)
-	w := WhatIfRun{RunID: run.ID, Objective: run.Objective, Status: run.Status}
+	r := &replay{run: run, steps: replaySteps(iters)}
+	r.w = WhatIfRun{RunID: run.ID, Objective: run.Objective, Status: run.Status, RecordedIterations: len(r.steps)}
 	if run.StopReason != nil {
-		w.RecordedStop = run.StopReason.Type
+		r.w.RecordedStop = run.StopReason.Type
 	}
-	type step struct {
-		n       int
-		metrics spec.Metrics
-		gate    GateRecord
-	}
-	var steps []step
-	for _, it := range iters {
-		var g GateRecord
-		if len(it.Gate) == 0 || json.Unmarshal(it.Gate, &g) != nil || g.Decision.Decision == "" {
-			continue // running or interrupted: no decision to replay
-		}
-		steps = append(steps, step{it.Iteration, it.Metrics, g})
-	}
-	w.RecordedIterations = len(steps)
-
 	var total spec.Metrics
 	var history []Signals // newest first, since the last wait or stop
-	stopAt := func(i int, reason, detail string) {
-		w.StopsAt, w.Reason, w.Detail = steps[i].n, reason, detail
-		for _, s := range steps[i+1:] {
-			w.IterationsSaved++
-			w.CostSavedUSD += s.metrics.CostTotalUSD
-			w.TokensSaved += s.metrics.TokensTotal
-		}
-		if w.IterationsSaved > 0 {
-			w.Outcome = WhatIfEarlier
-			w.LostCompletion = run.Status == spec.StatusCompleted
-		} else {
-			w.Outcome = WhatIfSame
-		}
-	}
-	for i, s := range steps {
+	for i, s := range r.steps {
 		total.Add(s.metrics)
 		d := s.gate.Decision
 		rule := d.Decision == spec.DecisionContinue || d.Decision == spec.DecisionStop && ruleStops[d.StopReason]
@@ -150,12 +122,12 @@ func ReplayRun(run *spec.Run, cfg *spec.Config, iters []*spec.Iteration, rules W
 			in := gateInput{Config: &alt, Iteration: s.n, Result: &spec.Result{}, Metrics: total,
 				Signals: s.gate.Signals, History: history}
 			if b := budgetExceeded(alt.Budgets, total); b != nil {
-				stopAt(i, b.stop, b.detail)
-				return w
+				r.stopAt(i, b.stop, b.detail)
+				return r.w
 			}
 			if stop, detail, _ := breakers(in); stop != "" {
-				stopAt(i, stop, detail)
-				return w
+				r.stopAt(i, stop, detail)
+				return r.w
 			}
 		}
 		switch d.Decision {
@@ -164,12 +136,12 @@ func ReplayRun(run *spec.Run, cfg *spec.Config, iters []*spec.Iteration, rules W
 		case spec.DecisionWait:
 			history = nil
 		case spec.DecisionComplete, spec.DecisionFail:
-			stopAt(i, cmp.Or(d.StopReason, d.Decision), joinReasons(d.Reasons))
-			return w
+			r.stopAt(i, cmp.Or(d.StopReason, d.Decision), joinReasons(d.Reasons))
+			return r.w
 		case spec.DecisionStop:
 			if !rule {
-				stopAt(i, d.StopReason, joinReasons(d.Reasons))
-				return w
+				r.stopAt(i, d.StopReason, joinReasons(d.Reasons))
+				return r.w
 			}
 			// The new rules let this iteration continue. When the person
 			// continued the run, its later iterations are history again,
@@ -177,6 +149,57 @@ func ReplayRun(run *spec.Run, cfg *spec.Config, iters []*spec.Iteration, rules W
 			history = nil
 		}
 	}
+	r.ranOn()
+	return r.w
+}
+
+// replayStep is one decided iteration of a replayed run.
+type replayStep struct {
+	n       int
+	metrics spec.Metrics
+	gate    GateRecord
+}
+
+// replaySteps returns the iterations that have a gate decision to replay.
+func replaySteps(iters []*spec.Iteration) []replayStep {
+	var steps []replayStep
+	for _, it := range iters {
+		var g GateRecord
+		if len(it.Gate) == 0 || json.Unmarshal(it.Gate, &g) != nil || g.Decision.Decision == "" {
+			continue // running or interrupted: no decision to replay
+		}
+		steps = append(steps, replayStep{it.Iteration, it.Metrics, g})
+	}
+	return steps
+}
+
+// replay is one run's replay in progress: w is its outcome so far.
+type replay struct {
+	run   *spec.Run
+	steps []replayStep
+	w     WhatIfRun
+}
+
+// stopAt ends the replay at step i and counts what the steps after it cost.
+func (r *replay) stopAt(i int, reason, detail string) {
+	w := &r.w
+	w.StopsAt, w.Reason, w.Detail = r.steps[i].n, reason, detail
+	for _, s := range r.steps[i+1:] {
+		w.IterationsSaved++
+		w.CostSavedUSD += s.metrics.CostTotalUSD
+		w.TokensSaved += s.metrics.TokensTotal
+	}
+	if w.IterationsSaved > 0 {
+		w.Outcome = WhatIfEarlier
+		w.LostCompletion = r.run.Status == spec.StatusCompleted
+	} else {
+		w.Outcome = WhatIfSame
+	}
+}
+
+// ranOn ends a replay whose rules stopped none of the recorded steps.
+func (r *replay) ranOn() {
+	w, run := &r.w, r.run
 	switch {
 	case run.StopReason != nil && ruleStops[run.StopReason.Type]:
 		w.Outcome = WhatIfContinues
@@ -187,5 +210,4 @@ func ReplayRun(run *spec.Run, cfg *spec.Config, iters []*spec.Iteration, rules W
 	default:
 		w.Outcome = WhatIfUnfinished
 	}
-	return w
 }

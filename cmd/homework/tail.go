@@ -254,6 +254,51 @@ type tailEvent struct {
 	CreatedAt time.Time       `json:"created_at"`
 }
 
+// tailData is the union of the event data fields tail shows, decoded once
+// per event; a field an event does not carry stays zero.
+type tailData struct {
+	Iteration  int      `json:"iteration"`
+	Decision   string   `json:"decision"`
+	Reasons    []string `json:"reasons"`
+	Status     string   `json:"status"`
+	Summary    string   `json:"summary"`
+	Error      string   `json:"error"`
+	Reason     string   `json:"reason"`
+	Questions  []string `json:"questions"`
+	Tool       string   `json:"tool"`
+	Path       string   `json:"path"`
+	Title      string   `json:"title"`
+	Model      string   `json:"model"`
+	Body       string   `json:"body"`
+	Text       string   `json:"text"`
+	Truncated  bool     `json:"truncated"`
+	ExitCode   *int     `json:"exit_code"`
+	TimedOut   bool     `json:"timed_out"`
+	Role       string   `json:"role"`
+	CostUSD    float64  `json:"cost_usd"`
+	Prompt     int64    `json:"prompt_tokens"`
+	Completion int64    `json:"completion_tokens"`
+	StopReason *struct {
+		Type   string `json:"type"`
+		Detail string `json:"detail"`
+	} `json:"stop_reason"`
+	CostTotal   *float64     `json:"cost_total_usd"`
+	TokensTotal *int64       `json:"tokens_total"`
+	RunMetrics  *tailMetrics `json:"run_metrics"`
+	Metrics     *tailMetrics `json:"metrics"` // run status events: the run's totals
+	Check       *struct {
+		Name    string `json:"name"`
+		Passed  bool   `json:"passed"`
+		Message string `json:"message"`
+	} `json:"check"`
+}
+
+// tailMetrics is the part of a metrics object tail shows.
+type tailMetrics struct {
+	TokensTotal  int64   `json:"tokens_total"`
+	CostTotalUSD float64 `json:"cost_total_usd"`
+}
+
 // print writes one readable line for e.
 func (t *tailer) print(raw *sse.Event) {
 	var e tailEvent
@@ -265,140 +310,137 @@ func (t *tailer) print(raw *sse.Event) {
 		return // already shown before a reconnect
 	}
 	t.lastSeq = e.Seq
-	var d struct {
-		Iteration  int      `json:"iteration"`
-		Decision   string   `json:"decision"`
-		Reasons    []string `json:"reasons"`
-		Status     string   `json:"status"`
-		Summary    string   `json:"summary"`
-		Error      string   `json:"error"`
-		Reason     string   `json:"reason"`
-		Questions  []string `json:"questions"`
-		Tool       string   `json:"tool"`
-		Path       string   `json:"path"`
-		Title      string   `json:"title"`
-		Model      string   `json:"model"`
-		Body       string   `json:"body"`
-		Text       string   `json:"text"`
-		Truncated  bool     `json:"truncated"`
-		ExitCode   *int     `json:"exit_code"`
-		TimedOut   bool     `json:"timed_out"`
-		Role       string   `json:"role"`
-		CostUSD    float64  `json:"cost_usd"`
-		Prompt     int64    `json:"prompt_tokens"`
-		Completion int64    `json:"completion_tokens"`
-		StopReason *struct {
-			Type   string `json:"type"`
-			Detail string `json:"detail"`
-		} `json:"stop_reason"`
-		CostTotal   *float64 `json:"cost_total_usd"`
-		TokensTotal *int64   `json:"tokens_total"`
-		RunMetrics  *struct {
-			TokensTotal  int64   `json:"tokens_total"`
-			CostTotalUSD float64 `json:"cost_total_usd"`
-		} `json:"run_metrics"`
-		Metrics *struct { // run status events: the run's totals
-			TokensTotal  int64   `json:"tokens_total"`
-			CostTotalUSD float64 `json:"cost_total_usd"`
-		} `json:"metrics"`
-		Check *struct {
-			Name    string `json:"name"`
-			Passed  bool   `json:"passed"`
-			Message string `json:"message"`
-		} `json:"check"`
-	}
+	var d tailData
 	json.Unmarshal(e.Data, &d)
-	// Cumulative totals, where an event carries them.
+	t.track(e.Type, &d)
+	t.write(&e, t.detail(e.Type, &d), d.Text)
+	switch e.Type {
+	case spec.EventRunCompleted, spec.EventRunCanceled, spec.EventRunFailed:
+		t.terminal = e.Type
+	}
+}
+
+// track keeps the run's cumulative totals, where an event carries them.
+func (t *tailer) track(typ string, d *tailData) {
 	switch {
 	case d.CostTotal != nil && d.TokensTotal != nil:
 		t.cost, t.tokens, t.known = *d.CostTotal, *d.TokensTotal, true
 	case d.RunMetrics != nil:
 		t.cost, t.tokens, t.known = d.RunMetrics.CostTotalUSD, d.RunMetrics.TokensTotal, true
-	case d.Metrics != nil && strings.HasPrefix(e.Type, "run_"):
+	case d.Metrics != nil && strings.HasPrefix(typ, "run_"):
 		t.cost, t.tokens, t.known = d.Metrics.CostTotalUSD, d.Metrics.TokensTotal, true
 	}
-	costSoFar := "cost so far unknown (following from the middle)"
-	if t.known {
-		costSoFar = fmt.Sprintf("cost so far $%.4f, %d tokens", t.cost, t.tokens)
+}
+
+// costSoFar describes the run's totals as of the last tracked event.
+func (t *tailer) costSoFar() string {
+	if !t.known {
+		return "cost so far unknown (following from the middle)"
 	}
-	var detail string
-	switch e.Type {
+	return fmt.Sprintf("cost so far $%.4f, %d tokens", t.cost, t.tokens)
+}
+
+// detail returns what the line of an event of type typ says after the
+// type, "" for nothing.
+func (t *tailer) detail(typ string, d *tailData) string {
+	if strings.HasPrefix(typ, "run_") && d.Status != "" {
+		return runStatusDetail(d) + "; " + t.costSoFar()
+	}
+	switch typ {
 	case spec.EventIterationStarted:
-		detail = fmt.Sprintf("iteration %d", d.Iteration)
+		return fmt.Sprintf("iteration %d", d.Iteration)
 	case spec.EventIterationCompleted:
-		detail = fmt.Sprintf("iteration %d %s, decision %s: %s", d.Iteration, d.Status, d.Decision, oneLine(d.Summary, 120))
+		detail := fmt.Sprintf("iteration %d %s, decision %s: %s", d.Iteration, d.Status, d.Decision, oneLine(d.Summary, 120))
 		if d.Error != "" {
 			detail += " (error: " + oneLine(d.Error, 120) + ")"
 		}
-		detail += "; " + costSoFar
+		return detail + "; " + t.costSoFar()
 	case spec.EventGateDecision:
-		detail = fmt.Sprintf("iteration %d decision %s: %s; %s", d.Iteration, d.Decision, oneLine(strings.Join(d.Reasons, "; "), 200), costSoFar)
+		return fmt.Sprintf("iteration %d decision %s: %s; %s", d.Iteration, d.Decision, oneLine(strings.Join(d.Reasons, "; "), 200), t.costSoFar())
 	case spec.EventIterationCostUpdate:
-		detail = costSoFar
+		return t.costSoFar()
 	case spec.EventLLMCall:
-		detail = fmt.Sprintf("%s model %s: %d+%d tokens, $%.4f", d.Role, d.Model, d.Prompt, d.Completion, d.CostUSD)
+		detail := fmt.Sprintf("%s model %s: %d+%d tokens, $%.4f", d.Role, d.Model, d.Prompt, d.Completion, d.CostUSD)
 		if d.Error != "" {
 			detail += "; FAILED: " + oneLine(d.Error, 300)
 		}
+		return detail
 	case spec.EventAgentOutput:
-		detail = fmt.Sprintf("iteration %d", d.Iteration)
 		if d.Truncated {
-			detail += " (output cap reached; the rest is not streamed)"
+			return fmt.Sprintf("iteration %d (output cap reached; the rest is not streamed)", d.Iteration)
 		}
+		return fmt.Sprintf("iteration %d", d.Iteration)
 	case spec.EventAgentExit:
-		switch {
-		case d.TimedOut:
-			detail = "timed out"
-		case d.ExitCode != nil:
-			detail = fmt.Sprintf("exit code %d", *d.ExitCode)
-		}
+		return agentExitDetail(d)
 	case spec.EventCheckResult:
-		if d.Check != nil {
-			verdict := "failed"
-			if d.Check.Passed {
-				verdict = "passed"
-			}
-			detail = fmt.Sprintf("check %q %s: %s", d.Check.Name, verdict, oneLine(d.Check.Message, 120))
-		}
+		return checkDetail(d)
 	case spec.EventRunWaitingOnUser:
-		detail = "waiting for you (" + d.Reason + ")"
+		detail := "waiting for you (" + d.Reason + ")"
 		if len(d.Questions) > 0 {
 			detail += ": " + oneLine(strings.Join(d.Questions, " / "), 200)
 		}
+		return detail
 	case spec.EventToolCall, spec.EventToolResult:
-		detail = d.Tool
+		return d.Tool
 	case spec.EventDocumentCreated, spec.EventDocumentUpdated:
-		detail = d.Path
+		return d.Path
 	case spec.EventTaskUpdated:
-		detail = fmt.Sprintf("%s: %s", d.Title, d.Status)
+		return fmt.Sprintf("%s: %s", d.Title, d.Status)
 	case spec.EventMessageQueued:
-		detail = oneLine(d.Body, 120)
+		return oneLine(d.Body, 120)
 	}
-	if strings.HasPrefix(e.Type, "run_") && d.Status != "" {
-		detail = "status " + d.Status
-		if d.StopReason != nil && d.StopReason.Type != "" {
-			detail += fmt.Sprintf(" (%s: %s)", d.StopReason.Type, oneLine(d.StopReason.Detail, 200))
-		}
-		detail += "; " + costSoFar
+	return ""
+}
+
+// runStatusDetail describes a run status event: the status and the stop
+// reason, if any.
+func runStatusDetail(d *tailData) string {
+	detail := "status " + d.Status
+	if d.StopReason != nil && d.StopReason.Type != "" {
+		detail += fmt.Sprintf(" (%s: %s)", d.StopReason.Type, oneLine(d.StopReason.Detail, 200))
 	}
+	return detail
+}
+
+// agentExitDetail describes how an agent process ended.
+func agentExitDetail(d *tailData) string {
+	switch {
+	case d.TimedOut:
+		return "timed out"
+	case d.ExitCode != nil:
+		return fmt.Sprintf("exit code %d", *d.ExitCode)
+	}
+	return ""
+}
+
+// checkDetail describes a check's result.
+func checkDetail(d *tailData) string {
+	if d.Check == nil {
+		return ""
+	}
+	verdict := "failed"
+	if d.Check.Passed {
+		verdict = "passed"
+	}
+	return fmt.Sprintf("check %q %s: %s", d.Check.Name, verdict, oneLine(d.Check.Message, 120))
+}
+
+// write prints e's line with detail and, for agent output, the agent's
+// text, one indented line each.
+func (t *tailer) write(e *tailEvent, detail, text string) {
 	ts := e.CreatedAt.Local().Format("15:04:05")
 	// Event data carries text the agent wrote (paths, titles, tool names):
 	// never let it send escape sequences to the terminal.
-	e.Type, detail = printable(e.Type), printable(detail)
+	typ, detail := printable(e.Type), printable(detail)
 	if detail != "" {
-		fmt.Fprintf(t.out, "%s #%-4d %-22s %s\n", ts, e.Seq, e.Type, detail)
+		fmt.Fprintf(t.out, "%s #%-4d %-22s %s\n", ts, e.Seq, typ, detail)
 	} else {
-		fmt.Fprintf(t.out, "%s #%-4d %s\n", ts, e.Seq, e.Type)
+		fmt.Fprintf(t.out, "%s #%-4d %s\n", ts, e.Seq, typ)
 	}
-	if e.Type == "agent_output" {
-		// The agent's own words, one indented line each.
-		for _, line := range strings.Split(strings.TrimRight(d.Text, "\n"), "\n") {
+	if typ == spec.EventAgentOutput {
+		for _, line := range strings.Split(strings.TrimRight(text, "\n"), "\n") {
 			fmt.Fprintf(t.out, "    │ %s\n", printable(strings.TrimRight(line, "\r")))
 		}
-	}
-	switch e.Type {
-	case spec.EventRunCompleted, spec.EventRunCanceled, spec.EventRunFailed:
-		t.terminal = e.Type
 	}
 }
 

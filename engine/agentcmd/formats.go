@@ -259,85 +259,124 @@ func parseClaude(p *ParsedOutput, output string) {
 			objs = append(objs, json.RawMessage(t))
 		}
 	}
-	var result *claudeLine
-	var assistantUsage AgentUsage
-	seenMsg := map[string]bool{}
-	var lastText string
-	byID := map[string]int{}
+	c := &claudeParser{p: p, seenMsg: map[string]bool{}, byID: map[string]int{}}
 	for _, raw := range objs {
 		var l claudeLine
 		if err := json.Unmarshal(raw, &l); err != nil {
 			p.Warnings = append(p.Warnings, "a line of the agent's JSON output has unexpected fields: "+oneLine(err.Error(), 120))
 			continue
 		}
-		switch l.Type {
-		case tResult:
-			r := l
-			result = &r
-		case tSystem:
-			if l.SessionID != "" {
-				p.SessionID = l.SessionID
-			}
-			if l.Model != "" {
-				p.Model = l.Model
-			}
-			p.OK = true
-		case tAssist, tUser:
-			p.OK = true
-			if l.SessionID != "" {
-				p.SessionID = l.SessionID
-			}
-			if l.Message == nil {
-				continue
-			}
-			if l.Message.Model != "" && p.Model == "" {
-				p.Model = l.Message.Model
-			}
-			if l.Type == tAssist && l.Message.Usage != nil && (l.Message.ID == "" || !seenMsg[l.Message.ID]) {
-				// One message may be printed once per content block, each
-				// with the same usage.
-				seenMsg[l.Message.ID] = true
-				u := l.Message.Usage
-				assistantUsage.InputTokens += u.InputTokens + u.CacheCreationInputTokens + u.CacheReadInputTokens
-				assistantUsage.CachedTokens += u.CacheReadInputTokens
-				assistantUsage.OutputTokens += u.OutputTokens
-				assistantUsage.Turns++
-			}
-			var blocks []claudeBlock
-			if json.Unmarshal(l.Message.Content, &blocks) != nil {
-				continue
-			}
-			for _, b := range blocks {
-				switch b.Type {
-				case bText:
-					if l.Type == tAssist && strings.TrimSpace(b.Text) != "" {
-						lastText = b.Text
-					}
-				case bToolUse:
-					byID[b.ID] = len(p.ToolUses)
-					p.ToolUses = append(p.ToolUses, ToolUse{ID: b.ID, Name: b.Name, Arguments: truncate(string(b.Input), maxToolArgBytes)})
-				case bToolRes:
-					if i, ok := byID[b.ToolUseID]; ok {
-						p.ToolUses[i].Output = truncate(blockText(b.Content), maxToolOutBytes)
-						p.ToolUses[i].IsError = b.IsError
-						p.ToolUses[i].HasResult = true
-					}
-				}
-			}
-		}
+		c.line(&l)
 	}
-	if result == nil {
-		if p.OK {
-			p.Warnings = append(p.Warnings, "the agent's output has no final result object (cut short?); its last message is used")
-			p.FinalText = lastText
-			if assistantUsage.Turns > 0 {
-				p.Usage = &assistantUsage
-			}
-		} else {
-			p.Warnings = append(p.Warnings, "the agent's output has no Claude Code JSON result; it is read as text")
-		}
+	if c.result == nil {
+		c.finishWithoutResult()
 		return
 	}
+	c.finishWithResult()
+}
+
+// claudeParser is what parseClaude gathers from Claude Code's lines before
+// the result object (or its absence) decides what they mean.
+type claudeParser struct {
+	p              *ParsedOutput
+	result         *claudeLine // the last result object, nil if none
+	assistantUsage AgentUsage  // summed over the assistant messages
+	seenMsg        map[string]bool
+	byID           map[string]int // tool use id to its index in p.ToolUses
+	lastText       string         // the last assistant text block
+}
+
+// line reads one line of Claude Code's output.
+func (c *claudeParser) line(l *claudeLine) {
+	p := c.p
+	switch l.Type {
+	case tResult:
+		c.result = l
+	case tSystem:
+		if l.SessionID != "" {
+			p.SessionID = l.SessionID
+		}
+		if l.Model != "" {
+			p.Model = l.Model
+		}
+		p.OK = true
+	case tAssist, tUser:
+		p.OK = true
+		if l.SessionID != "" {
+			p.SessionID = l.SessionID
+		}
+		if l.Message == nil {
+			return
+		}
+		if l.Message.Model != "" && p.Model == "" {
+			p.Model = l.Message.Model
+		}
+		c.countUsage(l)
+		var blocks []claudeBlock
+		if json.Unmarshal(l.Message.Content, &blocks) != nil {
+			return
+		}
+		for _, b := range blocks {
+			c.block(l.Type, &b)
+		}
+	}
+}
+
+// countUsage adds an assistant message's usage, once per message.
+func (c *claudeParser) countUsage(l *claudeLine) {
+	if l.Type != tAssist || l.Message.Usage == nil || (l.Message.ID != "" && c.seenMsg[l.Message.ID]) {
+		return
+	}
+	// One message may be printed once per content block, each with the
+	// same usage.
+	c.seenMsg[l.Message.ID] = true
+	u := l.Message.Usage
+	c.assistantUsage.InputTokens += u.InputTokens + u.CacheCreationInputTokens + u.CacheReadInputTokens
+	c.assistantUsage.CachedTokens += u.CacheReadInputTokens
+	c.assistantUsage.OutputTokens += u.OutputTokens
+	c.assistantUsage.Turns++
+}
+
+// block reads one content block of a message of type lineType: text, a
+// tool use, or the result of an earlier tool use.
+func (c *claudeParser) block(lineType string, b *claudeBlock) {
+	p := c.p
+	switch b.Type {
+	case bText:
+		if lineType == tAssist && strings.TrimSpace(b.Text) != "" {
+			c.lastText = b.Text
+		}
+	case bToolUse:
+		c.byID[b.ID] = len(p.ToolUses)
+		p.ToolUses = append(p.ToolUses, ToolUse{ID: b.ID, Name: b.Name, Arguments: truncate(string(b.Input), maxToolArgBytes)})
+	case bToolRes:
+		if i, ok := c.byID[b.ToolUseID]; ok {
+			p.ToolUses[i].Output = truncate(blockText(b.Content), maxToolOutBytes)
+			p.ToolUses[i].IsError = b.IsError
+			p.ToolUses[i].HasResult = true
+		}
+	}
+}
+
+// finishWithoutResult ends an output with no result object: cut short, its
+// last message is the answer, or not Claude Code's JSON at all.
+func (c *claudeParser) finishWithoutResult() {
+	p := c.p
+	if !p.OK {
+		p.Warnings = append(p.Warnings, "the agent's output has no Claude Code JSON result; it is read as text")
+		return
+	}
+	p.Warnings = append(p.Warnings, "the agent's output has no final result object (cut short?); its last message is used")
+	p.FinalText = c.lastText
+	if c.assistantUsage.Turns > 0 {
+		p.Usage = &c.assistantUsage
+	}
+}
+
+// finishWithResult ends an output by its result object, which has the last
+// word on the session, the answer, the usage and the error.
+func (c *claudeParser) finishWithResult() {
+	p, result := c.p, c.result
 	p.OK = true
 	if result.SessionID != "" {
 		p.SessionID = result.SessionID
@@ -345,44 +384,53 @@ func parseClaude(p *ParsedOutput, output string) {
 	if result.Result != nil {
 		p.FinalText = *result.Result
 	} else {
-		p.FinalText = lastText
+		p.FinalText = c.lastText
 	}
-	if len(result.ModelUsage) > 0 {
+	if len(result.ModelUsage) > 0 && p.Model == "" {
 		// The model that did the most work is listed; pick deterministically.
 		names := make([]string, 0, len(result.ModelUsage))
 		for n := range result.ModelUsage {
 			names = append(names, n)
 		}
 		sort.Strings(names)
-		if p.Model == "" {
-			p.Model = names[0]
-		}
+		p.Model = names[0]
 	}
 	if result.Usage != nil || result.TotalCostUSD != nil {
-		u := &AgentUsage{Turns: result.NumTurns}
-		if result.Usage != nil {
-			u.InputTokens = result.Usage.InputTokens + result.Usage.CacheCreationInputTokens + result.Usage.CacheReadInputTokens
-			u.CachedTokens = result.Usage.CacheReadInputTokens
-			u.OutputTokens = result.Usage.OutputTokens
-		}
-		if result.TotalCostUSD != nil && *result.TotalCostUSD >= 0 {
-			u.CostUSD, u.HasCost = *result.TotalCostUSD, true
-		}
-		p.Usage = u
+		p.Usage = claudeResultUsage(result)
 	}
 	if result.IsError || (result.Subtype != "" && result.Subtype != "success") {
-		msg := strings.TrimSpace(p.FinalText)
-		var errs []string
-		if json.Unmarshal(result.Errors, &errs) == nil && len(errs) > 0 {
-			msg = strings.Join(errs, "; ")
-		}
-		if msg == "" {
-			msg = orStr(result.Subtype, "is_error set without a message")
-		} else if result.Subtype != "" && result.Subtype != "success" {
-			msg = result.Subtype + ": " + msg
-		}
-		p.Error = truncate(msg, 1000)
+		p.Error = claudeResultError(result, p.FinalText)
 	}
+}
+
+// claudeResultUsage returns the usage a result object reports.
+func claudeResultUsage(result *claudeLine) *AgentUsage {
+	u := &AgentUsage{Turns: result.NumTurns}
+	if result.Usage != nil {
+		u.InputTokens = result.Usage.InputTokens + result.Usage.CacheCreationInputTokens + result.Usage.CacheReadInputTokens
+		u.CachedTokens = result.Usage.CacheReadInputTokens
+		u.OutputTokens = result.Usage.OutputTokens
+	}
+	if result.TotalCostUSD != nil && *result.TotalCostUSD >= 0 {
+		u.CostUSD, u.HasCost = *result.TotalCostUSD, true
+	}
+	return u
+}
+
+// claudeResultError returns the error a failed result object reports: its
+// errors, else the final text, prefixed with the subtype.
+func claudeResultError(result *claudeLine, finalText string) string {
+	msg := strings.TrimSpace(finalText)
+	var errs []string
+	if json.Unmarshal(result.Errors, &errs) == nil && len(errs) > 0 {
+		msg = strings.Join(errs, "; ")
+	}
+	if msg == "" {
+		msg = orStr(result.Subtype, "is_error set without a message")
+	} else if result.Subtype != "" && result.Subtype != "success" {
+		msg = result.Subtype + ": " + msg
+	}
+	return truncate(msg, 1000)
 }
 
 // blockText returns a tool_result's content, a string or a list of text

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -50,60 +51,29 @@ const emitTimeout = 5 * time.Second
 // group; the Result then holds the output so far.
 func (e *Executor) Iterate(ctx context.Context, in *spec.Input) (*spec.Result, error) {
 	res := &spec.Result{ToolCalls: 1}
-	fatal := func(format string, args ...any) (*spec.Result, error) {
-		msg := fmt.Sprintf(format, args...)
-		res.Fatal = &spec.Fatal{Type: "error", Detail: msg}
-		res.Error = msg
-		res.Summary = msg
-		res.ErrorFingerprint = "fatal:" + ErrorFingerprint(0, msg)
-		return res, nil
-	}
 	if !e.Enabled() {
-		return fatal("Command runs are not enabled on this server (--allow-command-runs ROOT).")
+		return fatalf(res, "Command runs are not enabled on this server (--allow-command-runs ROOT).")
 	}
 	if in.Config == nil || in.Config.Agent == nil || len(in.Config.Agent.Argv) == 0 || in.Config.Agent.Argv[0] == "" {
-		return fatal("The run has no agent command (agent.argv).")
+		return fatalf(res, "The run has no agent command (agent.argv).")
 	}
-	a := in.Config.Agent
 	// Resolve again: a symlink may have been moved since the run was created.
-	wd, err := e.resolveWorkdir(a.Workdir)
+	wd, err := e.resolveWorkdir(in.Config.Agent.Workdir)
 	if err != nil {
-		return fatal("The work directory cannot be used: %s", spec.ErrorMessage(err))
+		return fatalf(res, "The work directory cannot be used: %s", spec.ErrorMessage(err))
 	}
-	if err := os.MkdirAll(filepath.Join(wd, ".homework"), 0o755); err != nil {
-		return nil, fmt.Errorf("agentcmd: create .homework: %w", err)
-	}
-	// One agent per work directory: hold its lock for the whole run of the
-	// agent, and first end any agent an earlier attempt left behind when
-	// its server was killed.
-	lock, err := lockWorkdir(ctx, wd)
+	lock, err := e.claimWorkdir(ctx, in, wd)
 	if err != nil {
 		return nil, err
 	}
 	defer lock.unlock()
-	if pgid, err := reapOrphanGroup(ctx, wd); err != nil {
-		return nil, err
-	} else if pgid != 0 {
-		e.emit(ctx, in, EventOrphanKilled, map[string]any{"iteration": in.Iteration, "pgid": pgid})
-	}
 	prompt, err := buildPrompt(in.Config, e.promptData(in, wd))
 	if err != nil {
-		return fatal("The prompt template cannot be rendered: %v", err)
+		return fatalf(res, "The prompt template cannot be rendered: %v", err)
 	}
 	spec.Transcribe(ctx, in.Host, spec.TranscriptEntry{Kind: spec.TranscriptPrompt, Text: prompt})
 
-	timeout := e.opts.DefaultTimeout
-	if a.TimeoutMS > 0 {
-		timeout = time.Duration(a.TimeoutMS) * time.Millisecond
-	} else if t := in.Config.Budgets.IterationTimeoutMS; t > 0 {
-		timeout = time.Duration(t) * time.Millisecond
-	}
-	timeout = min(timeout, e.opts.MaxTimeout)
-	outCap := e.opts.DefaultOutputCap
-	if a.OutputCapBytes > 0 {
-		outCap = min(a.OutputCapBytes, e.opts.MaxOutputCap)
-	}
-
+	timeout, outCap := e.limits(in.Config)
 	changes := e.beginChanges(ctx, wd, in.RunID)
 	run, err := e.runAgent(ctx, in, wd, prompt, timeout, outCap)
 	if err != nil {
@@ -111,11 +81,74 @@ func (e *Executor) Iterate(ctx context.Context, in *spec.Input) (*spec.Result, e
 	}
 	if run.startErr != nil {
 		if errors.Is(run.startErr, exec.ErrNotFound) || errors.Is(run.startErr, fs.ErrNotExist) || errors.Is(run.startErr, fs.ErrPermission) {
-			return fatal("The agent cannot be started: %v", run.startErr)
+			return fatalf(res, "The agent cannot be started: %v", run.startErr)
 		}
 		return nil, fmt.Errorf("agentcmd: start agent: %w", run.startErr)
 	}
 
+	parsed := e.recordOutput(ctx, in, res, run, prompt)
+	describeOutcome(res, run, parsed, timeout)
+	e.emitExit(ctx, in, run)
+	if run.reason == checks.StopCanceled {
+		return res, fmt.Errorf("agentcmd: iteration interrupted: %w", context.Cause(ctx))
+	}
+	e.recordWorkdir(ctx, in, wd, res, parsed, changes)
+	return res, nil
+}
+
+// fatalf marks res as failed by a configuration that can never work.
+func fatalf(res *spec.Result, format string, args ...any) (*spec.Result, error) {
+	msg := fmt.Sprintf(format, args...)
+	res.Fatal = &spec.Fatal{Type: "error", Detail: msg}
+	res.Error = msg
+	res.Summary = msg
+	res.ErrorFingerprint = "fatal:" + ErrorFingerprint(0, msg)
+	return res, nil
+}
+
+// claimWorkdir takes the work directory's lock, which the caller holds for
+// the whole run of the agent (one agent per work directory), and first ends
+// any agent an earlier attempt left behind when its server was killed.
+func (e *Executor) claimWorkdir(ctx context.Context, in *spec.Input, wd string) (*workdirLock, error) {
+	if err := os.MkdirAll(filepath.Join(wd, ".homework"), 0o755); err != nil {
+		return nil, fmt.Errorf("agentcmd: create .homework: %w", err)
+	}
+	lock, err := lockWorkdir(ctx, wd)
+	if err != nil {
+		return nil, err
+	}
+	if pgid, err := reapOrphanGroup(ctx, wd); err != nil {
+		lock.unlock()
+		return nil, err
+	} else if pgid != 0 {
+		e.emit(ctx, in, EventOrphanKilled, map[string]any{"iteration": in.Iteration, "pgid": pgid})
+	}
+	return lock, nil
+}
+
+// limits returns the agent's timeout and output cap: the agent's own, else
+// the run's iteration timeout, else the server's defaults, never over the
+// server's maximums.
+func (e *Executor) limits(cfg *spec.Config) (timeout time.Duration, outCap int64) {
+	a := cfg.Agent
+	timeout = e.opts.DefaultTimeout
+	if a.TimeoutMS > 0 {
+		timeout = time.Duration(a.TimeoutMS) * time.Millisecond
+	} else if t := cfg.Budgets.IterationTimeoutMS; t > 0 {
+		timeout = time.Duration(t) * time.Millisecond
+	}
+	timeout = min(timeout, e.opts.MaxTimeout)
+	outCap = e.opts.DefaultOutputCap
+	if a.OutputCapBytes > 0 {
+		outCap = min(a.OutputCapBytes, e.opts.MaxOutputCap)
+	}
+	return timeout, outCap
+}
+
+// recordOutput sets res.Output (the agent's final answer when its output
+// format parses), the tool calls, the output hash and the promise, and
+// returns the parsed output, nil when the format is plain text.
+func (e *Executor) recordOutput(ctx context.Context, in *spec.Input, res *spec.Result, run *agentRun, prompt string) *ParsedOutput {
 	// The output is stored and sent as text; a binary-spewing agent must not
 	// make it invalid UTF-8.
 	res.Output = strings.ToValidUTF8(run.output, "\uFFFD")
@@ -127,6 +160,12 @@ func (e *Executor) Iterate(ctx context.Context, in *spec.Input) (*spec.Result, e
 	}
 	res.OutputHash = OutputHash(res.Output)
 	res.Promise = DetectPromise(res.Output, prompt, in.Config.Completion.Token)
+	return parsed
+}
+
+// describeOutcome sets res.Error and res.ErrorFingerprint from how the agent
+// ended, and res.Summary from its output.
+func describeOutcome(res *spec.Result, run *agentRun, parsed *ParsedOutput, timeout time.Duration) {
 	summary := Summarize(res.Output)
 	switch {
 	case run.reason == checks.StopCanceled:
@@ -152,7 +191,10 @@ func (e *Executor) Iterate(ctx context.Context, in *spec.Input) (*spec.Result, e
 		summary = res.Error + "\n" + summary
 	}
 	res.Summary = truncate(summary, 2*summaryBytes)
+}
 
+// emitExit emits EventExit for a finished agent.
+func (e *Executor) emitExit(ctx context.Context, in *spec.Input, run *agentRun) {
 	e.emit(ctx, in, EventExit, map[string]any{
 		"iteration":     in.Iteration,
 		"status":        checks.DescribeExit(run.state),
@@ -162,10 +204,12 @@ func (e *Executor) Iterate(ctx context.Context, in *spec.Input) (*spec.Result, e
 		"output_bytes":  run.total,
 		"dropped_bytes": run.dropped,
 	})
+}
 
-	if run.reason == checks.StopCanceled {
-		return res, fmt.Errorf("agentcmd: iteration interrupted: %w", context.Cause(ctx))
-	}
+// recordWorkdir records what the agent did to the work directory: the
+// changed files as artifacts, the write mode's verdict, the summary the
+// next prompt shows, and the diff hash that measures progress.
+func (e *Executor) recordWorkdir(ctx context.Context, in *spec.Input, wd string, res *spec.Result, parsed *ParsedOutput, changes *iterationChanges) {
 	ch, known := changes.end(ctx)
 	if known {
 		res.Artifacts = ch.refs()
@@ -182,7 +226,6 @@ func (e *Executor) Iterate(ctx context.Context, in *spec.Input) (*spec.Result, e
 		res.DiffHash = "unavailable:" + ErrorFingerprint(0, err.Error())
 	}
 	res.Progress = res.DiffHash
-	return res, nil
 }
 
 // agentRun is how one agent process went.
@@ -200,16 +243,85 @@ type agentRun struct {
 // runAgent runs the agent process to its end. Every goroutine it starts has
 // exited when it returns.
 func (e *Executor) runAgent(ctx context.Context, in *spec.Input, wd, prompt string, timeout time.Duration, outCap int64) (*agentRun, error) {
+	p, startErr, err := e.startAgent(in, wd)
+	if err != nil {
+		return nil, err
+	}
+	if startErr != nil {
+		return &agentRun{startErr: startErr}, nil
+	}
+	defer forgetGroup(wd)
+
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		// Exits when the prompt is written, the agent closes stdin, or
+		// p.stdin is closed below.
+		defer wg.Done()
+		p.stdin.WriteString(prompt)
+		p.stdin.Close()
+	}()
+	out := e.newAgentOutput(in, outCap)
+	streamDone := make(chan struct{})
+	wg.Add(1)
+	go func() {
+		// Exits after the final flush, once streamDone is closed.
+		defer wg.Done()
+		out.stream.run(ctx, e.opts.FlushInterval, streamDone)
+	}()
+	if out.live != nil {
+		wg.Add(1)
+		go func() {
+			// Exits when live.lines is closed, after the reader's end.
+			defer wg.Done()
+			out.live.run(ctx, in.Host, in.Iteration)
+		}()
+	}
+	readDone := make(chan struct{})
+	go func() {
+		// Exits at EOF (every holder of the pipe gone) or when p.out is
+		// closed below.
+		defer close(readDone)
+		out.readFrom(p.out)
+	}()
+
+	state, reason := checks.WaitProcessGroup(ctx, p.cmd, timeout, e.opts.KillGrace)
+	duration := time.Since(p.start)
+	e.stopReading(p.out, readDone)
+	if out.live != nil {
+		out.live.write([]byte("\n")) // a last line without its newline
+		close(out.live.lines)
+	}
+	p.stdin.Close()
+	close(streamDone)
+	wg.Wait()
+
+	output, dropped := out.capt.result()
+	return &agentRun{state: state, reason: reason, output: output, total: out.capt.total, dropped: dropped, duration: duration, live: out.live}, nil
+}
+
+// agentProcess is a started agent and our ends of its pipes.
+type agentProcess struct {
+	cmd   *exec.Cmd
+	stdin *os.File // the write end of its stdin
+	out   *os.File // the read end of its combined stdout and stderr
+	start time.Time
+}
+
+// startAgent starts the agent in wd in its own process group and records
+// the group, so that a crash cannot leave it running unseen. startErr is
+// why the agent could not be started; err is an infrastructure failure.
+func (e *Executor) startAgent(in *spec.Input, wd string) (p *agentProcess, startErr, err error) {
 	argv := agentArgv(in.Config.Agent, wd, in.RunID)
 	stdinR, stdinW, err := os.Pipe()
 	if err != nil {
-		return nil, fmt.Errorf("agentcmd: stdin pipe: %w", err)
+		return nil, nil, fmt.Errorf("agentcmd: stdin pipe: %w", err)
 	}
 	outR, outW, err := os.Pipe()
 	if err != nil {
 		stdinR.Close()
 		stdinW.Close()
-		return nil, fmt.Errorf("agentcmd: output pipe: %w", err)
+		return nil, nil, fmt.Errorf("agentcmd: output pipe: %w", err)
 	}
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir = wd
@@ -225,7 +337,7 @@ func (e *Executor) runAgent(ctx context.Context, in *spec.Input, wd, prompt stri
 	if err != nil {
 		stdinW.Close()
 		outR.Close()
-		return &agentRun{startErr: err}, nil
+		return nil, err, nil
 	}
 	if err := recordGroup(wd, cmd.Process.Pid); err != nil {
 		// Unrecorded, a crash could leave it running unseen: do not run it.
@@ -233,63 +345,14 @@ func (e *Executor) runAgent(ctx context.Context, in *spec.Input, wd, prompt stri
 		cmd.Wait()
 		stdinW.Close()
 		outR.Close()
-		return nil, fmt.Errorf("agentcmd: record the agent's process group: %w", err)
+		return nil, nil, fmt.Errorf("agentcmd: record the agent's process group: %w", err)
 	}
-	defer forgetGroup(wd)
+	return &agentProcess{cmd: cmd, stdin: stdinW, out: outR, start: start}, nil, nil
+}
 
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		// Exits when the prompt is written, the agent closes stdin, or
-		// stdinW is closed below.
-		defer wg.Done()
-		stdinW.WriteString(prompt)
-		stdinW.Close()
-	}()
-
-	capt := newCapture(outCap)
-	st := &streamer{host: in.Host, iteration: in.Iteration, limit: outCap, flushBytes: e.opts.FlushBytes, kick: make(chan struct{}, 1)}
-	streamDone := make(chan struct{})
-	wg.Add(1)
-	go func() {
-		// Exits after the final flush, once streamDone is closed.
-		defer wg.Done()
-		st.run(ctx, e.opts.FlushInterval, streamDone)
-	}()
-	live := newLiveTools(in.Config.Agent.OutputFormat)
-	if live != nil {
-		wg.Add(1)
-		go func() {
-			// Exits when live.lines is closed, after the reader's end.
-			defer wg.Done()
-			live.run(ctx, in.Host, in.Iteration)
-		}()
-	}
-	transcript := spec.TranscriptWriter(in.Host, "output")
-	readDone := make(chan struct{})
-	go func() {
-		// Exits at EOF (every holder of the pipe gone) or when outR is
-		// closed below.
-		defer close(readDone)
-		buf := make([]byte, 32<<10)
-		for {
-			n, err := outR.Read(buf)
-			if n > 0 {
-				capt.Write(buf[:n])
-				st.add(buf[:n])
-				if live != nil {
-					live.write(buf[:n])
-				}
-				transcript.Write(buf[:n])
-			}
-			if err != nil {
-				return
-			}
-		}
-	}()
-
-	state, reason := checks.WaitProcessGroup(ctx, cmd, timeout, e.opts.KillGrace)
-	duration := time.Since(start)
+// stopReading waits up to the kill grace for the reader of out to reach
+// EOF, then closes out and waits for the reader to end.
+func (e *Executor) stopReading(out *os.File, readDone <-chan struct{}) {
 	g := time.NewTimer(e.opts.KillGrace)
 	select {
 	case <-readDone:
@@ -297,18 +360,46 @@ func (e *Executor) runAgent(ctx context.Context, in *spec.Input, wd, prompt stri
 		// A process that left the group still holds the pipe; stop reading.
 	}
 	g.Stop()
-	outR.Close()
+	out.Close()
 	<-readDone
-	if live != nil {
-		live.write([]byte("\n")) // a last line without its newline
-		close(live.lines)
-	}
-	stdinW.Close()
-	close(streamDone)
-	wg.Wait()
+}
 
-	output, dropped := capt.result()
-	return &agentRun{state: state, reason: reason, output: output, total: capt.total, dropped: dropped, duration: duration, live: live}, nil
+// agentOutput is where the agent's output goes as it is read: the capped
+// capture, the live stream, the live tool parser (nil unless the output
+// format streams) and the transcript.
+type agentOutput struct {
+	capt       *capture
+	stream     *streamer
+	live       *liveTools
+	transcript io.Writer
+}
+
+func (e *Executor) newAgentOutput(in *spec.Input, outCap int64) *agentOutput {
+	return &agentOutput{
+		capt:       newCapture(outCap),
+		stream:     &streamer{host: in.Host, iteration: in.Iteration, limit: outCap, flushBytes: e.opts.FlushBytes, kick: make(chan struct{}, 1)},
+		live:       newLiveTools(in.Config.Agent.OutputFormat),
+		transcript: spec.TranscriptWriter(in.Host, "output"),
+	}
+}
+
+// readFrom passes everything read from r on until r's EOF or error.
+func (o *agentOutput) readFrom(r io.Reader) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			o.capt.Write(buf[:n])
+			o.stream.add(buf[:n])
+			if o.live != nil {
+				o.live.write(buf[:n])
+			}
+			o.transcript.Write(buf[:n])
+		}
+		if err != nil {
+			return
+		}
+	}
 }
 
 // capture keeps the first quarter and the last three quarters of a capped
