@@ -5,37 +5,6 @@ import (
 	"time"
 )
 
-// IterateJob is River's row for one iterate job, as recovery needs it.
-type IterateJob struct {
-	ID        int64
-	State     string
-	Iteration int
-	Attempt   int
-}
-
-// FindIterateJobs returns the run's unfinished iterate jobs from River's
-// table, so recovery can cancel a stale one without waiting for River's
-// stuck-job rescuer.
-func (tx *Tx) FindIterateJobs(ctx context.Context, runID string) ([]IterateJob, error) {
-	rows, err := tx.QueryContext(ctx, `SELECT id, state, CAST(json_extract(args, '$.iteration') AS INTEGER),
-		CAST(json_extract(args, '$.attempt') AS INTEGER) FROM river_job
-		WHERE kind = 'iterate' AND json_extract(args, '$.run_id') = ?
-		AND state IN ('available', 'pending', 'running', 'retryable', 'scheduled') ORDER BY id`, runID)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []IterateJob
-	for rows.Next() {
-		var j IterateJob
-		if err := rows.Scan(&j.ID, &j.State, &j.Iteration, &j.Attempt); err != nil {
-			return nil, err
-		}
-		out = append(out, j)
-	}
-	return out, rows.Err()
-}
-
 // QueueDepth returns how many iterate jobs wait to be worked.
 func (d *DB) QueueDepth(ctx context.Context) (int, error) {
 	var n int

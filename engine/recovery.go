@@ -116,7 +116,7 @@ func (e *Engine) recoverRun(ctx context.Context, runID, owner string, atStart bo
 			}
 			e.mu.Unlock()
 		}
-		jobs, err := tx.FindIterateJobs(ctx, runID)
+		jobs, err := e.queue.IterateJobs(ctx, tx, runID)
 		if err != nil {
 			return err
 		}

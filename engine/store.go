@@ -3,11 +3,13 @@ package engine
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
 
 	"homework/db"
 	"homework/db/pg"
@@ -88,9 +90,6 @@ type StoreTx interface {
 	SetLease(ctx context.Context, r *spec.Run, owner string, until time.Time) error
 	PendingInbox(ctx context.Context, runID string) ([]*spec.InboxItem, error)
 	ConsumeInbox(ctx context.Context, runID string, maxID int64, iteration int) error
-	// FindIterateJobs lists the run's unfinished iterate jobs in River's
-	// table, so recovery can cancel a stale one.
-	FindIterateJobs(ctx context.Context, runID string) ([]db.IterateJob, error)
 }
 
 // TxStore is a store whose write transactions have the concrete type T. The
@@ -119,6 +118,9 @@ type jobQueue interface {
 	// time: at once). duplicate is true when a job with the same args
 	// already exists and nothing was inserted.
 	InsertTx(ctx context.Context, tx StoreTx, args IterateArgs, scheduledAt time.Time) (duplicate bool, err error)
+	// IterateJobs lists the run's unfinished iterate jobs in tx, oldest
+	// first, so recovery can cancel a stale one.
+	IterateJobs(ctx context.Context, tx StoreTx, runID string) ([]IterateJob, error)
 	// JobCancelTx cancels a job in tx.
 	JobCancelTx(ctx context.Context, tx StoreTx, id int64) error
 	Start(ctx context.Context) error
@@ -145,6 +147,37 @@ func (q *riverQueue[TTx]) InsertTx(ctx context.Context, tx StoreTx, args Iterate
 		return false, err
 	}
 	return res.UniqueSkippedAsDuplicate, nil
+}
+
+// IterateJob is one unfinished iterate job, as recovery needs it.
+type IterateJob struct {
+	ID                 int64
+	State              string
+	Iteration, Attempt int
+}
+
+// IterateJobs lists the run's unfinished iterate jobs through River's own
+// JobListTx. The one predicate River has no filter for, the run id in the
+// job's args, is written with ->>, which SQLite and PostgreSQL both read.
+func (q *riverQueue[TTx]) IterateJobs(ctx context.Context, tx StoreTx, runID string) ([]IterateJob, error) {
+	params := river.NewJobListParams().Kinds(IterateArgs{}.Kind()).
+		States(rivertype.JobStateAvailable, rivertype.JobStatePending, rivertype.JobStateRunning,
+			rivertype.JobStateRetryable, rivertype.JobStateScheduled).
+		Where("args ->> 'run_id' = @run_id", river.NamedArgs{"run_id": runID}).
+		OrderBy(river.JobListOrderByID, river.SortOrderAsc).First(1000)
+	res, err := q.client.JobListTx(ctx, q.driverTx(tx), params)
+	if err != nil {
+		return nil, fmt.Errorf("list iterate jobs: %w", err)
+	}
+	out := make([]IterateJob, 0, len(res.Jobs))
+	for _, j := range res.Jobs {
+		var args IterateArgs
+		if err := json.Unmarshal(j.EncodedArgs, &args); err != nil {
+			return nil, fmt.Errorf("iterate job %d args: %w", j.ID, err)
+		}
+		out = append(out, IterateJob{ID: j.ID, State: string(j.State), Iteration: args.Iteration, Attempt: args.Attempt})
+	}
+	return out, nil
 }
 
 func (q *riverQueue[TTx]) JobCancelTx(ctx context.Context, tx StoreTx, id int64) error {

@@ -469,30 +469,6 @@ func (d *DB) RunningRuns(ctx context.Context) ([]RunLease, error) {
 	return out, rows.Err()
 }
 
-// IterateJob is River's row for one iterate job, as recovery needs it.
-type IterateJob = db.IterateJob
-
-// FindIterateJobs returns the run's unfinished iterate jobs from River's
-// table.
-func (tx *Tx) FindIterateJobs(ctx context.Context, runID string) ([]IterateJob, error) {
-	rows, err := tx.Query(ctx, `SELECT id, state::text, (args->>'iteration')::int, (args->>'attempt')::int FROM river_job
-		WHERE kind = 'iterate' AND args->>'run_id' = $1
-		AND state IN ('available', 'pending', 'running', 'retryable', 'scheduled') ORDER BY id`, runID)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []IterateJob
-	for rows.Next() {
-		var j IterateJob
-		if err := rows.Scan(&j.ID, &j.State, &j.Iteration, &j.Attempt); err != nil {
-			return nil, err
-		}
-		out = append(out, j)
-	}
-	return out, rows.Err()
-}
-
 // QueueDepth returns how many iterate jobs wait to be worked.
 func (d *DB) QueueDepth(ctx context.Context) (int, error) {
 	var n int
