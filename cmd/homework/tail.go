@@ -17,6 +17,7 @@ import (
 	"gopkg.in/cenkalti/backoff.v1"
 
 	"homework/engine/spec"
+	"homework/engine/text"
 )
 
 const tailUsage = `usage: homework tail RUN_ID [--since N] [--server URL] [--token T]
@@ -444,14 +445,9 @@ func (t *tailer) write(e *tailEvent, detail, text string) {
 	}
 }
 
-// oneLine shortens s to n runes on one line, without control characters.
-func oneLine(s string, n int) string {
-	s = printable(strings.Join(strings.Fields(s), " "))
-	if r := []rune(s); len(r) > n {
-		return string(r[:n-1]) + "…"
-	}
-	return s
-}
+// oneLine shortens s to about n bytes on one line, without control
+// characters.
+func oneLine(s string, n int) string { return printable(text.OneLine(s, n)) }
 
 // printable replaces control characters (escape sequences, line breaks) in s
 // with '?', so that text from the server cannot drive the terminal.
