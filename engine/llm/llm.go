@@ -106,8 +106,10 @@ type Options struct {
 }
 
 // Executor is the LLM executor. It implements the engine's Executor,
-// ConfigValidator, RunStarter and Narrator interfaces and is safe for
-// concurrent use by many iterations.
+// ConfigValidator and Narrator interfaces and is safe for concurrent use by
+// many iterations. Its StartRun takes this package's StoreTx, so the engine's
+// RunStarter is met by a wrapper that passes the engine's transaction (see
+// cmd/homework); without it the workspace is created by the first iteration.
 type Executor struct {
 	store      Store
 	inTx       InTxFunc
@@ -281,7 +283,8 @@ func (e *Executor) ValidateConfig(ctx context.Context, user *spec.User, cfg *spe
 }
 
 // StartRun creates the run's root workspace document (path "") and its
-// scratchpad.md inside tx, appends their document_created events and sets
+// scratchpad.md inside tx (any store's, or the engine's transaction that
+// starts the run), appends their document_created events and sets
 // run.WorkspaceDocID. It is idempotent.
 func (e *Executor) StartRun(ctx context.Context, tx StoreTx, run *spec.Run, cfg *spec.Config) error {
 	objective := run.Objective
