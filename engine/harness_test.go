@@ -31,7 +31,7 @@ func newHarness(t *testing.T, mod func(*Options)) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := Options{DB: d, Bus: bus, Executors: map[string]Executor{spec.ExecutorScript: &scripted.Executor{DB: d}},
+	opts := Options{DB: d, Bus: bus, Executors: map[string]Executor{spec.ExecutorScript: &scripted.Executor{InTx: scripted.Over[*db.Tx](d)}},
 		Workers: 4, FetchPollInterval: 20 * time.Millisecond, ShutdownGrace: 2 * time.Second}
 	if mod != nil {
 		mod(&opts)

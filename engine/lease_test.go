@@ -51,7 +51,7 @@ func unstartedEngine(t *testing.T) *harness {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { d.Close() })
-	e, err := New(Options{DB: d, Bus: bus, Executors: map[string]Executor{spec.ExecutorScript: &scripted.Executor{DB: d}}})
+	e, err := New(Options{DB: d, Bus: bus, Executors: map[string]Executor{spec.ExecutorScript: &scripted.Executor{InTx: scripted.Over[*db.Tx](d)}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -243,7 +243,7 @@ func (n *slowNarrator) Narrate(ctx context.Context, run *spec.Run, cfg *spec.Con
 func TestASlowSummarizerDoesNotGetTheIterationRecovered(t *testing.T) {
 	h := newHarness(t, func(o *Options) {
 		o.LeaseTTL, o.RecoveryInterval = 300*time.Millisecond, 50*time.Millisecond
-		o.Executors[spec.ExecutorScript] = &slowNarrator{Executor: &scripted.Executor{DB: o.DB}, delay: 1500 * time.Millisecond}
+		o.Executors[spec.ExecutorScript] = &slowNarrator{Executor: &scripted.Executor{InTx: scripted.Over[*db.Tx](o.DB)}, delay: 1500 * time.Millisecond}
 	})
 	u := h.user("narrate@example.com")
 	r := h.create(u, spec.Config{Script: script(done("finished"))})

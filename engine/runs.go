@@ -108,13 +108,7 @@ func (e *Engine) startRun(ctx context.Context, tx StoreTx, run *spec.Run) error 
 		run.StartedAt = tx.Now()
 		if x, ok := e.executor(run.Executor); ok {
 			if s, ok := x.(RunStarter); ok {
-				// Executors still take the SQLite transaction; a
-				// workspace-store seam for them comes with a second store.
-				dtx, ok := tx.(StoreTx)
-				if !ok {
-					return fmt.Errorf("start run: executor %s needs a StoreTx, got %T", run.Executor, tx)
-				}
-				if err := s.StartRun(ctx, dtx, run, cfg); err != nil {
+				if err := s.StartRun(ctx, tx, run, cfg); err != nil {
 					return fmt.Errorf("start run: %w", err)
 				}
 			}

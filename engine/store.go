@@ -82,6 +82,14 @@ type StoreTx interface {
 	ListRunDocuments(ctx context.Context, runID string) ([]*spec.Document, error)
 	ListTasks(ctx context.Context, runID string) ([]*spec.Task, error)
 
+	// FindDocumentByPath, PutDocument, InsertTask and UpdateTask are what a
+	// RunStarter (the LLM executor's workspace) writes in the transaction
+	// that starts a run.
+	FindDocumentByPath(ctx context.Context, runID, path string) (*spec.Document, error)
+	PutDocument(ctx context.Context, doc *spec.Document) (created bool, err error)
+	InsertTask(ctx context.Context, t *spec.Task) error
+	UpdateTask(ctx context.Context, t *spec.Task) error
+
 	// AppendTranscript appends lines to an iteration's transcript under its
 	// cap (spec.CapTranscript) and returns the kept lines and the new info.
 	AppendTranscript(ctx context.Context, runID string, iteration int, capBytes int64, lines []*spec.TranscriptLine, dropped int64) ([]*spec.TranscriptLine, *spec.TranscriptInfo, error)

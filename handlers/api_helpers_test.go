@@ -62,7 +62,7 @@ func newTestServerWith(t testing.TB, extra func(d *db.DB, eng func() *engine.Eng
 	if err != nil {
 		t.Fatal(err)
 	}
-	executors := map[string]engine.Executor{spec.ExecutorScript: &scripted.Executor{DB: d}}
+	executors := map[string]engine.Executor{spec.ExecutorScript: &scripted.Executor{InTx: scripted.Over[*db.Tx](d)}}
 	var e *engine.Engine
 	if extra != nil {
 		for name, x := range extra(d, func() *engine.Engine { return e }) {

@@ -184,20 +184,20 @@ func (m *Main) executors() (map[string]engine.Executor, bool, error) {
 		}
 		prices = p
 	}
+	// Every executor works on either store: the LLM executor and the
+	// script executor write through one transaction of it.
+	var (
+		store llm.Store
+		inTx  llm.InTxFunc
+		steps func(ctx context.Context, fn func(tx scripted.Tx) error) error
+	)
 	if m.PG != nil {
-		// The LLM executor's workspace tools still write through the
-		// SQLite store's transaction; on PostgreSQL the script and command
-		// executors are offered.
-		if m.Config.AllowCommandRuns != "" {
-			out[spec.ExecutorCommand] = agentcmd.New(agentcmd.Options{Root: m.Config.AllowCommandRuns})
-		}
-		if m.Config.ScriptExecutor {
-			out[spec.ExecutorScript] = &scripted.Executor{InTx: scripted.Over[*pg.Tx](m.PG)}
-		}
-		return out, false, nil
+		store, inTx, steps = m.PG, llm.Over[*pg.Tx](m.PG), scripted.Over[*pg.Tx](m.PG)
+	} else {
+		store, inTx, steps = m.DB, llm.Over[*db.Tx](m.DB), scripted.Over[*db.Tx](m.DB)
 	}
 	x, err := llm.New(llm.Options{
-		DB: m.DB, BaseURL: m.Config.LLMBaseURL, APIKey: m.Config.LLMAPIKey, DefaultModel: m.Config.LLMModel,
+		Store: store, InTx: inTx, BaseURL: m.Config.LLMBaseURL, APIKey: m.Config.LLMAPIKey, DefaultModel: m.Config.LLMModel,
 		Prices: prices, Logger: m.Logger,
 		WebFetch: llm.WebFetchOptions{Enabled: len(m.Config.WebFetchHosts) > 0, AllowHosts: m.Config.WebFetchHosts},
 		RecordNarration: func(ctx context.Context, run *spec.Run, c spec.LLMCall) error {
@@ -207,7 +207,7 @@ func (m *Main) executors() (map[string]engine.Executor, bool, error) {
 	if err != nil {
 		return nil, false, err
 	}
-	out[spec.ExecutorLLM] = x
+	out[spec.ExecutorLLM] = llmExecutor{x}
 	if m.Config.AllowCommandRuns != "" {
 		agentPrices := prices
 		if agentPrices == nil {
@@ -216,10 +216,22 @@ func (m *Main) executors() (map[string]engine.Executor, bool, error) {
 		out[spec.ExecutorCommand] = agentcmd.New(agentcmd.Options{Root: m.Config.AllowCommandRuns, Cost: agentPrices.Cost})
 	}
 	if m.Config.ScriptExecutor {
-		out[spec.ExecutorScript] = &scripted.Executor{DB: m.DB}
+		out[spec.ExecutorScript] = &scripted.Executor{InTx: steps}
 	}
 	return out, x.Configured(), nil
 }
+
+// llmExecutor offers the LLM executor to the engine. Its StartRun takes the
+// engine's transaction, which has every method llm.StoreTx needs, so the
+// engine finds a RunStarter and creates the workspace as the run starts.
+type llmExecutor struct{ *llm.Executor }
+
+// StartRun creates the run's workspace root and scratchpad in tx.
+func (x llmExecutor) StartRun(ctx context.Context, tx engine.StoreTx, run *spec.Run, cfg *spec.Config) error {
+	return x.Executor.StartRun(ctx, tx, run, cfg)
+}
+
+var _ engine.RunStarter = llmExecutor{}
 
 // Close shuts down in order, each step bounded: the HTTP server (streams
 // first), then the engine (in-flight iterations get a grace period), then

@@ -12,11 +12,11 @@ import (
 // buildContext assembles the iteration's bounded context.
 func (it *iteration) buildContext(ctx context.Context) (string, error) {
 	e, in, cfg := it.e, it.in, it.cfg
-	docs, err := e.db.ListRunDocuments(ctx, in.UserID, in.RunID)
+	docs, err := e.store.ListRunDocuments(ctx, in.UserID, in.RunID)
 	if err != nil {
 		return "", err
 	}
-	tasks, err := e.db.ListTasks(ctx, in.UserID, in.RunID)
+	tasks, err := e.store.ListTasks(ctx, in.UserID, in.RunID)
 	if err != nil {
 		return "", err
 	}

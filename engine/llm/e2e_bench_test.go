@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"homework/db"
 	"homework/engine"
 	"homework/engine/llm/llmtest"
 	"homework/engine/scripted"
@@ -70,7 +71,7 @@ func measureLLM(b *testing.B) float64 {
 func measureScripted(b *testing.B) float64 {
 	h := newE2E(b, e2eOptions{engine: func(o *engine.Options) {
 		benchEngine(o)
-		o.Executors[spec.ExecutorScript] = &scripted.Executor{DB: o.DB}
+		o.Executors[spec.ExecutorScript] = &scripted.Executor{InTx: scripted.Over[*db.Tx](o.DB)}
 	}})
 	script, err := json.Marshal(scripted.Script{Steps: []scripted.Step{{Summary: "Working.",
 		Status: &spec.Status{ProgressSummary: "Working.", RemainingWork: []string{"more"}}}}})

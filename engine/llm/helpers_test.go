@@ -107,7 +107,7 @@ func newFixture(t *testing.T, cfg spec.Config, opt func(*Options), script ...llm
 	}
 	cfg.Executor = spec.ExecutorLLM
 	srv := llmtest.New(t, script...)
-	opts := Options{DB: d, BaseURL: srv.URL, APIKey: "sk-test", RetryBaseDelay: time.Millisecond, RetryMax: 2}
+	opts := Options{Store: d, InTx: Over[*db.Tx](d), BaseURL: srv.URL, APIKey: "sk-test", RetryBaseDelay: time.Millisecond, RetryMax: 2}
 	if opt != nil {
 		opt(&opts)
 	}

@@ -803,7 +803,7 @@ func TestValidateConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.Close()
-	unconfigured, _ := New(Options{DB: d, DefaultModel: "gpt-4o"})
+	unconfigured, _ := New(Options{Store: d, InTx: Over[*db.Tx](d), DefaultModel: "gpt-4o"})
 	err = unconfigured.ValidateConfig(ctx, nil, &spec.Config{})
 	if spec.ErrorCode(err) != spec.EUNAVAILABLE || spec.ErrorField(err) != "executor" || unconfigured.Configured() {
 		t.Errorf("unconfigured: %v", err)
@@ -813,7 +813,7 @@ func TestValidateConfig(t *testing.T) {
 			t.Errorf("message does not mention %s", env)
 		}
 	}
-	noModel, _ := New(Options{DB: d, BaseURL: "http://localhost:11434"})
+	noModel, _ := New(Options{Store: d, InTx: Over[*db.Tx](d), BaseURL: "http://localhost:11434"})
 	if err := noModel.ValidateConfig(ctx, nil, &spec.Config{}); spec.ErrorField(err) != "model" {
 		t.Errorf("no model: %v", err)
 	}
@@ -823,7 +823,7 @@ func TestValidateConfig(t *testing.T) {
 	if noModel.BaseURL() != "http://localhost:11434/v1" {
 		t.Errorf("base URL %q", noModel.BaseURL())
 	}
-	withDefault, _ := New(Options{DB: d, APIKey: "k", DefaultModel: "gpt-4o"})
+	withDefault, _ := New(Options{Store: d, InTx: Over[*db.Tx](d), APIKey: "k", DefaultModel: "gpt-4o"})
 	if err := withDefault.ValidateConfig(ctx, nil, &spec.Config{}); err != nil {
 		t.Errorf("default model: %v", err)
 	}

@@ -90,11 +90,11 @@ func orDash(s string) string {
 // progress fingerprints the workspace and checklist, leaving out the
 // scratchpad and iteration summaries, which change every iteration.
 func (e *Executor) progress(ctx context.Context, in *spec.Input) (string, error) {
-	docs, err := e.db.ListRunDocuments(ctx, in.UserID, in.RunID)
+	docs, err := e.store.ListRunDocuments(ctx, in.UserID, in.RunID)
 	if err != nil {
 		return "", err
 	}
-	tasks, err := e.db.ListTasks(ctx, in.UserID, in.RunID)
+	tasks, err := e.store.ListTasks(ctx, in.UserID, in.RunID)
 	if err != nil {
 		return "", err
 	}

@@ -14,7 +14,6 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"github.com/sashabaranov/go-openai"
 
-	"homework/db"
 	"homework/engine/spec"
 )
 
@@ -183,7 +182,7 @@ func (e *Executor) pick(names []string) []*tool {
 func runList(ctx context.Context, sc *scope, args json.RawMessage) (string, error) {
 	var a struct{ Prefix string }
 	json.Unmarshal(args, &a)
-	docs, err := sc.it.e.db.ListRunDocuments(ctx, sc.it.in.UserID, sc.it.in.RunID)
+	docs, err := sc.it.e.store.ListRunDocuments(ctx, sc.it.in.UserID, sc.it.in.RunID)
 	if err != nil {
 		return "", err
 	}
@@ -220,10 +219,10 @@ func runRead(ctx context.Context, sc *scope, args json.RawMessage) (string, erro
 	if err != nil {
 		return "", err
 	}
-	d, err := sc.it.e.db.FindRunDocumentByPath(ctx, sc.it.in.UserID, sc.it.in.RunID, p)
+	d, err := sc.it.e.store.FindRunDocumentByPath(ctx, sc.it.in.UserID, sc.it.in.RunID, p)
 	if spec.ErrorCode(err) == spec.ENOTFOUND && sc.prefix != "" {
 		// A branch may name its own documents relative to its folder.
-		d, err = sc.it.e.db.FindRunDocumentByPath(ctx, sc.it.in.UserID, sc.it.in.RunID, sc.prefix+p)
+		d, err = sc.it.e.store.FindRunDocumentByPath(ctx, sc.it.in.UserID, sc.it.in.RunID, sc.prefix+p)
 	}
 	if spec.ErrorCode(err) == spec.ENOTFOUND {
 		return "", toolErrorf("no document at %s; call %s to see the workspace", p, toolList)
@@ -309,7 +308,7 @@ func runSearch(ctx context.Context, sc *scope, args json.RawMessage) (string, er
 	if a.Limit == 0 {
 		a.Limit = 10
 	}
-	hits, err := sc.it.e.db.SearchDocuments(ctx, sc.it.in.UserID, "", a.Query, a.Limit)
+	hits, err := sc.it.e.store.SearchDocuments(ctx, sc.it.in.UserID, "", a.Query, a.Limit)
 	if spec.ErrorCode(err) == spec.EINVALID {
 		return "", toolErrorf("%s", spec.ErrorMessage(err))
 	} else if err != nil {
@@ -336,7 +335,7 @@ func runTasksAdd(ctx context.Context, sc *scope, args json.RawMessage) (string, 
 		return "", err
 	}
 	t := &spec.Task{RunID: sc.it.in.RunID, Title: strings.TrimSpace(a.Title), Detail: a.Detail, Status: a.Status}
-	err := sc.it.e.db.WriteTx(ctx, func(tx *db.Tx) error {
+	err := sc.it.e.inTx(ctx, func(tx StoreTx) error {
 		if err := tx.InsertTask(ctx, t); err != nil {
 			return err
 		}
@@ -361,7 +360,7 @@ func runTasksUpdate(ctx context.Context, sc *scope, args json.RawMessage) (strin
 		return "", err
 	}
 	var t *spec.Task
-	err := sc.it.e.db.WriteTx(ctx, func(tx *db.Tx) error {
+	err := sc.it.e.inTx(ctx, func(tx StoreTx) error {
 		tasks, err := tx.ListTasks(ctx, sc.it.in.RunID)
 		if err != nil {
 			return err
@@ -405,7 +404,7 @@ func taskEvent(t *spec.Task, created bool) map[string]any {
 }
 
 func runTasksList(ctx context.Context, sc *scope, args json.RawMessage) (string, error) {
-	tasks, err := sc.it.e.db.ListTasks(ctx, sc.it.in.UserID, sc.it.in.RunID)
+	tasks, err := sc.it.e.store.ListTasks(ctx, sc.it.in.UserID, sc.it.in.RunID)
 	if err != nil {
 		return "", err
 	}

@@ -7,11 +7,11 @@ package scripted
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
 
-	"homework/db"
 	"homework/engine/spec"
 )
 
@@ -76,9 +76,9 @@ type Task struct {
 }
 
 // Executor plays scripts. It writes a step's documents and tasks through
-// InTx when set (any store, see Over), else through DB (the SQLite store).
+// InTx, one transaction of any store (see Over); InTx is required when a
+// script writes.
 type Executor struct {
-	DB   *db.DB
 	InTx func(ctx context.Context, fn func(tx Tx) error) error
 }
 
@@ -200,11 +200,10 @@ func (x *Executor) write(ctx context.Context, in *spec.Input, st Step, res *spec
 	if len(st.Docs) == 0 && len(st.Tasks) == 0 {
 		return nil
 	}
-	inTx := x.InTx
-	if inTx == nil {
-		inTx = Over[*db.Tx](x.DB)
+	if x.InTx == nil {
+		return errors.New("scripted: Executor.InTx is required to write documents and tasks")
 	}
-	return inTx(ctx, func(tx Tx) error {
+	return x.InTx(ctx, func(tx Tx) error {
 		for _, d := range st.Docs {
 			doc := &spec.Document{RunID: in.RunID, Path: d.Path, Title: d.Path, Content: d.Content, Iteration: in.Iteration}
 			created, err := tx.PutDocument(ctx, doc)
