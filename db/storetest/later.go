@@ -1,0 +1,268 @@
+package storetest
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"homework/engine/spec"
+)
+
+// LaterTx is the part of a store's write transaction that the run list's
+// tags, the run page's transcripts and notifications that resolve need.
+type LaterTx interface {
+	Tx
+	InsertRunTags(ctx context.Context, runID string, userID int64, tags []string) error
+	AppendTranscript(ctx context.Context, runID string, iteration int, capBytes int64, lines []*spec.TranscriptLine, dropped int64) ([]*spec.TranscriptLine, *spec.TranscriptInfo, error)
+	ResolveRunNotifications(ctx context.Context, runID, kind string) error
+}
+
+// LaterStore is the store contract the suite's later parts test: run
+// search, filters and sorts with tags, the report's rows, transcripts,
+// notifications that resolve, and attempt leases.
+type LaterStore[T LaterTx] interface {
+	Store[T]
+	ListUserTags(ctx context.Context, userID int64) ([]spec.TagCount, error)
+	StatsRows(ctx context.Context, userID int64, f spec.StatsFilter) ([]spec.StatsRow, error)
+	FindTranscript(ctx context.Context, userID int64, runID string, iteration int, afterSeq int64, limit int) (*spec.Transcript, error)
+	PageIterations(ctx context.Context, userID int64, runID, cursor string, limit int, desc bool) (*spec.IterationPage, error)
+	SearchTranscripts(ctx context.Context, userID int64, runID, q string, limit int) ([]*spec.TranscriptLine, error)
+	MarkRunNotificationsRead(ctx context.Context, userID int64, runID string) (int, error)
+	RenewAttemptLease(ctx context.Context, runID, owner string, iteration, attempt int, until time.Time) (bool, error)
+}
+
+// RunLater runs the suite's later parts against a store that has them.
+func RunLater[T LaterTx](t *testing.T, open func(t *testing.T) LaterStore[T]) {
+	s := laterSuite[T]{open: open}
+	t.Run("the run list filters by tag, status, stop reason and words, and sorts by cost", s.runList)
+	t.Run("the report's rows carry each run's figures, tags and escalation", s.statsRows)
+	t.Run("transcripts keep their lines under the cap and page with their iterations", s.transcripts)
+	t.Run("a run's notifications resolve and are read", s.notificationsResolve)
+	t.Run("only the current attempt renews its lease", s.attemptLease)
+}
+
+type laterSuite[T LaterTx] struct {
+	open func(t *testing.T) LaterStore[T]
+}
+
+func (s laterSuite[T]) fixture(t *testing.T) (*fixture[T], LaterStore[T]) {
+	t.Helper()
+	ls := s.open(t)
+	return &fixture[T]{t: t, ctx: context.Background(), s: ls}, ls
+}
+
+func ids(runs []*spec.Run) string {
+	var out []string
+	for _, r := range runs {
+		out = append(out, r.ID)
+	}
+	return strings.Join(out, " ")
+}
+
+func (s laterSuite[T]) runList(t *testing.T) {
+	f, ls := s.fixture(t)
+	u, other := f.user("list@example.com"), f.user("other@example.com")
+	for i, cost := range []float64{0.5, 2, 0.1} {
+		r := f.run(u.ID, fmt.Sprintf("r%d", i))
+		r.Metrics.AddCall("m", 10, 10, cost, true)
+		if i == 1 {
+			r.Objective = "Compare the SQLite drivers"
+			r.Status, r.StopReason = spec.StatusStopped, &spec.StopReason{Type: spec.StopNoProgress}
+		}
+		f.tx(func(tx T) error {
+			if err := tx.UpdateRun(f.ctx, r); err != nil {
+				return err
+			}
+			if i != 2 {
+				return tx.InsertRunTags(f.ctx, r.ID, u.ID, []string{"nightly"})
+			}
+			return nil
+		})
+	}
+	o := f.run(other.ID, "theirs")
+	f.tx(func(tx T) error { return tx.InsertRunTags(f.ctx, o.ID, other.ID, []string{"nightly"}) })
+
+	for _, c := range []struct {
+		name string
+		f    spec.RunFilter
+		want string
+	}{
+		{"tag", spec.RunFilter{Tag: "nightly"}, "r1 r0"},
+		{"status", spec.RunFilter{Status: spec.StatusStopped}, "r1"},
+		{"stop reason", spec.RunFilter{StopType: spec.StopNoProgress}, "r1"},
+		{"words", spec.RunFilter{Query: "sqlite drivers"}, "r1"},
+		{"most expensive first", spec.RunFilter{Sort: spec.SortCostDesc}, "r1 r0 r2"},
+		{"cheapest first", spec.RunFilter{Sort: spec.SortCostAsc}, "r2 r0 r1"},
+		{"oldest first", spec.RunFilter{Sort: spec.SortOldest}, "r0 r1 r2"},
+	} {
+		page, err := ls.ListRuns(f.ctx, u.ID, c.f)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if got := ids(page.Runs); got != c.want {
+			t.Errorf("%s: runs %q, want %q", c.name, got, c.want)
+		}
+	}
+	var seen []string
+	cursor := ""
+	for range 5 {
+		page, err := ls.ListRuns(f.ctx, u.ID, spec.RunFilter{Sort: spec.SortCostDesc, Limit: 1, Cursor: cursor})
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen = append(seen, ids(page.Runs))
+		if cursor = page.NextCursor; cursor == "" {
+			break
+		}
+	}
+	if strings.Join(seen, " ") != "r1 r0 r2" {
+		t.Errorf("cost pages = %v, want r1 r0 r2, each once", seen)
+	}
+	_, err := ls.ListRuns(f.ctx, u.ID, spec.RunFilter{Sort: "sideways"})
+	wantCode(t, "an unknown sort", err, spec.EINVALID)
+	tags, err := ls.ListUserTags(f.ctx, u.ID)
+	if err != nil || len(tags) != 1 || tags[0].Tag != "nightly" || tags[0].Runs != 2 {
+		t.Errorf("tags = %+v, %v; want nightly on 2 runs (another user's not counted)", tags, err)
+	}
+}
+
+func (s laterSuite[T]) statsRows(t *testing.T) {
+	f, ls := s.fixture(t)
+	u := f.user("stats@example.com")
+	done := f.run(u.ID, "done")
+	done.Status = spec.StatusCompleted
+	done.StopReason = &spec.StopReason{Type: spec.StopCompleted}
+	done.Metrics = spec.Metrics{Iterations: 3, RunningMS: 900, ToolCallsTotal: 4, FalseCompletionsBlocked: 1}
+	done.Metrics.AddCall("m", 100, 50, 0.75, true)
+	waited := f.run(u.ID, "waited")
+	f.tx(func(tx T) error {
+		if err := tx.UpdateRun(f.ctx, done); err != nil {
+			return err
+		}
+		if err := tx.InsertRunTags(f.ctx, done.ID, u.ID, []string{"b", "a"}); err != nil {
+			return err
+		}
+		_, err := tx.AppendEvent(f.ctx, waited.ID, spec.EventRunWaitingOnUser, map[string]any{"reason": "needs_input"})
+		return err
+	})
+	rows, err := ls.StatsRows(f.ctx, u.ID, spec.StatsFilter{Detail: true})
+	if err != nil || len(rows) != 2 {
+		t.Fatalf("rows = %+v, %v", rows, err)
+	}
+	d, w := rows[0], rows[1]
+	if d.RunID != "done" || d.Status != spec.StatusCompleted || d.StopReason != spec.StopCompleted || d.Iterations != 3 ||
+		d.RunningMS != 900 || d.CostUSD != 0.75 || d.TokensTotal != 150 || d.ToolCalls != 4 || d.FalseCompletionsBlocked != 1 ||
+		strings.Join(d.Tags, ",") != "a,b" || d.Escalated || d.Objective != "objective done" {
+		t.Errorf("completed run's row = %+v", d)
+	}
+	if w.RunID != "waited" || !w.Escalated || len(w.Tags) != 0 {
+		t.Errorf("waiting run's row = %+v", w)
+	}
+	tagged, err := ls.StatsRows(f.ctx, u.ID, spec.StatsFilter{Tag: "a"})
+	if err != nil || len(tagged) != 1 || tagged[0].RunID != "done" {
+		t.Errorf("rows tagged a = %+v, %v", tagged, err)
+	}
+}
+
+func (s laterSuite[T]) transcripts(t *testing.T) {
+	f, ls := s.fixture(t)
+	u, other := f.user("tr@example.com"), f.user("tr2@example.com")
+	r := f.run(u.ID, "tr")
+	f.tx(func(tx T) error {
+		for i := 1; i <= 3; i++ {
+			if err := tx.UpsertIteration(f.ctx, &spec.Iteration{RunID: r.ID, Iteration: i, Attempt: 1, Status: spec.IterSucceeded,
+				StartedAt: tx.Now(), EndedAt: tx.Now()}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	var info *spec.TranscriptInfo
+	f.tx(func(tx T) error {
+		lines := []*spec.TranscriptLine{{Kind: spec.TranscriptAssistant, Text: "hello"}, {Kind: spec.TranscriptToolCall, Name: "search", Text: "needle"}}
+		kept, in, err := tx.AppendTranscript(f.ctx, r.ID, 2, 20, lines, 0)
+		if err != nil {
+			return err
+		}
+		if len(kept) != 2 || kept[0].Seq != 1 || kept[1].Seq != 2 {
+			t.Errorf("kept = %+v", kept)
+		}
+		// Over the 20-byte cap: cut at the cap, and later lines dropped.
+		_, info, err = tx.AppendTranscript(f.ctx, r.ID, 2, 20, []*spec.TranscriptLine{{Kind: spec.TranscriptOutput, Text: "0123456789abcdef"}, {Kind: spec.TranscriptOutput, Text: "gone"}}, 0)
+		_ = in
+		return err
+	})
+	if info.Bytes != 20 || info.Lines != 3 || info.DroppedBytes != int64(len("9abcdef")+len("gone")) || info.DroppedLines != 1 {
+		t.Errorf("info after the cap = %+v", info)
+	}
+	tr, err := ls.FindTranscript(f.ctx, u.ID, r.ID, 2, 0, 2)
+	if err != nil || len(tr.Lines) != 2 || !tr.More || tr.Lines[1].Name != "search" || tr.Info.DroppedLines != 1 {
+		t.Fatalf("first page = %+v, %v", tr, err)
+	}
+	tr, err = ls.FindTranscript(f.ctx, u.ID, r.ID, 2, tr.Lines[1].Seq, 0)
+	if err != nil || len(tr.Lines) != 1 || tr.Lines[0].Text != "012345678" || tr.More {
+		t.Errorf("rest = %+v, %v", tr, err)
+	}
+	_, err = ls.FindTranscript(f.ctx, other.ID, r.ID, 2, 0, 0)
+	wantCode(t, "another user's transcript", err, spec.ENOTFOUND)
+	hits, err := ls.SearchTranscripts(f.ctx, u.ID, r.ID, "NEEDLE", 10)
+	if err != nil || len(hits) != 1 || hits[0].Iteration != 2 {
+		t.Errorf("search = %+v, %v", hits, err)
+	}
+	page, err := ls.PageIterations(f.ctx, u.ID, r.ID, "", 2, true)
+	if err != nil || len(page.Iterations) != 2 || page.Iterations[0].Iteration != 3 || page.NextCursor == "" || page.Transcripts[2] == nil || page.Transcripts[3] != nil {
+		t.Fatalf("newest page = %+v, %v", page, err)
+	}
+	page, err = ls.PageIterations(f.ctx, u.ID, r.ID, page.NextCursor, 2, true)
+	if err != nil || len(page.Iterations) != 1 || page.Iterations[0].Iteration != 1 || page.NextCursor != "" {
+		t.Errorf("next page = %+v, %v", page, err)
+	}
+	_, err = ls.PageIterations(f.ctx, u.ID, r.ID, "bogus", 2, false)
+	wantCode(t, "a bad iteration cursor", err, spec.EINVALID)
+}
+
+func (s laterSuite[T]) notificationsResolve(t *testing.T) {
+	f, ls := s.fixture(t)
+	u := f.user("nr@example.com")
+	r := f.run(u.ID, "nr")
+	f.tx(func(tx T) error {
+		for _, kind := range []string{"run_waiting_on_user", "run_completed"} {
+			if err := tx.InsertNotification(f.ctx, &spec.Notification{UserID: u.ID, RunID: r.ID, Kind: kind, Title: kind}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	f.tx(func(tx T) error { return tx.ResolveRunNotifications(f.ctx, r.ID, "run_waiting_on_user") })
+	if n, err := ls.CountUnread(f.ctx, u.ID); err != nil || n != 1 {
+		t.Errorf("unread after resolving the waiting one = %d, %v; want 1", n, err)
+	}
+	if n, err := ls.MarkRunNotificationsRead(f.ctx, u.ID, r.ID); err != nil || n != 1 {
+		t.Errorf("marked read = %d, %v; want 1", n, err)
+	}
+	if n, err := ls.CountUnread(f.ctx, u.ID); err != nil || n != 0 {
+		t.Errorf("unread at the end = %d, %v", n, err)
+	}
+}
+
+func (s laterSuite[T]) attemptLease(t *testing.T) {
+	f, ls := s.fixture(t)
+	u := f.user("lease@example.com")
+	r := f.run(u.ID, "lease")
+	r.Status, r.Iteration, r.Attempt, r.LeaseOwner, r.LeaseUntil = spec.StatusRunning, 2, 1, "me", time.Now().Add(time.Minute)
+	f.tx(func(tx T) error { return tx.UpdateRun(f.ctx, r) })
+	until := time.Now().Add(time.Hour)
+	if ok, err := ls.RenewAttemptLease(f.ctx, r.ID, "me", 2, 1, until); err != nil || !ok {
+		t.Errorf("the current attempt's renewal = %v, %v", ok, err)
+	}
+	for _, c := range []struct {
+		owner              string
+		iteration, attempt int
+	}{{"me", 1, 1}, {"me", 2, 2}, {"someone else", 2, 1}} {
+		if ok, err := ls.RenewAttemptLease(f.ctx, r.ID, c.owner, c.iteration, c.attempt, until); err != nil || ok {
+			t.Errorf("renewal by %+v = %v, %v; want refused", c, ok, err)
+		}
+	}
+}
