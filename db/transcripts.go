@@ -156,7 +156,7 @@ func (d *DB) PageIterations(ctx context.Context, userID int64, runID, cursor str
 		after = 1 << 62
 	}
 	if cursor != "" {
-		n, err := parseIterCursor(cursor)
+		n, err := spec.ParseIterationCursor(cursor)
 		if err != nil {
 			return nil, err
 		}
@@ -186,7 +186,7 @@ func (d *DB) PageIterations(ctx context.Context, userID int64, runID, cursor str
 	page := &IterationPage{Iterations: its}
 	if len(its) > limit {
 		page.Iterations = its[:limit]
-		page.NextCursor = fmt.Sprintf("i%d", page.Iterations[limit-1].Iteration)
+		page.NextCursor = spec.IterationCursor(page.Iterations[limit-1].Iteration)
 	}
 	if len(page.Iterations) > 0 {
 		lo, hi := page.Iterations[0].Iteration, page.Iterations[len(page.Iterations)-1].Iteration
@@ -198,17 +198,6 @@ func (d *DB) PageIterations(ctx context.Context, userID int64, runID, cursor str
 		}
 	}
 	return page, nil
-}
-
-func parseIterCursor(s string) (int, error) {
-	var n int
-	if !strings.HasPrefix(s, "i") {
-		return 0, FieldError("cursor", "Invalid cursor.")
-	}
-	if _, err := fmt.Sscanf(s[1:], "%d", &n); err != nil || n < 0 || fmt.Sprintf("i%d", n) != s {
-		return 0, FieldError("cursor", "Invalid cursor.")
-	}
-	return n, nil
 }
 
 // SearchTranscripts returns up to limit lines of the user's run's

@@ -145,7 +145,7 @@ func (d *DB) PageIterations(ctx context.Context, userID int64, runID, cursor str
 		after = 1 << 30
 	}
 	if cursor != "" {
-		n, err := parseIterCursor(cursor)
+		n, err := spec.ParseIterationCursor(cursor)
 		if err != nil {
 			return nil, err
 		}
@@ -171,7 +171,7 @@ func (d *DB) PageIterations(ctx context.Context, userID int64, runID, cursor str
 		page.Iterations = its
 		if len(its) > limit {
 			page.Iterations = its[:limit]
-			page.NextCursor = fmt.Sprintf("i%d", page.Iterations[limit-1].Iteration)
+			page.NextCursor = spec.IterationCursor(page.Iterations[limit-1].Iteration)
 		}
 		if len(page.Iterations) == 0 {
 			return nil
@@ -200,17 +200,6 @@ func (d *DB) PageIterations(ctx context.Context, userID int64, runID, cursor str
 		return nil, err
 	}
 	return page, nil
-}
-
-func parseIterCursor(s string) (int, error) {
-	var n int
-	if !strings.HasPrefix(s, "i") {
-		return 0, spec.FieldError("cursor", "Invalid cursor.")
-	}
-	if _, err := fmt.Sscanf(s[1:], "%d", &n); err != nil || n < 0 || fmt.Sprintf("i%d", n) != s {
-		return 0, spec.FieldError("cursor", "Invalid cursor.")
-	}
-	return n, nil
 }
 
 // SearchTranscripts returns up to limit lines of the user's run's

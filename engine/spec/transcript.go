@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 )
@@ -172,4 +174,19 @@ func cutRunes(s string, n int) string {
 		n--
 	}
 	return s[:n]
+}
+
+// IterationCursor is the cursor of an iteration page that continues after
+// (or, newest first, before) iteration n.
+func IterationCursor(n int) string { return "i" + strconv.Itoa(n) }
+
+// ParseIterationCursor reads an IterationCursor; anything else is EINVALID
+// on field cursor.
+func ParseIterationCursor(s string) (int, error) {
+	rest, ok := strings.CutPrefix(s, "i")
+	n, err := strconv.Atoi(rest)
+	if !ok || err != nil || n < 0 || IterationCursor(n) != s {
+		return 0, FieldError("cursor", "Invalid cursor.")
+	}
+	return n, nil
 }
