@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
-	"sort"
 	"strings"
 
 	"homework/engine/spec"
@@ -89,14 +88,7 @@ func (d *DB) StatsRows(ctx context.Context, userID int64, f spec.StatsFilter) ([
 			r.StopReason = sr.Type
 		}
 		r.CreatedAt = fromMS(sql.NullInt64{Int64: created, Valid: true})
-		r.Tags = []string{}
-		if tags != "" {
-			r.Tags = strings.Split(tags, ",")
-			sort.Strings(r.Tags)
-		}
-		if r.StopReason == "" && r.Ended() {
-			r.StopReason = r.Status
-		}
+		r.Finish(tags)
 		out = append(out, r)
 	}
 	return out, rows.Err()

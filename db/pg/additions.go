@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"sort"
 	"strings"
 	"time"
 
@@ -134,14 +133,7 @@ func (d *DB) StatsRows(ctx context.Context, userID int64, f spec.StatsFilter) ([
 		r.Iterations, r.RunningMS, r.CostUSD, r.TokensTotal = m.Iterations, m.RunningMS, m.CostTotalUSD, m.TokensTotal
 		r.ToolCalls, r.FalseCompletionsBlocked = m.ToolCallsTotal, m.FalseCompletionsBlocked
 		r.CreatedAt = time.UnixMilli(created).UTC()
-		r.Tags = []string{}
-		if tags != "" {
-			r.Tags = strings.Split(tags, ",")
-			sort.Strings(r.Tags)
-		}
-		if r.StopReason == "" && r.Ended() {
-			r.StopReason = r.Status
-		}
+		r.Finish(tags)
 		out = append(out, r)
 	}
 	return out, rows.Err()

@@ -5,6 +5,7 @@ import (
 	"math"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 )
 
@@ -70,6 +71,20 @@ func (r *StatsRow) Ended() bool {
 		return true
 	}
 	return false
+}
+
+// Finish completes a row read from a store: tags from their comma-joined
+// form, sorted (none is an empty list, not null), and an ended run without a
+// stop reason takes its status as the reason.
+func (r *StatsRow) Finish(tags string) {
+	r.Tags = []string{}
+	if tags != "" {
+		r.Tags = strings.Split(tags, ",")
+		sort.Strings(r.Tags)
+	}
+	if r.StopReason == "" && r.Ended() {
+		r.StopReason = r.Status
+	}
 }
 
 // Percentiles are the 50th and 95th percentiles of a set of values, by
