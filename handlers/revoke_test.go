@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"testing"
 	"time"
 
@@ -104,5 +105,45 @@ func TestLogoutEndsTheSessionsStreamsBeforeAnythingMoreIsSent(t *testing.T) {
 	ts.expect(t, api, "POST", "/api/runs/"+id+"/message", map[string]any{"body": "after the logout"}, http.StatusOK, nil)
 	for _, m := range stream.endsWithin(t, 5*time.Second) {
 		t.Fatalf("sent after the logout: %s %s", m.Event, m.Data)
+	}
+}
+
+func TestRevokingOnTheTokensPageEndsTheTokensStreamsBeforeAnythingMoreIsSent(t *testing.T) {
+	// Only the revocation itself can end the stream: no heartbeat re-check.
+	ts := newTestServer(t, func(o *Options) { o.ScriptRunsEnabled, o.DefaultModel, o.Heartbeat = true, "test-model", time.Hour })
+	pc := ts.signedIn(t, "ada@example.com")
+	u, err := ts.DB.FindUserByEmail(ts.ctx, "ada@example.com")
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret, tok, err := ts.DB.CreateAPIToken(ts.ctx, u.ID, "streamer")
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, _, err := ts.DB.CreateAPIToken(ts.ctx, u.ID, "writer")
+	if err != nil {
+		t.Fatal(err)
+	}
+	streamer, writer := &testUser{User: u, Token: secret}, &testUser{User: u, Token: other}
+	id := ts.createRun(t, writer, askStep("q"))
+	ts.waitStatus(t, writer, id, spec.StatusWaiting)
+	stream := ts.openSSE(t, streamer, "/api/runs/"+id+"/events")
+	m, err := stream.NextEvent()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for before := lastSeq(t, ts, id); seqOf(t, m) < before; {
+		if m, err = stream.NextEvent(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pc.get("/settings/tokens") // the page's CSRF token
+	if resp, body := pc.post("/settings/tokens/"+strconv.FormatInt(tok.ID, 10)+"/revoke", url.Values{}); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("revoke: %d %s", resp.StatusCode, body)
+	}
+	// Written after the revocation: must not reach the revoked token's stream.
+	ts.expect(t, writer, "POST", "/api/runs/"+id+"/message", map[string]any{"body": "after the revocation"}, http.StatusOK, nil)
+	for _, m := range stream.endsWithin(t, 5*time.Second) {
+		t.Fatalf("sent after the revocation: %s %s", m.Event, m.Data)
 	}
 }
