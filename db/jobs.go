@@ -2,6 +2,7 @@ package db
 
 import (
 	"context"
+	"homework/engine/spec"
 	"time"
 )
 
@@ -36,8 +37,4 @@ func (d *DB) RunningRuns(ctx context.Context) ([]RunLease, error) {
 }
 
 // RunLease is a running run's lease.
-type RunLease struct {
-	RunID string
-	Owner string
-	Until time.Time
-}
+type RunLease = spec.RunLease

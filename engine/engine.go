@@ -1,7 +1,8 @@
 // Package engine owns runs: their state machine, the River workers that run
 // one iteration per job, the gate (stop hook), budgets and breakers, leases
 // and recovery, the event bus and notifications. It has no HTTP and no SQL:
-// it calls db/ and is called by handlers/.
+// it works a store through the contract in store.go (bound by Bind, outside
+// the engine) and is called by handlers/.
 package engine
 
 import (
@@ -16,17 +17,11 @@ import (
 	"time"
 
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
-	"github.com/riverqueue/river/riverdriver/riversqlite"
-
-	"homework/db"
-	"homework/db/pg"
 )
 
 // Options configure an Engine. Zero values get the defaults noted.
 type Options struct {
-	DB        *db.DB              // the SQLite store; or
-	PG        *pg.DB              // the PostgreSQL store (exactly one of DB and PG)
+	Backend   Backend             // required: the store and its River driver, from Bind
 	Bus       *Bus                // required: the bus the store's OnEvents publishes to
 	Executors map[string]Executor // by executor name (spec.ExecutorLLM, ...)
 	Logger    *slog.Logger
@@ -108,7 +103,6 @@ func (o *Options) setDefaults() {
 // Engine runs runs.
 type Engine struct {
 	opts   Options
-	db     *db.DB // the SQLite store, nil on PostgreSQL
 	bus    *Bus
 	log    *slog.Logger
 	now    func() time.Time
@@ -136,25 +130,26 @@ var errRunCanceled = errors.New("run canceled")
 
 // New returns an engine. It does not start working until Start.
 func New(opts Options) (*Engine, error) {
-	if (opts.DB == nil) == (opts.PG == nil) || opts.Bus == nil {
-		return nil, errors.New("engine: one store (DB or PG) and Bus are required")
+	if !opts.Backend.bound() || opts.Bus == nil {
+		return nil, errors.New("engine: a Backend (from Bind) and a Bus are required")
 	}
 	opts.setDefaults()
 	b := make([]byte, 8)
 	rand.Read(b)
 	e := &Engine{
 		opts:     opts,
-		db:       opts.DB,
 		bus:      opts.Bus,
 		log:      opts.Logger,
 		now:      opts.Now,
 		id:       hex.EncodeToString(b),
+		store:    opts.Backend.store,
+		inTx:     opts.Backend.inTx,
 		inflight: map[string]*inflight{},
 		metrics:  newMetrics(),
 	}
 	workers := river.NewWorkers()
 	river.AddWorker(workers, &iterateWorker{e: e})
-	cfg := &river.Config{
+	queue, err := opts.Backend.newQueue(&river.Config{
 		Queues:               map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: opts.Workers}},
 		Workers:              workers,
 		FetchCooldown:        min(opts.FetchPollInterval, 2*time.Millisecond), // fetch again soon after an insert or a free slot
@@ -163,34 +158,19 @@ func New(opts Options) (*Engine, error) {
 		RescueStuckJobsAfter: 24 * time.Hour,
 		MaxAttempts:          5,
 		Logger:               riverLogger(opts.Logger),
-		PollOnly:             true,
-	}
-	if opts.PG != nil {
-		// Several processes share the queue: River's LISTEN/NOTIFY wakes
-		// a fetch in every one of them on insert.
-		cfg.PollOnly = false
-		client, err := river.NewClient(riverpgxv5.New(opts.PG.Pool()), cfg)
-		if err != nil {
-			return nil, fmt.Errorf("river client: %w", err)
-		}
-		e.store = opts.PG
-		e.inTx, e.queue = pgBackend(opts.PG, client)
-		return e, nil
-	}
-	client, err := river.NewClient(riversqlite.New(opts.DB.Writer()), cfg)
+		// With a listener (PostgreSQL: several processes share the queue),
+		// an insert wakes a fetch in every process; otherwise River polls.
+		PollOnly: !opts.Backend.listens,
+	})
 	if err != nil {
-		return nil, fmt.Errorf("river client: %w", err)
+		return nil, err
 	}
-	e.store = opts.DB
-	e.inTx, e.queue = sqliteBackend(opts.DB, client)
+	e.queue = queue
 	return e, nil
 }
 
 // Bus returns the engine's event bus.
 func (e *Engine) Bus() *Bus { return e.bus }
-
-// DB returns the engine's SQLite store, nil on PostgreSQL.
-func (e *Engine) DB() *db.DB { return e.db }
 
 // Metrics returns the engine's Prometheus collectors.
 func (e *Engine) Metrics() *Metrics { return e.metrics }

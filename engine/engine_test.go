@@ -463,7 +463,7 @@ func TestShutdownLeavesInFlightRunsRecoverable(t *testing.T) {
 		t.Fatalf("after shutdown the run should stay running with its lease: %s %q", got.Status, got.LeaseOwner)
 	}
 	// A new engine on the same database recovers it at start.
-	e2, err := New(Options{DB: h.db, Bus: h.bus, Executors: h.e.opts.Executors, FetchPollInterval: 20 * time.Millisecond})
+	e2, err := New(Options{Backend: sqliteBackend(h.db), Bus: h.bus, Executors: h.e.opts.Executors, FetchPollInterval: 20 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

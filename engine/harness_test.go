@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"path/filepath"
 	"testing"
@@ -11,6 +12,8 @@ import (
 	"homework/engine/scripted"
 	"homework/engine/spec"
 	"homework/engine/waitfor"
+
+	"github.com/riverqueue/river/riverdriver/riversqlite"
 )
 
 // harness is a real engine over a real SQLite file with the scripted executor.
@@ -31,7 +34,7 @@ func newHarness(t *testing.T, mod func(*Options)) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := Options{DB: d, Bus: bus, Executors: map[string]Executor{spec.ExecutorScript: &scripted.Executor{InTx: scripted.Over[*db.Tx](d)}},
+	opts := Options{Backend: sqliteBackend(d), Bus: bus, Executors: map[string]Executor{spec.ExecutorScript: &scripted.Executor{InTx: scripted.Over[*db.Tx](d)}},
 		Workers: 4, FetchPollInterval: 20 * time.Millisecond, ShutdownGrace: 2 * time.Second}
 	if mod != nil {
 		mod(&opts)
@@ -164,4 +167,10 @@ func done(summary string, evidence ...string) scripted.Step {
 
 func work(summary string) scripted.Step {
 	return scripted.Step{Summary: summary, Status: &spec.Status{ProgressSummary: summary, RemainingWork: []string{"more"}}}
+}
+
+// sqliteBackend binds a SQLite store as cmd/homework does (db/bind imports
+// this package, so its tests bind here).
+func sqliteBackend(d *db.DB) Backend {
+	return Bind(d, riversqlite.New(d.Writer()), func(tx *db.Tx) *sql.Tx { return tx.Tx })
 }

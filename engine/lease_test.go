@@ -51,7 +51,7 @@ func unstartedEngine(t *testing.T) *harness {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { d.Close() })
-	e, err := New(Options{DB: d, Bus: bus, Executors: map[string]Executor{spec.ExecutorScript: &scripted.Executor{InTx: scripted.Over[*db.Tx](d)}}})
+	e, err := New(Options{Backend: sqliteBackend(d), Bus: bus, Executors: map[string]Executor{spec.ExecutorScript: &scripted.Executor{InTx: scripted.Over[*db.Tx](d)}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +91,7 @@ func TestStaleAttemptFinishWritesNothing(t *testing.T) {
 			tc.moveOn(h, u, r.ID)
 			before := h.snapshot(u, r.ID)
 			// The stale attempt's renewal neither extends the new lease nor succeeds.
-			if ok, err := h.e.db.RenewAttemptLease(h.ctx, r.ID, h.e.id, 1, 1, time.Now().Add(time.Hour)); err != nil || ok {
+			if ok, err := h.db.RenewAttemptLease(h.ctx, r.ID, h.e.id, 1, 1, time.Now().Add(time.Hour)); err != nil || ok {
 				t.Fatalf("a stale attempt renewed the lease: %v %v", ok, err)
 			}
 			committed, err := h.e.finishIteration(h.ctx, it, out)
@@ -243,7 +243,7 @@ func (n *slowNarrator) Narrate(ctx context.Context, run *spec.Run, cfg *spec.Con
 func TestASlowSummarizerDoesNotGetTheIterationRecovered(t *testing.T) {
 	h := newHarness(t, func(o *Options) {
 		o.LeaseTTL, o.RecoveryInterval = 300*time.Millisecond, 50*time.Millisecond
-		o.Executors[spec.ExecutorScript] = &slowNarrator{Executor: &scripted.Executor{InTx: scripted.Over[*db.Tx](o.DB)}, delay: 1500 * time.Millisecond}
+		o.Executors[spec.ExecutorScript] = &slowNarrator{Executor: o.Executors[spec.ExecutorScript].(*scripted.Executor), delay: 1500 * time.Millisecond}
 	})
 	u := h.user("narrate@example.com")
 	r := h.create(u, spec.Config{Script: script(done("finished"))})

@@ -2,22 +2,18 @@ package engine
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 
-	"homework/db"
-	"homework/db/pg"
 	"homework/engine/spec"
 )
 
-// Store is what the engine reads and writes outside a transaction. *db.DB
-// implements it; a PostgreSQL store will too. Methods taking a user id return
+// Store is what the engine reads and writes outside a transaction. The
+// SQLite store (db) and the PostgreSQL store (db/pg) implement it. Methods taking a user id return
 // only that user's objects (another user's run is ENOTFOUND).
 type Store interface {
 	// AppendEvent appends a non-state event (tool calls, output) outside
@@ -29,7 +25,7 @@ type Store interface {
 	QueueDepth(ctx context.Context) (int, error)
 
 	// RunningRuns lists every running run's lease, for recovery.
-	RunningRuns(ctx context.Context) ([]db.RunLease, error)
+	RunningRuns(ctx context.Context) ([]spec.RunLease, error)
 	// RenewLease extends owner's lease on a running run; false when the
 	// run is no longer running under owner.
 	RenewLease(ctx context.Context, runID, owner string, until time.Time) (bool, error)
@@ -198,39 +194,3 @@ func (q *riverQueue[TTx]) Stop(ctx context.Context) error  { return q.client.Sto
 func (q *riverQueue[TTx]) StopAndCancel(ctx context.Context) error {
 	return q.client.StopAndCancel(ctx)
 }
-
-// sqliteBackend binds the engine to the SQLite store: its transactions and
-// River's riversqlite driver share one *sql.Tx. A PostgreSQL backend is the
-// same three lines with its store's transaction and pgx.Tx.
-func sqliteBackend(d *db.DB, client *river.Client[*sql.Tx]) (inTxFunc, jobQueue) {
-	queue := &riverQueue[*sql.Tx]{client: client, driverTx: func(tx StoreTx) *sql.Tx {
-		dtx, ok := tx.(*db.Tx)
-		if !ok {
-			panic(fmt.Sprintf("engine: a %T in the SQLite backend", tx))
-		}
-		return dtx.Tx
-	}}
-	return txRunner[*db.Tx](d), queue
-}
-
-// pgBackend binds the engine to the PostgreSQL store: its transactions and
-// River's riverpgxv5 driver share one pgx.Tx.
-func pgBackend(d *pg.DB, client *river.Client[pgx.Tx]) (inTxFunc, jobQueue) {
-	queue := &riverQueue[pgx.Tx]{client: client, driverTx: func(tx StoreTx) pgx.Tx {
-		ptx, ok := tx.(*pg.Tx)
-		if !ok {
-			panic(fmt.Sprintf("engine: a %T in the PostgreSQL backend", tx))
-		}
-		return ptx.Tx
-	}}
-	return txRunner[*pg.Tx](d), queue
-}
-
-// Compile-time checks that both stores implement the contract.
-var (
-	_ TxStore[*db.Tx] = (*db.DB)(nil)
-	_ StoreTx         = (*db.Tx)(nil)
-	_ TxStore[*pg.Tx] = (*pg.DB)(nil)
-	_ StoreTx         = (*pg.Tx)(nil)
-	_ Heartbeats      = (*pg.DB)(nil)
-)

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"homework/db"
+	"homework/db/bind"
 	"homework/engine"
 	"homework/engine/scripted"
 	"homework/engine/spec"
@@ -69,7 +70,7 @@ func newTestServerWith(t testing.TB, extra func(d *db.DB, eng func() *engine.Eng
 			executors[name] = x
 		}
 	}
-	e, err = engine.New(engine.Options{DB: d, Bus: bus, Executors: executors,
+	e, err = engine.New(engine.Options{Backend: bind.SQLite(d), Bus: bus, Executors: executors,
 		Workers: 4, FetchPollInterval: 20 * time.Millisecond, ShutdownGrace: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)

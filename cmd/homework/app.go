@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"homework/db"
+	"homework/db/bind"
 	"homework/db/pg"
 	"homework/engine"
 	"homework/engine/agentcmd"
@@ -59,6 +60,7 @@ func (m *Main) Run(ctx context.Context) error {
 		m.Bus.Publish(evs)
 	}
 	var store handlers.Store
+	var backend engine.Backend
 	dbName := cfg.DBPath
 	if pg.IsURL(cfg.DBPath) {
 		// Several processes may serve one PostgreSQL database: no lock.
@@ -73,7 +75,7 @@ func (m *Main) Run(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("open database %s: %w", dbName, err)
 		}
-		store = m.PG
+		store, backend = m.PG, bind.Postgres(m.PG)
 	} else {
 		m.DB, err = db.Open(ctx, db.Options{Path: cfg.DBPath, Lock: true, OnEvents: publish})
 		if err != nil {
@@ -82,7 +84,7 @@ func (m *Main) Run(ctx context.Context) error {
 			}
 			return fmt.Errorf("open database %s: %w", cfg.DBPath, err)
 		}
-		store = m.DB
+		store, backend = m.DB, bind.SQLite(m.DB)
 	}
 
 	executors, llmConfigured, err := m.executors()
@@ -90,7 +92,7 @@ func (m *Main) Run(ctx context.Context) error {
 		return err
 	}
 	eopts := engine.Options{
-		DB: m.DB, PG: m.PG, Bus: m.Bus, Executors: executors, Logger: m.Logger,
+		Backend: backend, Bus: m.Bus, Executors: executors, Logger: m.Logger,
 		Workers: cfg.Workers, MaxConcurrentPerUser: cfg.MaxRunsPerUser, LeaseTTL: cfg.LeaseTTL,
 		RecoveryInterval:   max(cfg.LeaseTTL/3, 500*time.Millisecond),
 		ShutdownGrace:      cfg.ShutdownGrace,

@@ -11,7 +11,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"homework/db"
 	"homework/engine/spec"
 )
 
@@ -442,8 +441,8 @@ func (d *DB) RenewLease(ctx context.Context, runID, owner string, until time.Tim
 	return tag.RowsAffected() == 1, nil
 }
 
-// RunLease is a running run's lease (the same type as the SQLite store's).
-type RunLease = db.RunLease
+// RunLease is a running run's lease.
+type RunLease = spec.RunLease
 
 // RunningRuns returns the runs in status running with their lease owner and
 // lease end.

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"homework/db"
+	"homework/db/bind"
 	"homework/engine"
 	"homework/engine/agentcmd"
 	"homework/engine/spec"
@@ -79,7 +80,7 @@ func newE2E(t *testing.T, c e2eConfig) *e2e {
 	if c.noCommandExecutor {
 		executors = map[string]engine.Executor{}
 	}
-	eng, err := engine.New(engine.Options{DB: d, Bus: bus, Executors: executors, CommandRunsAllowed: !c.commandRunsForbidden,
+	eng, err := engine.New(engine.Options{Backend: bind.SQLite(d), Bus: bus, Executors: executors, CommandRunsAllowed: !c.commandRunsForbidden,
 		Workers: 4, FetchPollInterval: 20 * time.Millisecond, ShutdownGrace: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)

@@ -45,7 +45,7 @@ func BenchmarkLLMIterationOverhead(b *testing.B) {
 }
 
 // benchEngine sets the engine options both measurements share.
-func benchEngine(o *engine.Options) {
+func benchEngine(o *engine.Options, _ *db.DB) {
 	o.Workers = benchRuns
 	o.MaxConcurrentPerUser = benchRuns
 	o.DisableRecoveryAtStart = true
@@ -69,9 +69,9 @@ func measureLLM(b *testing.B) float64 {
 
 // measureScripted returns the scripted executor's iterations per second.
 func measureScripted(b *testing.B) float64 {
-	h := newE2E(b, e2eOptions{engine: func(o *engine.Options) {
-		benchEngine(o)
-		o.Executors[spec.ExecutorScript] = &scripted.Executor{InTx: scripted.Over[*db.Tx](o.DB)}
+	h := newE2E(b, e2eOptions{engine: func(o *engine.Options, d *db.DB) {
+		benchEngine(o, d)
+		o.Executors[spec.ExecutorScript] = &scripted.Executor{InTx: scripted.Over[*db.Tx](d)}
 	}})
 	script, err := json.Marshal(scripted.Script{Steps: []scripted.Step{{Summary: "Working.",
 		Status: &spec.Status{ProgressSummary: "Working.", RemainingWork: []string{"more"}}}}})

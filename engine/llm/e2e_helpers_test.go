@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"homework/db"
+	"homework/db/bind"
 	"homework/engine"
 	"homework/engine/llm"
 	"homework/engine/llm/llmtest"
@@ -37,7 +38,7 @@ type e2e struct {
 // e2eOptions adjust newE2E.
 type e2eOptions struct {
 	llm    func(*llm.Options)
-	engine func(*engine.Options)
+	engine func(*engine.Options, *db.DB)
 	// noEndpoint leaves the executor without a base URL and API key.
 	noEndpoint bool
 }
@@ -71,10 +72,10 @@ func newE2E(t testing.TB, o e2eOptions, script ...llmtest.Reply) *e2e {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eo := engine.Options{DB: d, Bus: bus, Executors: map[string]engine.Executor{spec.ExecutorLLM: x},
+	eo := engine.Options{Backend: bind.SQLite(d), Bus: bus, Executors: map[string]engine.Executor{spec.ExecutorLLM: x},
 		Workers: 4, FetchPollInterval: 20 * time.Millisecond, ShutdownGrace: 2 * time.Second}
 	if o.engine != nil {
-		o.engine(&eo)
+		o.engine(&eo, d)
 	}
 	eng, err = engine.New(eo)
 	if err != nil {

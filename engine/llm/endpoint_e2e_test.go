@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"homework/db"
 	"homework/engine"
 	"homework/engine/llm"
 	"homework/engine/llm/llmtest"
@@ -22,7 +23,7 @@ import (
 func TestA429StormIsNamedBackedOffAndNotSummarized(t *testing.T) {
 	h := newE2E(t, e2eOptions{
 		llm: func(o *llm.Options) { o.RetryMax = 1 },
-		engine: func(o *engine.Options) {
+		engine: func(o *engine.Options, _ *db.DB) {
 			o.EndpointBackoffBase, o.EndpointBackoffMax = 40*time.Millisecond, 400*time.Millisecond
 		},
 	})

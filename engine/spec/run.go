@@ -263,3 +263,11 @@ type Evidence struct {
 	LastDiffHash   string    `json:"last_diff_hash,omitempty"`
 	Pattern        string    `json:"pattern,omitempty"`
 }
+
+// RunLease is a running run's lease: the engine (process) working it, and
+// until when. Recovery takes over runs whose lease expired or has no owner.
+type RunLease struct {
+	RunID string
+	Owner string
+	Until time.Time
+}
