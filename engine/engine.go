@@ -123,6 +123,7 @@ type Engine struct {
 type inflight struct {
 	cancel             context.CancelCauseFunc
 	iteration, attempt int
+	done               chan struct{} // closed when the attempt has returned
 }
 
 // errRunCanceled is the cancel cause of an iteration whose run was canceled.

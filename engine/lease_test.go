@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"encoding/json"
-	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -13,6 +12,7 @@ import (
 	"homework/db"
 	"homework/engine/scripted"
 	"homework/engine/spec"
+	"homework/engine/waitfor"
 )
 
 // snapshot is everything a finishing attempt could write for a run.
@@ -124,15 +124,15 @@ func TestCancelDuringAnIterationEndsWithTheTerminalEvent(t *testing.T) {
 			LLM: []spec.LLMCall{{Role: "planner", Model: "m", PromptTokens: 10, CompletionTokens: 5, CostUSD: 0.01, Priced: true}}}),
 			Agent: &spec.Agent{Workdir: dir},
 			Completion: spec.Completion{Checks: []spec.CheckSpec{{Type: spec.CheckCommand, Name: "slow",
-				Argv: []string{"sh", "-c", "touch check-started; sleep 60"}}}}}},
+				Argv: []string{"sh", "-c", "echo > check-started; sleep 60"}}}}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t, nil)
 			u := h.user("cancel@example.com")
-			os.Remove(filepath.Join(dir, "check-started"))
+			started := waitfor.Pipe(t, filepath.Join(dir, "check-started"), 20*time.Second)
 			r := h.create(u, tc.cfg)
 			if tc.cfg.Agent != nil {
-				waitFile(t, filepath.Join(dir, "check-started"))
+				started()
 			} else {
 				h.waitFor(u, r.ID, "iteration started", func(r *spec.Run) bool { return r.LeaseOwner != "" })
 			}
@@ -165,36 +165,20 @@ func TestCancelDuringAnIterationEndsWithTheTerminalEvent(t *testing.T) {
 	}
 }
 
-// waitInflightGone waits until no attempt of the run is in flight.
+// waitInflightGone waits until the run's attempt in flight, if any, has
+// returned.
 func (h *harness) waitInflightGone(runID string) {
 	h.t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		h.e.mu.Lock()
-		_, busy := h.e.inflight[runID]
-		h.e.mu.Unlock()
-		if !busy {
-			return
-		}
-		if time.Now().After(deadline) {
-			h.t.Fatal("the canceled attempt never returned")
-		}
-		time.Sleep(5 * time.Millisecond)
+	h.e.mu.Lock()
+	f := h.e.inflight[runID]
+	h.e.mu.Unlock()
+	if f == nil {
+		return
 	}
-}
-
-// waitFile waits until path exists (a fake program's signal).
-func waitFile(t *testing.T, path string) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if _, err := os.Stat(path); err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s never appeared", path)
-		}
-		time.Sleep(5 * time.Millisecond)
+	select {
+	case <-f.done:
+	case <-time.After(20 * time.Second):
+		h.t.Fatal("the canceled attempt never returned")
 	}
 }
 
@@ -205,10 +189,11 @@ func TestShutdownLetsAnIterationWithinTheGraceFinish(t *testing.T) {
 	h := newHarness(t, func(o *Options) { o.ShutdownGrace = 20 * time.Second })
 	u := h.user("grace@example.com")
 	dir := t.TempDir()
+	started := waitfor.Pipe(t, filepath.Join(dir, "started"), 20*time.Second)
 	r := h.create(u, spec.Config{Script: script(work("one"), work("two")), Agent: &spec.Agent{Workdir: dir},
 		Completion: spec.Completion{Checks: []spec.CheckSpec{{Type: spec.CheckCommand, Name: "short",
-			Argv: []string{"sh", "-c", "touch started; sleep 1"}}}}})
-	waitFile(t, filepath.Join(dir, "started"))
+			Argv: []string{"sh", "-c", "echo > started; sleep 1"}}}}})
+	started()
 	if err := h.e.Stop(h.ctx); err != nil {
 		t.Fatal(err)
 	}

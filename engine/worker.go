@@ -84,7 +84,7 @@ func (e *Engine) iterate(ctx context.Context, args IterateArgs) error {
 
 	iterCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	fl := &inflight{cancel: cancel, iteration: it.row.Iteration, attempt: it.row.Attempt}
+	fl := &inflight{cancel: cancel, iteration: it.row.Iteration, attempt: it.row.Attempt, done: make(chan struct{})}
 	e.track(it.run.ID, fl)
 	defer e.untrack(it.run.ID, fl)
 
@@ -283,6 +283,7 @@ func (e *Engine) untrack(runID string, f *inflight) {
 		delete(e.inflight, runID)
 	}
 	e.mu.Unlock()
+	close(f.done)
 }
 
 // isCurrentAttempt reports whether it is still the run's current attempt

@@ -2,10 +2,11 @@ package main
 
 import (
 	"encoding/json"
-	"fmt"
+	"homework/engine/waitfor"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -127,10 +128,11 @@ func TestAgentOfAKilledServerIsEndedBeforeTheNextAttempt(t *testing.T) {
 	if err := os.Mkdir(wd, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	agentLog, marker := filepath.Join(root, "agent.log"), filepath.Join(root, "first")
+	agentLog, marker, started := filepath.Join(root, "agent.log"), filepath.Join(root, "first"), filepath.Join(root, "started")
 	script := `if [ ! -e ` + marker + ` ]; then
   touch ` + marker + `
   echo "A-start $$" >> ` + agentLog + `
+  echo "$$" > ` + started + `
   i=0; while [ $i -lt 600 ]; do echo "A-tick" >> ` + agentLog + `; sleep 0.1; i=$((i+1)); done
   echo "A-end" >> ` + agentLog + `
 else
@@ -139,6 +141,7 @@ else
   echo "B-end" >> ` + agentLog + `
 fi
 echo '<promise>COMPLETE</promise>'`
+	agentStarted := waitfor.Pipe(t, started, 30*time.Second)
 	dbPath := filepath.Join(t.TempDir(), "orphan.db")
 	args := []string{"--allow-command-runs", root}
 	first := startServer(t, bin, dbPath, args...)
@@ -152,18 +155,9 @@ echo '<promise>COMPLETE</promise>'`
 	}, &created); code != 201 {
 		t.Fatalf("create run: %d", code)
 	}
-	var pidA int
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		b, _ := os.ReadFile(agentLog)
-		if strings.Contains(string(b), "A-tick") {
-			fmt.Sscanf(string(b), "A-start %d", &pidA)
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the first agent never ran:\n%s", first.log())
-		}
-		time.Sleep(10 * time.Millisecond)
+	pidA, err := strconv.Atoi(agentStarted())
+	if err != nil {
+		t.Fatalf("the first agent's pid: %v", err)
 	}
 	t.Cleanup(func() { syscall.Kill(-pidA, syscall.SIGKILL) })
 	first.kill()

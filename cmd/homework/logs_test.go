@@ -15,14 +15,43 @@ import (
 
 // lockedBuffer is a log sink the server's goroutines write to at once.
 type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
+	mu      sync.Mutex
+	buf     bytes.Buffer
+	written chan struct{} // closed and replaced at every write
 }
 
 func (b *lockedBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.written != nil {
+		close(b.written)
+	}
+	b.written = make(chan struct{})
 	return b.buf.Write(p)
+}
+
+// waitFor waits until the log holds s, woken by each write, for up to
+// timeout (a hang guard).
+func (b *lockedBuffer) waitFor(t *testing.T, s string, timeout time.Duration) {
+	t.Helper()
+	deadline := time.After(timeout)
+	for {
+		b.mu.Lock()
+		found := strings.Contains(b.buf.String(), s)
+		if b.written == nil {
+			b.written = make(chan struct{})
+		}
+		written := b.written
+		b.mu.Unlock()
+		if found {
+			return
+		}
+		select {
+		case <-written:
+		case <-deadline:
+			t.Fatalf("the log never held %s", s)
+		}
+	}
 }
 
 // lines returns the JSON log records written so far.
@@ -77,10 +106,7 @@ func TestLogsRequestsAndRunLifecycleInJSON(t *testing.T) {
 	api(t, m, token, "GET", "/api/runs/nope", "", 404, nil)
 
 	// The completion is logged after its commit, which the bus saw first.
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(sink.String(), `"msg":"run completed"`) && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	sink.waitFor(t, `"msg":"run completed"`, 10*time.Second)
 	var requests, lifecycle []map[string]any
 	for _, l := range sink.lines(t) {
 		switch {

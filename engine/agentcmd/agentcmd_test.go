@@ -285,13 +285,9 @@ func processGone(pid int) bool {
 
 func waitGone(t *testing.T, pid int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !processGone(pid) {
-		if time.Now().After(deadline) {
-			syscall.Kill(pid, syscall.SIGKILL)
-			t.Fatalf("process %d outlived the agent", pid)
-		}
-		time.Sleep(10 * time.Millisecond) // polling a condition the kernel cannot signal us about
+	if !goneWithin(pid, 10*time.Second) {
+		syscall.Kill(pid, syscall.SIGKILL)
+		t.Fatalf("process %d outlived the agent", pid)
 	}
 }
 

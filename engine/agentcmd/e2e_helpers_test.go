@@ -3,6 +3,7 @@ package agentcmd_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +20,8 @@ import (
 	"homework/engine/agentcmd"
 	"homework/engine/spec"
 	"homework/engine/waitfor"
+
+	"golang.org/x/sys/unix"
 )
 
 // e2e is a real engine over a real SQLite file with the real command
@@ -428,9 +431,29 @@ func agentLookupEnv(t *testing.T) func(string) (string, bool) {
 // goEnvNames are the variables a Go agent and its go test check need.
 var goEnvNames = []string{"GOCACHE", "GOMODCACHE", "GOPATH", "GOFLAGS", "GOTOOLCHAIN", "GOPROXY"}
 
-// goneWithin waits up to d for the process to be gone (see processGone),
-// polling: a killed process's exit has no event to wait on.
+// goneWithin waits up to d for the process to be gone (see processGone). A
+// pidfd becomes readable when its process exits, whoever its parent is, so
+// the wait is on that event; only a kernel without pidfd_open (before 5.3)
+// is polled.
 func goneWithin(pid int, d time.Duration) bool {
+	fd, err := unix.PidfdOpen(pid, 0)
+	switch {
+	case errors.Is(err, unix.ESRCH):
+		return true // gone and reaped
+	case err == nil:
+		defer unix.Close(fd)
+		if processGone(pid) {
+			return true // a zombie: exited before the pidfd was opened
+		}
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		for {
+			n, err := unix.Poll(fds, int(d.Milliseconds()))
+			if errors.Is(err, unix.EINTR) {
+				continue
+			}
+			return err == nil && n > 0
+		}
+	}
 	deadline := time.Now().Add(d)
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
