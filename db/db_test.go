@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"homework/engine/spec"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -159,7 +160,7 @@ func TestStoreRoundTripsAndCrossUserReadsAreNotFound(t *testing.T) {
 	r.StopReason = &StopReason{Type: "no_progress", Detail: "d", Evidence: json.RawMessage(`{"x":1}`)}
 	r.Waiting = &Waiting{Reason: "blocked", Questions: []string{"q"}}
 	r.Metrics.AddCall("m", 10, 5, 0.5, true)
-	r.Report = json.RawMessage(`{"title":"t"}`)
+	r.Report = &spec.Report{Title: "t", Metrics: spec.ReportMetrics{Iterations: 2}}
 	var doc *Document
 	err := d.WriteTx(ctx, func(tx *Tx) error {
 		if err := tx.UpdateRun(ctx, r); err != nil {
@@ -193,7 +194,7 @@ func TestStoreRoundTripsAndCrossUserReadsAreNotFound(t *testing.T) {
 	}
 	got, err := d.FindRun(ctx, a.ID, r.ID)
 	if err != nil || got.StopReason.Type != "no_progress" || string(got.StopReason.Evidence) != `{"x":1}` || got.Waiting.Questions[0] != "q" ||
-		got.Metrics.ByModel["m"].CostUSD != 0.5 || string(got.Report) != `{"title":"t"}` {
+		got.Metrics.ByModel["m"].CostUSD != 0.5 || got.Report == nil || got.Report.Title != "t" || got.Report.Metrics.Iterations != 2 {
 		t.Fatalf("run round trip: %v %+v", err, got)
 	}
 	if its, err := d.ListIterations(ctx, a.ID, r.ID); err != nil || len(its) != 1 || its[0].Summary != "s" {

@@ -46,8 +46,11 @@ func scanRun(s rowScanner) (*Run, error) {
 	if err := json.Unmarshal([]byte(metrics), &r.Metrics); err != nil {
 		return nil, fmt.Errorf("run %s metrics: %w", r.ID, err)
 	}
-	if report.Valid {
-		r.Report = json.RawMessage(report.String)
+	if report.Valid && report.String != "" {
+		r.Report = &spec.Report{}
+		if err := json.Unmarshal([]byte(report.String), r.Report); err != nil {
+			return nil, fmt.Errorf("run %s report: %w", r.ID, err)
+		}
 	}
 	r.LeaseUntil, r.RunningSince = fromMS(leaseUntil), fromMS(runningSince)
 	r.CreatedAt, r.StartedAt, r.UpdatedAt, r.CompletedAt = fromMS(created), fromMS(started), fromMS(updated), fromMS(completed)
@@ -61,6 +64,10 @@ func jsonOrNil(v any) (any, error) {
 			return nil, nil
 		}
 	case *Waiting:
+		if x == nil {
+			return nil, nil
+		}
+	case *spec.Report:
 		if x == nil {
 			return nil, nil
 		}

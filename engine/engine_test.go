@@ -46,9 +46,8 @@ func TestRunCompletesWithGapFreeEventsAndMetricsThatAddUp(t *testing.T) {
 	if r.StopReason == nil || r.StopReason.Type != StopCompleted || r.CompletedAt.IsZero() {
 		t.Fatalf("stop reason %+v", r.StopReason)
 	}
-	var rep spec.Report
-	if err := json.Unmarshal(r.Report, &rep); err != nil || rep.Status != spec.StatusCompleted || rep.Metrics.Iterations != 3 {
-		t.Fatalf("report %s: %v", r.Report, err)
+	if rep := r.Report; rep == nil || rep.Status != spec.StatusCompleted || rep.Metrics.Iterations != 3 {
+		t.Fatalf("report %+v", rep)
 	}
 	ns, _ := h.db.ListNotifications(h.ctx, u.ID, 0, 10)
 	if len(ns) != 1 || ns[0].ActionURL != "/runs/"+r.ID || ns[0].Kind != "run_completed" {

@@ -104,11 +104,7 @@ func (e *Engine) writeReport(ctx context.Context, tx StoreTx, run *spec.Run, sta
 	}
 	r.Summary = narrative
 	r.NarrativeError = narrativeErr
-	raw, err := json.Marshal(r)
-	if err != nil {
-		return err
-	}
-	run.Report = raw
+	run.Report = r
 	return nil
 }
 
@@ -188,17 +184,15 @@ func (e *Engine) buildReport(ctx context.Context, tx StoreTx, run *spec.Run, sta
 
 // refreshReportMetrics updates an existing report's metrics from the run.
 func (e *Engine) refreshReportMetrics(run *spec.Run) error {
-	var r spec.Report
-	if err := json.Unmarshal(run.Report, &r); err != nil {
-		return err
+	r := run.Report
+	if r == nil {
+		return nil
 	}
 	m := run.Metrics
 	r.Metrics.Iterations, r.Metrics.RunningMS, r.Metrics.TotalTokens = m.Iterations, m.RunningMS, m.TokensTotal
 	r.Metrics.TotalCostUSD, r.Metrics.UnpricedCalls, r.Metrics.ToolCalls = m.CostTotalUSD, m.UnpricedCalls, m.ToolCallsTotal
 	r.Metrics.FalseCompletionsBlocked = m.FalseCompletionsBlocked
-	raw, err := json.Marshal(r)
-	run.Report = raw
-	return err
+	return nil
 }
 
 func reportTitle(status, objective string) string {

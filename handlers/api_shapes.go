@@ -27,7 +27,7 @@ type RunJSON struct {
 	Waiting     *spec.Waiting    `json:"waiting"`
 	Metrics     spec.Metrics     `json:"metrics"`
 	Budgets     *spec.Budgets    `json:"budgets"`
-	Report      json.RawMessage  `json:"report"`
+	Report      *spec.Report     `json:"report"`
 	ParentRunID *string          `json:"parent_run_id"`
 	Tags        []string         `json:"tags"`
 	URL         string           `json:"url"`
@@ -159,7 +159,7 @@ func runJSON(r *spec.Run) *RunJSON {
 		Iteration: r.Iteration, CreatedAt: timeOrNil(r.CreatedAt), StartedAt: timeOrNil(r.StartedAt),
 		UpdatedAt: timeOrNil(r.UpdatedAt), CompletedAt: timeOrNil(r.CompletedAt),
 		StopReason: r.StopReason, Waiting: r.Waiting, Metrics: r.Metrics, Budgets: budgetsOf(r),
-		Report: rawOrNull(r.Report), URL: "/runs/" + r.ID, Tags: tagsOf(r),
+		Report: r.Report, URL: "/runs/" + r.ID, Tags: tagsOf(r),
 	}
 	if out.Metrics.ByModel == nil {
 		out.Metrics.ByModel = map[string]spec.ModelUsage{}

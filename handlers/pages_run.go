@@ -247,11 +247,10 @@ func iterationView(it *spec.Iteration) views.IterationView {
 
 // reportOf decodes a run's report; the zero Report when it has none.
 func reportOf(r *spec.Run) spec.Report {
-	var rep spec.Report
-	if len(r.Report) > 0 {
-		json.Unmarshal(r.Report, &rep)
+	if r.Report == nil {
+		return spec.Report{}
 	}
-	return rep
+	return *r.Report
 }
 
 func (s *Server) runPage(c *fiber.Ctx) error {

@@ -46,8 +46,11 @@ func scanRun(s pgx.Row) (*spec.Run, error) {
 	if err := json.Unmarshal([]byte(metrics), &r.Metrics); err != nil {
 		return nil, fmt.Errorf("run %s metrics: %w", r.ID, err)
 	}
-	if report != nil {
-		r.Report = json.RawMessage(*report)
+	if report != nil && *report != "" {
+		r.Report = &spec.Report{}
+		if err := json.Unmarshal([]byte(*report), r.Report); err != nil {
+			return nil, fmt.Errorf("run %s report: %w", r.ID, err)
+		}
 	}
 	r.LeaseUntil, r.RunningSince = fromMS(leaseUntil), fromMS(runningSince)
 	r.CreatedAt, r.StartedAt = time.UnixMilli(created).UTC(), fromMS(started)
@@ -75,6 +78,10 @@ func jsonOrNil(v any) (any, error) {
 			return nil, nil
 		}
 	case *spec.Waiting:
+		if x == nil {
+			return nil, nil
+		}
+	case *spec.Report:
 		if x == nil {
 			return nil, nil
 		}

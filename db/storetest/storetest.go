@@ -148,13 +148,16 @@ func (s suite[T]) runs(t *testing.T) {
 	r.Status = spec.StatusStopped
 	r.StopReason = &spec.StopReason{Type: spec.StopNoProgress, Detail: "same fingerprint", Evidence: json.RawMessage(`{"n":3}`)}
 	r.Metrics.AddCall("model-a", 100, 20, 0.25, true)
+	r.Report = &spec.Report{Title: "Stopped", Status: spec.StatusStopped, Metrics: spec.ReportMetrics{Iterations: 4},
+		StoppingReason: spec.StoppingReason{Type: spec.StopNoProgress}}
 	f.tx(func(tx T) error { return tx.UpdateRun(f.ctx, r) })
 	got, err := f.s.FindRun(f.ctx, u.ID, "run-2")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got.Status != spec.StatusStopped || got.StopReason == nil || got.StopReason.Type != spec.StopNoProgress ||
-		string(got.StopReason.Evidence) != `{"n":3}` || got.Metrics.ByModel["model-a"].CostUSD != 0.25 || got.Metrics.TokensTotal != 120 {
+		string(got.StopReason.Evidence) != `{"n":3}` || got.Metrics.ByModel["model-a"].CostUSD != 0.25 || got.Metrics.TokensTotal != 120 ||
+		got.Report == nil || got.Report.Title != "Stopped" || got.Report.Metrics.Iterations != 4 || got.Report.StoppingReason.Type != spec.StopNoProgress {
 		t.Errorf("run after update = %+v", got)
 	}
 	if got.CreatedAt.IsZero() || got.UpdatedAt.IsZero() {

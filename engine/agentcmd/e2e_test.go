@@ -88,7 +88,7 @@ func TestCommandRunsThroughTheEngine(t *testing.T) {
 		if run.Metrics.Iterations != 3 || run.Metrics.FalseCompletionsBlocked != 2 {
 			t.Fatalf("metrics: %d iterations, %d false completions blocked; want 3 and 2", run.Metrics.Iterations, run.Metrics.FalseCompletionsBlocked)
 		}
-		report := decode[spec.Report](t, run.Report)
+		report := *run.Report
 		if report.Metrics.FalseCompletionsBlocked != 2 || report.StoppingReason.Type != engine.StopCompleted {
 			t.Errorf("report metrics %+v, stopping reason %+v", report.Metrics, report.StoppingReason)
 		}

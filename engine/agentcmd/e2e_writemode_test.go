@@ -134,10 +134,10 @@ fi`)
 	if files := git(t, wd, "ls-files"); strings.Contains(files, ".homework/runs") {
 		t.Errorf("the run's state was committed:\n%s", files)
 	}
-	var rep spec.Report
-	if err := json.Unmarshal(run.Report, &rep); err != nil {
-		t.Fatal(err)
+	if run.Report == nil {
+		t.Fatal("the run has no report")
 	}
+	rep := *run.Report
 	paths := func(refs []spec.Ref, typ string) []string {
 		var out []string
 		for _, r := range refs {

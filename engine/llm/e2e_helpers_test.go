@@ -259,14 +259,10 @@ func (h *e2e) tasks(runID string) []*spec.Task {
 // report decodes the run's report.
 func (h *e2e) report(r *spec.Run) spec.Report {
 	h.t.Helper()
-	var rep spec.Report
-	if len(r.Report) == 0 {
+	if r.Report == nil {
 		h.t.Fatalf("run %s (%s) has no report", r.ID, r.Status)
 	}
-	if err := json.Unmarshal(r.Report, &rep); err != nil {
-		h.t.Fatalf("report: %v", err)
-	}
-	return rep
+	return *r.Report
 }
 
 // notification returns the user's notification of kind for the run.

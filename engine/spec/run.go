@@ -146,7 +146,7 @@ type Run struct {
 	StopReason     *StopReason
 	Waiting        *Waiting
 	Metrics        Metrics
-	Report         json.RawMessage
+	Report         *Report // a finished (or waiting) run's report; nil while it runs
 	WorkspaceDocID string
 	LeaseOwner     string
 	LeaseUntil     time.Time
