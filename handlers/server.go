@@ -69,6 +69,8 @@ type Server struct {
 	// streams are the open event streams, ended when their credential is
 	// revoked.
 	streams streamRegistry
+	// verifier re-checks the streams' credentials before they send.
+	verifier *verifier
 }
 
 // New returns a server with every route registered.
@@ -90,6 +92,10 @@ func New(opts Options) (*Server, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{opts: opts, db: opts.DB, engine: opts.Engine, log: opts.Logger, ctx: ctx, cancel: cancel}
+	s.verifier = &verifier{store: opts.DB, ctx: ctx, log: opts.Logger, published: func() int64 { return 0 }}
+	if opts.Engine != nil {
+		s.verifier.published = opts.Engine.Bus().Published
+	}
 	s.app = fiber.New(fiber.Config{
 		AppName:               "homework",
 		BodyLimit:             opts.BodyLimit,
