@@ -249,8 +249,6 @@ func (st *streamer) run() {
 		st.replay(ctx)
 		return
 	}
-	hb := time.NewTicker(st.s.opts.Heartbeat)
-	defer hb.Stop()
 	for {
 		// Subscribe first: whatever commits after this point reaches the
 		// subscription, and everything before it is in the database.
@@ -259,7 +257,7 @@ func (st *streamer) run() {
 			sub.Close()
 			return
 		}
-		again := st.live(ctx, sub, hb)
+		again := st.live(ctx, sub)
 		sub.Close()
 		if !again {
 			return
@@ -270,17 +268,18 @@ func (st *streamer) run() {
 // live sends the subscription's events until the stream ends. It reports
 // true when the bus dropped the subscription and the stream must resubscribe
 // and replay.
-func (st *streamer) live(ctx context.Context, sub *engine.Subscription, hb *time.Ticker) bool {
+func (st *streamer) live(ctx context.Context, sub *engine.Subscription) bool {
 	for {
 		select {
 		case <-ctx.Done():
 			return false
 		case <-st.revokedC:
 			return false
-		case <-hb.C:
+		case <-st.s.beat.next(st.s.ctx, st.s.opts.Heartbeat):
 			// Re-authenticate even when idle: a credential revoked
-			// anywhere ends the stream within one heartbeat.
-			if st.verify(ctx, afterNow) != nil {
+			// anywhere ends the stream within one heartbeat (by a check
+			// that started after the tick).
+			if st.verify(ctx, st.s.verifier.clock()) != nil {
 				return false
 			}
 			if _, err := st.w.WriteString(": ping\n\n"); err != nil || st.w.Flush() != nil {
@@ -307,9 +306,9 @@ func (st *streamer) live(ctx context.Context, sub *engine.Subscription, hb *time
 				}
 			}
 			st.batch = batch
-			// Every event in batch was published by one of the first
-			// `after` publishes.
-			after := st.s.verifier.published()
+			// Every event in batch was published before the clock
+			// reached after.
+			after := st.s.verifier.clock()
 			err := st.liveBatch(ctx, batch, after)
 			clear(batch)
 			if err != nil || st.w.Flush() != nil || st.ended {
@@ -322,10 +321,10 @@ func (st *streamer) live(ctx context.Context, sub *engine.Subscription, hb *time
 	}
 }
 
-// liveBatch sends events that arrived from the bus, published by the
-// first after publishes, once a check that started after those publishes
-// began (so after the events were committed) found the credential live. A
-// batch of events all sent already needs no check.
+// liveBatch sends events that arrived from the bus, published before the
+// verifier's clock reached after, once a check that started after that
+// (so after the events were committed) found the credential live. A batch
+// of events all sent already needs no check.
 func (st *streamer) liveBatch(ctx context.Context, batch []*spec.Event, after int64) error {
 	for _, e := range batch {
 		if st.src.key(e) > st.last {

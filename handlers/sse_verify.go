@@ -23,12 +23,13 @@ import (
 // The checks of all streams are coalesced by one verifier per server. A
 // round is one store query (LiveCredentials) for every credential gathered
 // into it; rounds run back to back only while someone waits. A round notes,
-// as it starts, how many publishes the bus had begun; a stream whose events
-// all came from those publishes may take that round's answer for its
-// credential (waiting for it if it is still running). Otherwise the stream
-// joins the next round. So the streams that wake, one after the other, for
-// one published event share one query, however many they are, and nothing
-// is queried while no events flow.
+// as it starts, the server's clock: how many publishes the bus had begun
+// plus how many heartbeats had ticked. A stream woken by events (or a tick)
+// counted in that clock may take that round's answer for its credential,
+// waiting for it if it is still running; otherwise it joins the next round.
+// So the streams that wake, one after the other, for one published event or
+// one tick of the shared heartbeat share one query, however many they are,
+// and nothing is queried while no events flow and no heartbeat ticks.
 
 // verifyTimeout bounds one round's query: a hung store ends the waiting
 // streams (they reconnect and authenticate again) instead of holding them.
@@ -43,8 +44,11 @@ type verifier struct {
 	store Store
 	ctx   context.Context // the server's: cancelled at shutdown
 	log   *slog.Logger
-	// published is the bus's count of publishes begun (Bus.Published).
-	published func() int64
+	// clock is the bus's count of publishes begun (Bus.Published) plus the
+	// heartbeat's ticks: it only grows, and a stream that read n after
+	// receiving an event (or a tick) knows the event was committed (the tick
+	// happened) before the clock reached n.
+	clock func() int64
 
 	mu      sync.Mutex
 	next    *verifyRound // being gathered: its query has not started
@@ -58,7 +62,7 @@ type verifier struct {
 // verifyRound is one store query for the credentials gathered into it.
 type verifyRound struct {
 	creds map[credential]struct{}
-	start int64         // published() read just before the query started
+	start int64         // clock() read just before the query started
 	done  chan struct{} // closed when the answer is in
 
 	tokens, sessions map[string]bool // the live hashes
@@ -76,8 +80,8 @@ func (r *verifyRound) answer(cr credential) (bool, error) {
 	return r.tokens[cr.hash], nil
 }
 
-// covers reports whether r checked cr in a query that started after the
-// bus had begun after publishes.
+// covers reports whether r checked cr in a query that started once the
+// clock had reached after.
 func (r *verifyRound) covers(cr credential, after int64) bool {
 	if r == nil || r.start < after {
 		return false
@@ -90,8 +94,8 @@ func (r *verifyRound) covers(cr credential, after int64) bool {
 var errUnverified = errors.New("the stream's credential could not be checked")
 
 // check reports whether cr authenticates, by a store query that started
-// after the bus had begun after publishes (afterNow: after this call). It
-// returns early with stop's or ctx's end.
+// once the clock had reached after (afterNow: after this call). It returns
+// early with stop's or ctx's end.
 func (v *verifier) check(ctx context.Context, cr credential, after int64, stop <-chan struct{}) (bool, error) {
 	if cr.hash == "" {
 		return false, nil
@@ -136,9 +140,10 @@ func (v *verifier) loop() {
 			v.mu.Unlock()
 			return
 		}
-		// Everyone in r joined before this point, and every publish
-		// counted in r.start began before it: the query starts after both.
-		r.start = v.published()
+		// Everyone in r joined before this point, and every publish and
+		// tick counted in r.start began before it: the query starts after
+		// all of them.
+		r.start = v.clock()
 		v.current = r
 		v.mu.Unlock()
 
@@ -166,8 +171,8 @@ func (v *verifier) loop() {
 }
 
 // verify returns nil once the stream's credential was found live by a
-// check that started after the bus had begun after publishes (afterNow:
-// after this call). A credential found revoked, expired or gone sets the
+// check that started once the clock had reached after (afterNow: after this
+// call). A credential found revoked, expired or gone sets the
 // stream's revoked flag and ends it (errRevoked); so does a check that could
 // not be made (errUnverified): nothing is sent unverified.
 func (st *streamer) verify(ctx context.Context, after int64) error {
@@ -183,4 +188,42 @@ func (st *streamer) verify(ctx context.Context, after int64) error {
 		return errRevoked
 	}
 	return nil
+}
+
+// heartbeat is the server's one heartbeat: every stream pings, and
+// re-checks its credential, on the same tick, so one round checks them all.
+type heartbeat struct {
+	start sync.Once
+	mu    sync.Mutex
+	c     chan struct{} // closed at the next tick
+	ticks atomic.Int64  // counted before c is closed
+}
+
+// next returns a channel closed at the next tick, starting the ticker on
+// first use; it stops with ctx.
+func (h *heartbeat) next(ctx context.Context, every time.Duration) <-chan struct{} {
+	h.start.Do(func() {
+		h.c = make(chan struct{})
+		go h.run(ctx, every)
+	})
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.c
+}
+
+func (h *heartbeat) run(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			h.ticks.Add(1)
+			h.mu.Lock()
+			close(h.c)
+			h.c = make(chan struct{})
+			h.mu.Unlock()
+		}
+	}
 }

@@ -138,3 +138,39 @@ func TestStreamChecksAreCoalesced(t *testing.T) {
 		t.Fatalf("%d rounds for %d streams × %d events: the checks are not coalesced", rounds, streams, events)
 	}
 }
+
+// TestIdleStreamsShareTheirHeartbeatChecks: idle streams ping, and re-check
+// their credentials, on one shared tick, so a heartbeat costs about one
+// query for all of them.
+func TestIdleStreamsShareTheirHeartbeatChecks(t *testing.T) {
+	ts := newTestServer(t, func(o *Options) { o.Heartbeat = 100 * time.Millisecond })
+	const streams, pings = 30, 3
+	var conns []*sseConn
+	for i := range streams {
+		u := ts.user(t, "idle"+strconv.Itoa(i)+"@example.com") // a credential each
+		conns = append(conns, ts.openSSE(t, u, "/api/events"))
+	}
+	rounds0 := ts.Server.verifier.rounds.Load()
+	var wg sync.WaitGroup
+	for _, c := range conns {
+		wg.Go(func() {
+			for n := 0; n < pings; {
+				m, err := c.Next()
+				if err != nil {
+					t.Errorf("idle stream: %v", err)
+					return
+				}
+				if m.Comment == "ping" {
+					n++
+				}
+			}
+		})
+	}
+	wg.Wait()
+	rounds := ts.Server.verifier.rounds.Load() - rounds0
+	t.Logf("%d idle streams, %d pings each: %d credential rounds", streams, pings, rounds)
+	// Without a shared tick this is about streams × pings.
+	if rounds == 0 || rounds > 4*(pings+1) {
+		t.Fatalf("%d rounds for %d streams × %d pings: heartbeat checks are not shared", rounds, streams, pings)
+	}
+}
