@@ -57,7 +57,11 @@ func (s *server) openRunStream(t testing.TB, token, runID string, sinceSeq int64
 			}
 			var e apiEvent
 			if json.Unmarshal([]byte(data), &e) == nil && e.Type != "" {
-				rs.events <- e
+				select {
+				case rs.events <- e:
+				case <-ctx.Done():
+					return
+				}
 			}
 		}
 		rs.err = sc.Err()
