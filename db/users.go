@@ -7,6 +7,7 @@ import (
 	"database/sql"
 	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"strings"
 	"time"
 )
@@ -215,6 +216,56 @@ func (d *DB) DeleteSession(ctx context.Context, secret string) error {
 		_, err := tx.ExecContext(ctx, `DELETE FROM sessions WHERE token_hash = ?`, HashToken(secret))
 		return err
 	})
+}
+
+// LiveCredentials reports which of the given credentials still
+// authenticate, in one query: API tokens by the hash of their secret
+// (present and unrevoked) and sessions by the hash of theirs (present and
+// unexpired). A hash missing from the result is revoked, expired or gone.
+func (d *DB) LiveCredentials(ctx context.Context, tokenHashes, sessionHashes []string) (tokens, sessions map[string]bool, err error) {
+	tokens, sessions = map[string]bool{}, map[string]bool{}
+	if len(tokenHashes) == 0 && len(sessionHashes) == 0 {
+		return tokens, sessions, nil
+	}
+	tj, err := json.Marshal(nonNil(tokenHashes))
+	if err != nil {
+		return nil, nil, err
+	}
+	sj, err := json.Marshal(nonNil(sessionHashes))
+	if err != nil {
+		return nil, nil, err
+	}
+	rows, err := d.reader.QueryContext(ctx, `SELECT 0, token_hash FROM api_tokens
+			WHERE token_hash IN (SELECT value FROM json_each(?)) AND revoked_at IS NULL
+		UNION ALL
+		SELECT 1, token_hash FROM sessions
+			WHERE token_hash IN (SELECT value FROM json_each(?)) AND expires_at > ?`,
+		string(tj), string(sj), d.now().UnixMilli())
+	if err != nil {
+		return nil, nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var session bool
+		var hash string
+		if err := rows.Scan(&session, &hash); err != nil {
+			return nil, nil, err
+		}
+		if session {
+			sessions[hash] = true
+		} else {
+			tokens[hash] = true
+		}
+	}
+	return tokens, sessions, rows.Err()
+}
+
+// nonNil returns s, or an empty slice for nil (a JSON array, not null).
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
 }
 
 // ListUsers returns every account, oldest first.

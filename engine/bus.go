@@ -18,6 +18,9 @@ type Bus struct {
 	byRun  map[string]map[*Subscription]struct{}
 	byUser map[int64]map[*Subscription]struct{}
 	count  atomic.Int64
+	// published counts Publish calls, incremented as each begins: a reader
+	// that sees n knows the first n publishes' events were committed.
+	published atomic.Int64
 }
 
 // Subscription receives the events of one run or of all one user's runs.
@@ -94,8 +97,15 @@ func (b *Bus) remove(s *Subscription) {
 	})
 }
 
+// Published returns how many Publish calls have begun. An event received
+// from a subscription was published by one of the first Published() calls
+// read after receiving it, so a check that starts after reading n
+// (or any n' >= n) starts after that event was committed.
+func (b *Bus) Published() int64 { return b.published.Load() }
+
 // Publish delivers events, in order, to their subscribers. It never blocks.
 func (b *Bus) Publish(events []*spec.Event) {
+	b.published.Add(1)
 	var slow []*Subscription
 	b.mu.RLock()
 	for _, e := range events {

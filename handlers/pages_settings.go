@@ -70,11 +70,9 @@ func (s *Server) revokeToken(c *fiber.Ctx) error {
 		}
 		return s.pageError(c, err)
 	}
-	// The revoked token's open streams end now, not at their next heartbeat:
-	// a token stream of this user whose secret no longer authenticates.
-	uid, ctx := userOf(c).ID, c.UserContext()
-	s.streams.revoke(func(cr credential) bool {
-		return cr.userID == uid && cr.token != "" && !cr.valid(ctx, s.db)
-	})
+	// The revoked token's open streams end now: a token stream of this user
+	// whose secret no longer authenticates. (Anything committed after the
+	// revocation could not reach them anyway: the verifier checks first.)
+	s.endDeadTokenStreams(c.UserContext(), userOf(c).ID)
 	return c.Redirect("/settings/tokens?done=revoked", fiber.StatusSeeOther)
 }

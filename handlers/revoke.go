@@ -6,56 +6,44 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"homework/engine/spec"
+	"homework/db"
 
 	"github.com/gofiber/fiber/v2"
 )
 
-// credential is what authenticated a stream: an API token or a session
-// secret. A stream lives only as long as its credential.
+// credential is what authenticated a stream: an API token or a session,
+// known by the hash of its secret (the form the store keeps), so no secret
+// stays in memory for the stream's life. A stream lives only as long as its
+// credential.
 type credential struct {
-	token   string // API token secret (Bearer)
-	session string // session cookie secret
+	session bool   // a session cookie, else an API token (Bearer)
+	hash    string // db.HashToken of the secret; "" when there was none
 	userID  int64
 }
 
-// credentialOf copies the request's credential out of c.
+// credentialOf copies the request's credential out of c, the same way
+// authenticate picked it: the Authorization header when sent, else the
+// session cookie.
 func credentialOf(c *fiber.Ctx, userID int64) credential {
 	cr := credential{userID: userID}
 	if h := c.Get(fiber.HeaderAuthorization); h != "" {
-		if _, tok, ok := strings.Cut(h, " "); ok {
-			cr.token = strings.Clone(strings.TrimSpace(tok))
+		if _, tok, ok := strings.Cut(h, " "); ok && strings.TrimSpace(tok) != "" {
+			cr.hash = db.HashToken(strings.TrimSpace(tok))
 		}
 		return cr
 	}
-	cr.session = strings.Clone(c.Cookies(SessionCookie))
+	if secret := c.Cookies(SessionCookie); secret != "" {
+		cr.session, cr.hash = true, db.HashToken(secret)
+	}
 	return cr
-}
-
-// valid reports whether the credential still authenticates its user. Only
-// a definite refusal (EUNAUTHORIZED, another user) is invalid: a database
-// hiccup does not end a stream.
-func (cr credential) valid(ctx context.Context, d Store) bool {
-	var u *spec.User
-	var err error
-	switch {
-	case cr.token != "":
-		u, err = d.FindUserByToken(ctx, cr.token)
-	case cr.session != "":
-		_, u, err = d.FindSession(ctx, cr.session)
-	default:
-		return false
-	}
-	if err != nil {
-		return spec.ErrorCode(err) != spec.EUNAUTHORIZED
-	}
-	return u.ID == cr.userID
 }
 
 // streamRegistry knows the open streams, so that revoking a credential in
 // this process ends its streams at once, before the revocation commits.
-// A credential revoked elsewhere (`homework token revoke`) is noticed at the
-// stream's next heartbeat, when it re-authenticates.
+// A credential revoked elsewhere (`homework token revoke`, another server
+// process on PostgreSQL) is caught by the streams' verifier: no stream sends
+// an event before a check that started after the event was committed found
+// its credential still live.
 type streamRegistry struct {
 	mu      sync.Mutex
 	streams map[*streamer]struct{}
@@ -90,6 +78,41 @@ func (r *streamRegistry) revoke(match func(credential) bool) int {
 		}
 	}
 	return n
+}
+
+// credentials returns the distinct credentials of the open streams that
+// match accepts.
+func (r *streamRegistry) credentials(match func(credential) bool) []credential {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	seen := map[credential]bool{}
+	var out []credential
+	for st := range r.streams {
+		if match(st.cred) && !seen[st.cred] {
+			seen[st.cred] = true
+			out = append(out, st.cred)
+		}
+	}
+	return out
+}
+
+// endDeadTokenStreams ends, at once, the streams of the user's API tokens
+// that no longer authenticate (one store query for all of them). A store
+// error leaves them to the verifier, which checks before every send.
+func (s *Server) endDeadTokenStreams(ctx context.Context, userID int64) {
+	creds := s.streams.credentials(func(cr credential) bool { return cr.userID == userID && !cr.session && cr.hash != "" })
+	if len(creds) == 0 {
+		return
+	}
+	hashes := make([]string, len(creds))
+	for i, cr := range creds {
+		hashes[i] = cr.hash
+	}
+	live, _, err := s.db.LiveCredentials(ctx, hashes, nil)
+	if err != nil {
+		return
+	}
+	s.streams.revoke(func(cr credential) bool { return cr.userID == userID && !cr.session && !live[cr.hash] })
 }
 
 // revokedFlag is a stream's revocation state.

@@ -69,6 +69,10 @@ type Server struct {
 	// streams are the open event streams, ended when their credential is
 	// revoked.
 	streams streamRegistry
+	// verifier re-checks the streams' credentials before they send.
+	verifier *verifier
+	// beat is the streams' shared heartbeat.
+	beat heartbeat
 }
 
 // New returns a server with every route registered.
@@ -90,6 +94,11 @@ func New(opts Options) (*Server, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{opts: opts, db: opts.DB, engine: opts.Engine, log: opts.Logger, ctx: ctx, cancel: cancel}
+	s.verifier = &verifier{store: opts.DB, ctx: ctx, log: opts.Logger, clock: s.beat.ticks.Load}
+	if opts.Engine != nil {
+		bus := opts.Engine.Bus()
+		s.verifier.clock = func() int64 { return bus.Published() + s.beat.ticks.Load() }
+	}
 	s.app = fiber.New(fiber.Config{
 		AppName:               "homework",
 		BodyLimit:             opts.BodyLimit,

@@ -196,7 +196,8 @@ func (s *Server) logout(c *fiber.Ctx) error {
 	// The session's streams end before it is deleted: nothing written after
 	// the logout reaches them.
 	if secret != "" {
-		s.streams.revoke(func(cr credential) bool { return cr.session == secret })
+		hash := db.HashToken(secret)
+		s.streams.revoke(func(cr credential) bool { return cr.session && cr.hash == hash })
 	}
 	if err := s.db.DeleteSession(c.UserContext(), secret); err != nil {
 		return err

@@ -35,7 +35,9 @@ import (
 // subscription the bus drops for falling behind is replaced by a new one and
 // a replay from the last event sent. A comment (": ping") every heartbeat
 // keeps proxies from closing idle streams and is how a gone client is
-// noticed (its flush fails).
+// noticed (its flush fails). Before anything is sent, events or ping, the
+// stream's credential is re-checked (see sse_verify.go): a stream ends,
+// sending nothing more, as soon as its credential is revoked anywhere.
 
 const (
 	// sseBuffer is the bus buffer of one stream. A stream that falls
@@ -231,7 +233,8 @@ type streamer struct {
 
 	cred     credential    // what authenticated the stream
 	revoked  revokedFlag   // set (before the revocation commits) when cred is revoked
-	revokedC chan struct{} // closed with revoked
+	revokedC chan struct{} // closed when this process revokes cred
+	batch    []*spec.Event // live events received together
 }
 
 // errRevoked ends a stream whose credential was revoked.
@@ -246,8 +249,6 @@ func (st *streamer) run() {
 		st.replay(ctx)
 		return
 	}
-	hb := time.NewTicker(st.s.opts.Heartbeat)
-	defer hb.Stop()
 	for {
 		// Subscribe first: whatever commits after this point reaches the
 		// subscription, and everything before it is in the database.
@@ -256,7 +257,7 @@ func (st *streamer) run() {
 			sub.Close()
 			return
 		}
-		again := st.live(ctx, sub, hb)
+		again := st.live(ctx, sub)
 		sub.Close()
 		if !again {
 			return
@@ -267,18 +268,18 @@ func (st *streamer) run() {
 // live sends the subscription's events until the stream ends. It reports
 // true when the bus dropped the subscription and the stream must resubscribe
 // and replay.
-func (st *streamer) live(ctx context.Context, sub *engine.Subscription, hb *time.Ticker) bool {
+func (st *streamer) live(ctx context.Context, sub *engine.Subscription) bool {
 	for {
 		select {
 		case <-ctx.Done():
 			return false
 		case <-st.revokedC:
 			return false
-		case <-hb.C:
-			// Re-authenticate: a credential revoked by another process
-			// ends the stream within one heartbeat.
-			if !st.cred.valid(ctx, st.s.db) {
-				st.revoked.Store(true)
+		case <-st.s.beat.next(st.s.ctx, st.s.opts.Heartbeat):
+			// Re-authenticate even when idle: a credential revoked
+			// anywhere ends the stream within one heartbeat (by a check
+			// that started after the tick).
+			if st.verify(ctx, st.s.verifier.clock()) != nil {
 				return false
 			}
 			if _, err := st.w.WriteString(": ping\n\n"); err != nil || st.w.Flush() != nil {
@@ -288,32 +289,57 @@ func (st *streamer) live(ctx context.Context, sub *engine.Subscription, hb *time
 			if !ok {
 				return sub.Dropped()
 			}
-			if err := st.liveEvent(ctx, e); err != nil {
-				return false
-			}
-			// Send what else is already buffered in one flush.
+			// Take what else is already buffered: one check and one
+			// flush for all of it.
+			batch, closed := append(st.batch[:0], e), false
 		drain:
-			for !st.ended {
+			for len(batch) < sseBuffer {
 				select {
 				case e, ok := <-sub.C:
 					if !ok {
-						if st.w.Flush() != nil {
-							return false
-						}
-						return sub.Dropped()
+						closed = true
+						break drain
 					}
-					if err := st.liveEvent(ctx, e); err != nil {
-						return false
-					}
+					batch = append(batch, e)
 				default:
 					break drain
 				}
 			}
-			if st.w.Flush() != nil || st.ended {
+			st.batch = batch
+			// Every event in batch was published before the clock
+			// reached after.
+			after := st.s.verifier.clock()
+			err := st.liveBatch(ctx, batch, after)
+			clear(batch)
+			if err != nil || st.w.Flush() != nil || st.ended {
 				return false
+			}
+			if closed {
+				return sub.Dropped()
 			}
 		}
 	}
+}
+
+// liveBatch sends events that arrived from the bus, published before the
+// verifier's clock reached after, once a check that started after that
+// (so after the events were committed) found the credential live. A batch
+// of events all sent already needs no check.
+func (st *streamer) liveBatch(ctx context.Context, batch []*spec.Event, after int64) error {
+	for _, e := range batch {
+		if st.src.key(e) > st.last {
+			if err := st.verify(ctx, after); err != nil {
+				return err
+			}
+			break
+		}
+	}
+	for _, e := range batch {
+		if err := st.liveEvent(ctx, e); err != nil || st.ended {
+			return err
+		}
+	}
+	return nil
 }
 
 // liveEvent sends one event from the bus unless it was already sent.
@@ -359,6 +385,12 @@ func (st *streamer) replay(ctx context.Context) error {
 				st.s.log.Error("event stream replay failed", "err", err)
 			}
 			return err
+		}
+		// The page was read before this check started.
+		if len(evs) > 0 {
+			if err := st.verify(ctx, afterNow); err != nil {
+				return err
+			}
 		}
 		for _, e := range evs {
 			if err := st.write(e); err != nil {

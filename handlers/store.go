@@ -29,6 +29,11 @@ type Store interface {
 	CreateAPIToken(ctx context.Context, userID int64, name string) (string, *spec.APIToken, error)
 	ListAPITokens(ctx context.Context, userID int64) ([]*spec.APIToken, error)
 	RevokeAPIToken(ctx context.Context, userID, tokenID int64) error
+	// LiveCredentials reports, in one query, which API tokens (by the hash
+	// of their secret: present, unrevoked) and sessions (by the hash of
+	// theirs: present, unexpired) still authenticate. Open event streams
+	// re-check their credentials with it.
+	LiveCredentials(ctx context.Context, tokenHashes, sessionHashes []string) (tokens, sessions map[string]bool, err error)
 
 	// Runs and their iterations.
 	FindRun(ctx context.Context, userID int64, id string) (*spec.Run, error)

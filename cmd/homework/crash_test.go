@@ -277,36 +277,12 @@ func waitRunStatus(t testing.TB, s *server, token, id, status string) {
 // follow reads the run's event stream from the start (server-sent events)
 // and calls until with each event's type until it returns true. It fails t
 // when the stream ends first (a run's stream ends after its terminal event)
-// or after a minute, a guard against a hung server.
+// or when no event comes for a minute, a guard against a hung server.
 func (s *server) follow(t testing.TB, token, runID string, until func(typ string) bool) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, "GET", s.base+"/api/runs/"+runID+"/events?since_seq=0", nil)
-	req.Header.Set("Authorization", "Bearer "+token)
-	req.Header.Set("Accept", "text/event-stream")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("follow run %s: %v", runID, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("follow run %s: status %d", runID, resp.StatusCode)
-	}
-	var seen []string
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
-	for sc.Scan() {
-		typ, ok := strings.CutPrefix(sc.Text(), "event: ")
-		if !ok {
-			continue
-		}
-		seen = append(seen, typ)
-		if until(typ) {
-			return
-		}
-	}
-	t.Fatalf("the event stream of run %s ended (%v) after %v:\n%s", runID, sc.Err(), seen, s.log())
+	rs := s.openRunStream(t, token, runID, 0)
+	defer rs.cancel()
+	rs.until(t, s, "the awaited event", func(e apiEvent) bool { return until(e.Type) })
 }
 
 // feedEvent is one event of the user feed, as much of it as tests read.

@@ -1,11 +1,9 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -182,61 +180,15 @@ func TestCancelAndStreamAcrossProcesses(t *testing.T) {
 	// Only the worker process existed when the job was inserted and it
 	// is working it; the second process starts now and serves the client.
 	front := startServer(t, bin, url, "--lease-ttl", "60s")
-	req, _ := http.NewRequest("GET", front.base+"/api/runs/"+created.RunID+"/events", nil)
-	req.Header.Set("Accept", "text/event-stream")
-	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	type ev struct {
-		Seq  int64           `json:"seq"`
-		Type string          `json:"type"`
-		Data json.RawMessage `json:"data"`
-	}
-	events := make(chan ev, 100)
-	go func() {
-		defer close(events)
-		sc := bufio.NewScanner(resp.Body)
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		for sc.Scan() {
-			data, ok := strings.CutPrefix(sc.Text(), "data: ")
-			if !ok {
-				continue
-			}
-			var e ev
-			if json.Unmarshal([]byte(data), &e) == nil && e.Type != "" {
-				events <- e
-			}
-		}
-	}()
-	var got []ev
-	next := func(what string) ev {
-		t.Helper()
-		select {
-		case e, ok := <-events:
-			if !ok {
-				t.Fatalf("stream ended while waiting for %s; got %+v", what, got)
-			}
-			got = append(got, e)
-			return e
-		case <-time.After(60 * time.Second):
-			t.Fatalf("no event while waiting for %s; got %+v:\n%s", what, got, worker.log())
-		}
-		return ev{}
-	}
-	for next("iteration_started").Type != "iteration_started" {
-	}
+	stream := front.openRunStream(t, token, created.RunID, 0)
+	stream.until(t, worker, "iteration_started", isType("iteration_started"))
 	var canceledAt time.Time
 	if code := front.api(t, token, "POST", "/api/runs/"+created.RunID+"/cancel", nil, nil); code != 200 {
 		t.Fatalf("cancel: %d", code)
 	}
 	canceledAt = time.Now()
-	for next("run_canceled").Type != "run_canceled" {
-	}
-	for range events { // the run stream ends after its terminal event
-	}
+	stream.until(t, worker, "run_canceled", isType("run_canceled"))
+	stream.rest(t, worker) // the run stream ends after its terminal event
 	for {
 		var run struct {
 			Iterations []struct {
@@ -253,9 +205,9 @@ func TestCancelAndStreamAcrossProcesses(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	t.Logf("cancel through one process to the iteration recorded canceled in the other: %s", time.Since(canceledAt).Round(time.Millisecond))
-	for i, e := range got {
+	for i, e := range stream.seen {
 		if e.Seq != int64(i+1) {
-			t.Fatalf("stream event %d has seq %d: gap or duplicate in %+v", i+1, e.Seq, got)
+			t.Fatalf("stream event %d has seq %d: gap or duplicate in %+v", i+1, e.Seq, stream.seen)
 		}
 	}
 }

@@ -202,6 +202,44 @@ func (d *DB) FindSession(ctx context.Context, secret string) (*spec.Session, *sp
 	return &s, &u, nil
 }
 
+// LiveCredentials reports which of the given credentials still
+// authenticate, in one query: API tokens by the hash of their secret
+// (present and unrevoked) and sessions by the hash of theirs (present and
+// unexpired). A hash missing from the result is revoked, expired or gone.
+func (d *DB) LiveCredentials(ctx context.Context, tokenHashes, sessionHashes []string) (tokens, sessions map[string]bool, err error) {
+	tokens, sessions = map[string]bool{}, map[string]bool{}
+	if len(tokenHashes) == 0 && len(sessionHashes) == 0 {
+		return tokens, sessions, nil
+	}
+	if tokenHashes == nil {
+		tokenHashes = []string{}
+	}
+	if sessionHashes == nil {
+		sessionHashes = []string{}
+	}
+	rows, err := d.pool.Query(ctx, `SELECT false, token_hash FROM api_tokens WHERE token_hash = ANY($1) AND revoked_at IS NULL
+		UNION ALL
+		SELECT true, token_hash FROM sessions WHERE token_hash = ANY($2) AND expires_at > $3`,
+		tokenHashes, sessionHashes, d.now().UnixMilli())
+	if err != nil {
+		return nil, nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var session bool
+		var hash string
+		if err := rows.Scan(&session, &hash); err != nil {
+			return nil, nil, err
+		}
+		if session {
+			sessions[hash] = true
+		} else {
+			tokens[hash] = true
+		}
+	}
+	return tokens, sessions, rows.Err()
+}
+
 // DeleteSession signs a session out.
 func (d *DB) DeleteSession(ctx context.Context, secret string) error {
 	_, err := d.pool.Exec(ctx, `DELETE FROM sessions WHERE token_hash = $1`, db.HashToken(secret))

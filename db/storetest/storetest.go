@@ -12,6 +12,8 @@ package storetest
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -54,6 +56,7 @@ type Store[T Tx] interface {
 	CreateSession(ctx context.Context, userID int64, ttl time.Duration) (string, *spec.Session, error)
 	FindSession(ctx context.Context, secret string) (*spec.Session, *spec.User, error)
 	DeleteSession(ctx context.Context, secret string) error
+	LiveCredentials(ctx context.Context, tokenHashes, sessionHashes []string) (tokens, sessions map[string]bool, err error)
 
 	FindRun(ctx context.Context, userID int64, id string) (*spec.Run, error)
 	ListRuns(ctx context.Context, userID int64, f spec.RunFilter) (*spec.RunPage, error)
@@ -86,6 +89,7 @@ func Run[T Tx](t *testing.T, open func(t *testing.T) Store[T]) {
 	t.Run("notifications are listed newest first and marked read", s.notifications)
 	t.Run("API tokens work until revoked", s.tokens)
 	t.Run("sessions work until deleted", s.sessions)
+	t.Run("credentials are live until revoked, expired or deleted", s.liveCredentials)
 	t.Run("another user's objects are not found", s.isolation)
 }
 
@@ -585,6 +589,97 @@ func (s suite[T]) sessions(t *testing.T) {
 	}
 	_, _, err = f.s.FindSession(f.ctx, secret)
 	wantCode(t, "a deleted session", err, spec.EUNAUTHORIZED)
+}
+
+func (s suite[T]) liveCredentials(t *testing.T) {
+	f := s.fixture(t)
+	u := f.user("a@example.com")
+	tokA, a, err := f.s.CreateAPIToken(f.ctx, u.ID, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokB, _, err := f.s.CreateAPIToken(f.ctx, u.ID, "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sessA, _, err := f.s.CreateSession(f.ctx, u.ID, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sessB, _, err := f.s.CreateSession(f.ctx, u.ID, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	expired, _, err := f.s.CreateSession(f.ctx, u.ID, -time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokens := []string{hashSecret(tokA), hashSecret(tokB), hashSecret("hw_never-issued")}
+	sessions := []string{hashSecret(sessA), hashSecret(sessB), hashSecret(expired), hashSecret("never-issued")}
+	check := func(what string, wantTokens, wantSessions []bool) {
+		t.Helper()
+		lt, ls, err := f.s.LiveCredentials(f.ctx, tokens, sessions)
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		for i, h := range tokens {
+			if lt[h] != wantTokens[i] {
+				t.Errorf("%s: token %d live %v, want %v", what, i, lt[h], wantTokens[i])
+			}
+		}
+		for i, h := range sessions {
+			if ls[h] != wantSessions[i] {
+				t.Errorf("%s: session %d live %v, want %v", what, i, ls[h], wantSessions[i])
+			}
+		}
+		if len(lt)+len(ls) != count(wantTokens)+count(wantSessions) {
+			t.Errorf("%s: live %v %v holds more than was asked", what, lt, ls)
+		}
+	}
+	check("fresh", []bool{true, true, false}, []bool{true, true, false, false})
+	if err := f.s.RevokeAPIToken(f.ctx, u.ID, a.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.s.DeleteSession(f.ctx, sessA); err != nil {
+		t.Fatal(err)
+	}
+	check("after revoking a token and deleting a session", []bool{false, true, false}, []bool{false, true, false, false})
+	// A token hash is not a session and the other way round.
+	lt, ls, err := f.s.LiveCredentials(f.ctx, []string{hashSecret(sessB)}, []string{hashSecret(tokB)})
+	if err != nil || len(lt) != 0 || len(ls) != 0 {
+		t.Errorf("crossed kinds: %v %v (%v)", lt, ls, err)
+	}
+	lt, ls, err = f.s.LiveCredentials(f.ctx, nil, nil)
+	if err != nil || len(lt) != 0 || len(ls) != 0 {
+		t.Errorf("nothing asked: %v %v (%v)", lt, ls, err)
+	}
+	// Many at once: the answer does not depend on how many are asked.
+	many := make([]string, 0, 5000)
+	for i := range 5000 {
+		many = append(many, hashSecret(fmt.Sprint("hw_unknown-", i)))
+	}
+	many = append(many, hashSecret(tokB))
+	lt, _, err = f.s.LiveCredentials(f.ctx, many, nil)
+	if err != nil || len(lt) != 1 || !lt[hashSecret(tokB)] {
+		t.Errorf("5001 tokens asked: %d live (%v)", len(lt), err)
+	}
+}
+
+// hashSecret is the stored form of a secret: the hex SHA-256, as both
+// stores keep tokens and sessions.
+func hashSecret(secret string) string {
+	sum := sha256.Sum256([]byte(secret))
+	return hex.EncodeToString(sum[:])
+}
+
+func count(bs []bool) int {
+	n := 0
+	for _, b := range bs {
+		if b {
+			n++
+		}
+	}
+	return n
 }
 
 func (s suite[T]) isolation(t *testing.T) {

@@ -1,0 +1,229 @@
+package handlers
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Stream verification.
+//
+// A stream sends an event only after its credential was found live by a
+// check that started after the event was committed: for a live event, after
+// it was published on the bus (the bus publishes after commit); for replayed
+// events, after the replay page was read. So a credential revoked by any
+// process, on any server sharing the database, reaches every stream before
+// anything written after the revocation does, and the stream ends without
+// sending it.
+//
+// The checks of all streams are coalesced by one verifier per server. A
+// round is one store query (LiveCredentials) for every credential gathered
+// into it; rounds run back to back only while someone waits. A round notes,
+// as it starts, the server's clock: how many publishes the bus had begun
+// plus how many heartbeats had ticked. A stream woken by events (or a tick)
+// counted in that clock may take that round's answer for its credential,
+// waiting for it if it is still running; otherwise it joins the next round.
+// So the streams that wake, one after the other, for one published event or
+// one tick of the shared heartbeat share one query, however many they are,
+// and nothing is queried while no events flow and no heartbeat ticks.
+
+// verifyTimeout bounds one round's query: a hung store ends the waiting
+// streams (they reconnect and authenticate again) instead of holding them.
+const verifyTimeout = 10 * time.Second
+
+// afterNow asks for a check that starts after the call (no round under way
+// or done can answer it).
+const afterNow = math.MaxInt64
+
+// verifier runs the coalesced credential checks of a server's streams.
+type verifier struct {
+	store Store
+	ctx   context.Context // the server's: cancelled at shutdown
+	log   *slog.Logger
+	// clock is the bus's count of publishes begun (Bus.Published) plus the
+	// heartbeat's ticks: it only grows, and a stream that read n after
+	// receiving an event (or a tick) knows the event was committed (the tick
+	// happened) before the clock reached n.
+	clock func() int64
+
+	mu      sync.Mutex
+	next    *verifyRound // being gathered: its query has not started
+	current *verifyRound // its query is running
+	last    *verifyRound // the latest answered
+	running bool         // a goroutine is running rounds
+
+	rounds atomic.Int64 // rounds run, for tests
+}
+
+// verifyRound is one store query for the credentials gathered into it.
+type verifyRound struct {
+	creds map[credential]struct{}
+	start int64         // clock() read just before the query started
+	done  chan struct{} // closed when the answer is in
+
+	tokens, sessions map[string]bool // the live hashes
+	err              error
+}
+
+// answer returns the round's verdict on cr; the round must be done.
+func (r *verifyRound) answer(cr credential) (bool, error) {
+	if r.err != nil {
+		return false, errUnverified
+	}
+	if cr.session {
+		return r.sessions[cr.hash], nil
+	}
+	return r.tokens[cr.hash], nil
+}
+
+// covers reports whether r checked cr in a query that started once the
+// clock had reached after.
+func (r *verifyRound) covers(cr credential, after int64) bool {
+	if r == nil || r.start < after {
+		return false
+	}
+	_, ok := r.creds[cr]
+	return ok
+}
+
+// errUnverified ends a stream whose credential could not be checked.
+var errUnverified = errors.New("the stream's credential could not be checked")
+
+// check reports whether cr authenticates, by a store query that started
+// once the clock had reached after (afterNow: after this call). It returns
+// early with stop's or ctx's end.
+func (v *verifier) check(ctx context.Context, cr credential, after int64, stop <-chan struct{}) (bool, error) {
+	if cr.hash == "" {
+		return false, nil
+	}
+	v.mu.Lock()
+	if v.last.covers(cr, after) {
+		r := v.last
+		v.mu.Unlock()
+		return r.answer(cr)
+	}
+	r := v.current
+	if !r.covers(cr, after) {
+		if r = v.next; r == nil {
+			r = &verifyRound{creds: map[credential]struct{}{}, done: make(chan struct{})}
+			v.next = r
+		}
+		r.creds[cr] = struct{}{}
+		if !v.running {
+			v.running = true
+			go v.loop()
+		}
+	}
+	v.mu.Unlock()
+	select {
+	case <-r.done:
+		return r.answer(cr)
+	case <-ctx.Done():
+		return false, ctx.Err()
+	case <-stop:
+		return false, errRevoked
+	}
+}
+
+// loop runs rounds back to back while any stream waits, then ends.
+func (v *verifier) loop() {
+	for {
+		v.mu.Lock()
+		r := v.next
+		v.next = nil
+		if r == nil {
+			v.running = false
+			v.mu.Unlock()
+			return
+		}
+		// Everyone in r joined before this point, and every publish and
+		// tick counted in r.start began before it: the query starts after
+		// all of them.
+		r.start = v.clock()
+		v.current = r
+		v.mu.Unlock()
+
+		var tokens, sessions []string
+		for cr := range r.creds {
+			if cr.session {
+				sessions = append(sessions, cr.hash)
+			} else {
+				tokens = append(tokens, cr.hash)
+			}
+		}
+		ctx, cancel := context.WithTimeout(v.ctx, verifyTimeout)
+		r.tokens, r.sessions, r.err = v.store.LiveCredentials(ctx, tokens, sessions)
+		cancel()
+		if r.err != nil && v.ctx.Err() == nil {
+			v.log.Warn("could not check the credentials of open event streams; ending them", "streams", len(r.creds), "err", r.err)
+		}
+		v.rounds.Add(1)
+
+		v.mu.Lock()
+		v.current, v.last = nil, r
+		v.mu.Unlock()
+		close(r.done)
+	}
+}
+
+// verify returns nil once the stream's credential was found live by a
+// check that started once the clock had reached after (afterNow: after this
+// call). A credential found revoked, expired or gone sets the
+// stream's revoked flag and ends it (errRevoked); so does a check that could
+// not be made (errUnverified): nothing is sent unverified.
+func (st *streamer) verify(ctx context.Context, after int64) error {
+	if st.revoked.Load() {
+		return errRevoked
+	}
+	ok, err := st.s.verifier.check(ctx, st.cred, after, st.revokedC)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		st.revoked.Store(true)
+		return errRevoked
+	}
+	return nil
+}
+
+// heartbeat is the server's one heartbeat: every stream pings, and
+// re-checks its credential, on the same tick, so one round checks them all.
+type heartbeat struct {
+	start sync.Once
+	mu    sync.Mutex
+	c     chan struct{} // closed at the next tick
+	ticks atomic.Int64  // counted before c is closed
+}
+
+// next returns a channel closed at the next tick, starting the ticker on
+// first use; it stops with ctx.
+func (h *heartbeat) next(ctx context.Context, every time.Duration) <-chan struct{} {
+	h.start.Do(func() {
+		h.c = make(chan struct{})
+		go h.run(ctx, every)
+	})
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.c
+}
+
+func (h *heartbeat) run(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			h.ticks.Add(1)
+			h.mu.Lock()
+			close(h.c)
+			h.c = make(chan struct{})
+			h.mu.Unlock()
+		}
+	}
+}
