@@ -102,11 +102,11 @@ func (e *Engine) iterate(ctx context.Context, args IterateArgs) error {
 	// The executor's own memory of the iteration (progress.txt, a git
 	// commit) is written before the outcome commits: committing enqueues the
 	// next iteration, which must see it and must not race the commit.
-	if e.isCurrentAttempt(wctx, it) {
-		if obs, ok := e.executorFor(it.cfg).(GateObserver); ok {
-			if err := obs.AfterGate(wctx, it.input, out.res, out.checks, out.decision); err != nil {
-				e.log.Warn("after-gate hook failed", "run", it.run.ID, "iteration", it.row.Iteration, "err", err)
-			}
+	// Only an observer needs to know the attempt is still current first, so
+	// only it pays the read.
+	if obs, ok := e.executorFor(it.cfg).(GateObserver); ok && e.isCurrentAttempt(wctx, it) {
+		if err := obs.AfterGate(wctx, it.input, out.res, out.checks, out.decision); err != nil {
+			e.log.Warn("after-gate hook failed", "run", it.run.ID, "iteration", it.row.Iteration, "err", err)
 		}
 	}
 	committed, err := e.finishIteration(wctx, it, out)
@@ -366,7 +366,7 @@ func (e *Engine) beginIteration(ctx context.Context, args IterateArgs) (*iterati
 		if err != nil {
 			return err
 		}
-		recent, err := tx.RecentIterations(ctx, run.ID, historyDepth)
+		recent, err := tx.PastIterations(ctx, run.ID, args.Iteration, historyDepth)
 		if err != nil {
 			return err
 		}
@@ -378,9 +378,6 @@ func (e *Engine) beginIteration(ctx context.Context, args IterateArgs) (*iterati
 			it.maxInbox = m.ID
 		}
 		for _, r := range recent { // newest first
-			if r.Iteration >= args.Iteration {
-				continue
-			}
 			if in.Feedback == nil {
 				in.Feedback = feedbackOf(r)
 			}
@@ -407,15 +404,13 @@ func (e *Engine) beginIteration(ctx context.Context, args IterateArgs) (*iterati
 }
 
 // feedbackOf returns what the gate said after iteration r.
-func feedbackOf(r *spec.Iteration) *spec.Feedback {
+func feedbackOf(r *spec.PastIteration) *spec.Feedback {
 	var g GateRecord
-	if len(r.Gate) > 0 {
-		json.Unmarshal(r.Gate, &g)
+	if r.Gate != nil {
+		g = *r.Gate
 	}
 	fb := &spec.Feedback{Decision: g.Decision.Decision, Reasons: g.Reasons, Questions: g.Questions, RemainingWork: g.RemainingWork}
-	var cr []spec.CheckResult
-	json.Unmarshal(r.Checks, &cr)
-	for _, c := range cr {
+	for _, c := range r.Checks {
 		if !c.Passed {
 			fb.FailingChecks = append(fb.FailingChecks, c)
 		}
@@ -426,20 +421,16 @@ func feedbackOf(r *spec.Iteration) *spec.Feedback {
 // historySinceResume returns the signals of the iterations before n, newest
 // first, back to (not including) the last one that ended a stretch with a
 // wait or a stop, so breakers start afresh after the person steps in.
-func historySinceResume(recent []*spec.Iteration, n int) []Signals {
+func historySinceResume(recent []*spec.PastIteration, n int) []Signals {
 	var out []Signals
 	for _, r := range recent {
 		if r.Iteration >= n {
 			continue
 		}
-		var g GateRecord
-		if len(r.Gate) == 0 || json.Unmarshal(r.Gate, &g) != nil {
+		if r.Gate == nil || r.Gate.Decision.Decision != spec.DecisionContinue {
 			break
 		}
-		if g.Decision.Decision != spec.DecisionContinue {
-			break
-		}
-		out = append(out, g.Signals)
+		out = append(out, r.Gate.Signals)
 	}
 	return out
 }

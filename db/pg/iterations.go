@@ -123,6 +123,40 @@ func (tx *Tx) RecentIterations(ctx context.Context, runID string, n int) ([]*spe
 	return scanIterations(rows)
 }
 
+// PastIterations returns the run's last n finished iterations below
+// before, newest first: summaries and gate records, and the check results
+// of the newest only. Being on every iteration's path it reads four columns
+// and decodes one gate a row, not whole iterations.
+func (tx *Tx) PastIterations(ctx context.Context, runID string, before, n int) ([]*spec.PastIteration, error) {
+	rows, err := tx.Query(ctx, `SELECT iteration, summary, gate, checks FROM iterations
+		WHERE run_id = $1 AND iteration < $2 AND status != 'running' ORDER BY iteration DESC LIMIT $3`, runID, before, n)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*spec.PastIteration
+	for rows.Next() {
+		p := &spec.PastIteration{}
+		var gate, checks []byte
+		if err := rows.Scan(&p.Iteration, &p.Summary, &gate, &checks); err != nil {
+			return nil, err
+		}
+		if gate != nil && string(gate) != "" && string(gate) != "null" {
+			p.Gate = &spec.GateRecord{}
+			if err := json.Unmarshal(gate, p.Gate); err != nil {
+				return nil, fmt.Errorf("iteration %s/%d: gate: %w", runID, p.Iteration, err)
+			}
+		}
+		if len(out) == 0 && len(checks) > 0 {
+			if err := json.Unmarshal(checks, &p.Checks); err != nil {
+				return nil, fmt.Errorf("iteration %s/%d: checks: %w", runID, p.Iteration, err)
+			}
+		}
+		out = append(out, p)
+	}
+	return out, rows.Err()
+}
+
 func scanIterations(rows pgx.Rows) ([]*spec.Iteration, error) {
 	defer rows.Close()
 	var out []*spec.Iteration

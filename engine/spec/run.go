@@ -217,6 +217,17 @@ type GateRecord struct {
 	RemainingWork []string `json:"remaining_work,omitempty"`
 }
 
+// PastIteration is what a new iteration is given of an earlier, finished
+// one: its number, summary and gate record (nil when none was recorded)
+// and, for the newest of those read only, its check results (the
+// feedback). See the stores' PastIterations.
+type PastIteration struct {
+	Iteration int
+	Summary   string
+	Gate      *GateRecord
+	Checks    []CheckResult
+}
+
 // RunFilter selects runs for a run list. Every field is optional.
 type RunFilter struct {
 	Status   string
