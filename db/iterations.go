@@ -124,8 +124,9 @@ func (tx *Tx) RecentIterations(ctx context.Context, runID string, n int) ([]*Ite
 
 // PastIterations returns the run's last n finished iterations below
 // before, newest first: summaries and gate records, and the check results
-// of the newest only. Being on every iteration's path it reads four columns
-// and decodes one gate a row, not whole iterations.
+// of the newest only, as stored JSON. Being on every iteration's path,
+// inside the writer's transaction, it reads four columns and decodes
+// nothing; the engine decodes after the transaction.
 func (tx *Tx) PastIterations(ctx context.Context, runID string, before, n int) ([]*spec.PastIteration, error) {
 	rows, err := tx.QueryContext(ctx, `SELECT iteration, summary, gate, checks FROM iterations
 		WHERE run_id = ? AND iteration < ? AND status != 'running' ORDER BY iteration DESC LIMIT ?`, runID, before, n)
@@ -136,32 +137,19 @@ func (tx *Tx) PastIterations(ctx context.Context, runID string, before, n int) (
 	var out []*spec.PastIteration
 	for rows.Next() {
 		p := &spec.PastIteration{}
-		var gate, checks sql.RawBytes // valid until Next; only decoded
+		var gate, checks sql.RawBytes // valid until Next
 		if err := rows.Scan(&p.Iteration, &p.Summary, &gate, &checks); err != nil {
 			return nil, err
 		}
-		if err := decodePast(p, gate, checks, len(out) == 0); err != nil {
-			return nil, fmt.Errorf("iteration %s/%d: %w", runID, p.Iteration, err)
+		if len(gate) > 0 && string(gate) != "null" {
+			p.Gate = json.RawMessage(append([]byte(nil), gate...))
+		}
+		if len(out) == 0 && len(checks) > 0 {
+			p.Checks = json.RawMessage(append([]byte(nil), checks...))
 		}
 		out = append(out, p)
 	}
 	return out, rows.Err()
-}
-
-// decodePast decodes a past iteration's gate and, for the newest, checks.
-func decodePast(p *spec.PastIteration, gate, checks []byte, newest bool) error {
-	if len(gate) > 0 && string(gate) != "null" {
-		p.Gate = &spec.GateRecord{}
-		if err := json.Unmarshal(gate, p.Gate); err != nil {
-			return fmt.Errorf("gate: %w", err)
-		}
-	}
-	if newest && len(checks) > 0 {
-		if err := json.Unmarshal(checks, &p.Checks); err != nil {
-			return fmt.Errorf("checks: %w", err)
-		}
-	}
-	return nil
 }
 
 func scanIterations(rows *sql.Rows) ([]*Iteration, error) {

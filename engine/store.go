@@ -72,8 +72,9 @@ type StoreTx interface {
 	RecentIterations(ctx context.Context, runID string, n int) ([]*spec.Iteration, error)
 	// PastIterations returns the run's last n finished iterations numbered
 	// below before, newest first, as an iteration starting is given them:
-	// summaries and gate records, and the check results of the newest only.
-	// It is on every iteration's path, so it reads and decodes no more.
+	// summaries and gate records, and the check results of the newest only,
+	// as stored JSON. It is on every iteration's path, inside the writer's
+	// transaction, so it reads no more and decodes nothing.
 	PastIterations(ctx context.Context, runID string, before, n int) ([]*spec.PastIteration, error)
 	// SumIterationMetrics adds up the recorded iterations' metrics of a run.
 	SumIterationMetrics(ctx context.Context, runID string) (spec.Metrics, error)

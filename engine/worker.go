@@ -331,6 +331,7 @@ func (e *Engine) execute(ctx context.Context, it *iteration) (res *spec.Result, 
 // returns nil, nil for a stale job.
 func (e *Engine) beginIteration(ctx context.Context, args IterateArgs) (*iteration, error) {
 	var it *iteration
+	var recent []*spec.PastIteration
 	err := e.inTx(ctx, func(tx StoreTx) error {
 		run, err := tx.FindRun(ctx, args.RunID)
 		if spec.ErrorCode(err) == spec.ENOTFOUND {
@@ -366,7 +367,7 @@ func (e *Engine) beginIteration(ctx context.Context, args IterateArgs) (*iterati
 		if err != nil {
 			return err
 		}
-		recent, err := tx.PastIterations(ctx, run.ID, args.Iteration, historyDepth)
+		recent, err = tx.PastIterations(ctx, run.ID, args.Iteration, historyDepth)
 		if err != nil {
 			return err
 		}
@@ -377,17 +378,7 @@ func (e *Engine) beginIteration(ctx context.Context, args IterateArgs) (*iterati
 			in.Inbox = append(in.Inbox, spec.InboxItem{Kind: m.Kind, Body: m.Body, CreatedAt: m.CreatedAt})
 			it.maxInbox = m.ID
 		}
-		for _, r := range recent { // newest first
-			if in.Feedback == nil {
-				in.Feedback = feedbackOf(r)
-			}
-			in.Summaries = append([]string{r.Summary}, in.Summaries...)
-		}
-		if len(in.Summaries) > 3 {
-			in.Summaries = in.Summaries[len(in.Summaries)-3:]
-		}
 		it.input = in
-		it.history = historySinceResume(recent, args.Iteration)
 		if _, err := tx.AppendEvent(ctx, run.ID, "iteration_started", map[string]any{
 			"iteration": args.Iteration, "attempt": args.Attempt, "inbox": len(inbox),
 		}); err != nil {
@@ -398,6 +389,19 @@ func (e *Engine) beginIteration(ctx context.Context, args IterateArgs) (*iterati
 	if err != nil || it == nil {
 		return nil, err
 	}
+	// What the earlier iterations left is decoded here, after the commit,
+	// so that no other write waits on it.
+	in := it.input
+	for _, r := range recent { // newest first
+		if in.Feedback == nil {
+			in.Feedback = feedbackOf(r)
+		}
+		in.Summaries = append([]string{r.Summary}, in.Summaries...)
+	}
+	if len(in.Summaries) > 3 {
+		in.Summaries = in.Summaries[len(in.Summaries)-3:]
+	}
+	it.history = historySinceResume(recent, args.Iteration)
 	it.input.Host = &host{e: e, runID: it.run.ID, iteration: it.row.Iteration, budgets: &it.cfg.Budgets,
 		baseTools: it.run.Metrics.ToolCallsTotal, tr: e.newTranscript(it.run.ID, it.row.Iteration, args.Attempt)}
 	return it, nil
@@ -406,11 +410,13 @@ func (e *Engine) beginIteration(ctx context.Context, args IterateArgs) (*iterati
 // feedbackOf returns what the gate said after iteration r.
 func feedbackOf(r *spec.PastIteration) *spec.Feedback {
 	var g GateRecord
-	if r.Gate != nil {
-		g = *r.Gate
+	if len(r.Gate) > 0 {
+		json.Unmarshal(r.Gate, &g)
 	}
 	fb := &spec.Feedback{Decision: g.Decision.Decision, Reasons: g.Reasons, Questions: g.Questions, RemainingWork: g.RemainingWork}
-	for _, c := range r.Checks {
+	var cr []spec.CheckResult
+	json.Unmarshal(r.Checks, &cr)
+	for _, c := range cr {
 		if !c.Passed {
 			fb.FailingChecks = append(fb.FailingChecks, c)
 		}
@@ -427,10 +433,14 @@ func historySinceResume(recent []*spec.PastIteration, n int) []Signals {
 		if r.Iteration >= n {
 			continue
 		}
-		if r.Gate == nil || r.Gate.Decision.Decision != spec.DecisionContinue {
+		var g GateRecord
+		if len(r.Gate) == 0 || json.Unmarshal(r.Gate, &g) != nil {
 			break
 		}
-		out = append(out, r.Gate.Signals)
+		if g.Decision.Decision != spec.DecisionContinue {
+			break
+		}
+		out = append(out, g.Signals)
 	}
 	return out
 }

@@ -125,8 +125,9 @@ func (tx *Tx) RecentIterations(ctx context.Context, runID string, n int) ([]*spe
 
 // PastIterations returns the run's last n finished iterations below
 // before, newest first: summaries and gate records, and the check results
-// of the newest only. Being on every iteration's path it reads four columns
-// and decodes one gate a row, not whole iterations.
+// of the newest only, as stored JSON. Being on every iteration's path,
+// inside the writer's transaction, it reads four columns and decodes
+// nothing; the engine decodes after the transaction.
 func (tx *Tx) PastIterations(ctx context.Context, runID string, before, n int) ([]*spec.PastIteration, error) {
 	rows, err := tx.Query(ctx, `SELECT iteration, summary, gate, checks FROM iterations
 		WHERE run_id = $1 AND iteration < $2 AND status != 'running' ORDER BY iteration DESC LIMIT $3`, runID, before, n)
@@ -141,16 +142,11 @@ func (tx *Tx) PastIterations(ctx context.Context, runID string, before, n int) (
 		if err := rows.Scan(&p.Iteration, &p.Summary, &gate, &checks); err != nil {
 			return nil, err
 		}
-		if gate != nil && string(gate) != "" && string(gate) != "null" {
-			p.Gate = &spec.GateRecord{}
-			if err := json.Unmarshal(gate, p.Gate); err != nil {
-				return nil, fmt.Errorf("iteration %s/%d: gate: %w", runID, p.Iteration, err)
-			}
+		if len(gate) > 0 && string(gate) != "null" {
+			p.Gate = gate
 		}
 		if len(out) == 0 && len(checks) > 0 {
-			if err := json.Unmarshal(checks, &p.Checks); err != nil {
-				return nil, fmt.Errorf("iteration %s/%d: checks: %w", runID, p.Iteration, err)
-			}
+			p.Checks = checks
 		}
 		out = append(out, p)
 	}

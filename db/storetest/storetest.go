@@ -384,15 +384,16 @@ func (s suite[T]) pastIterations(f *fixture[T], gate *spec.GateRecord, checks []
 		if err != nil || len(past) != 2 || past[0].Iteration != 3 || past[1].Iteration != 1 {
 			t.Fatalf("past iterations below 4: %+v (%v)", past, err)
 		}
-		if p := past[0]; p.Summary != "third" || p.Gate == nil || p.Gate.Decision.Decision != spec.DecisionWait ||
-			len(p.Checks) != 1 || p.Checks[0].Name != "tests" {
+		if p := past[0]; p.Summary != "third" || decodeGate(t, p.Gate).Decision.Decision != spec.DecisionWait ||
+			len(decodeChecks(t, p.Checks)) != 1 || decodeChecks(t, p.Checks)[0].Name != "tests" {
 			t.Errorf("newest past iteration = %+v", p)
 		}
-		if p := past[1]; p.Summary != "did things" || p.Gate == nil || p.Gate.Signals.Progress != gate.Signals.Progress || p.Checks != nil {
+		if p := past[1]; p.Summary != "did things" || decodeGate(t, p.Gate).Signals.Progress != gate.Signals.Progress || p.Checks != nil {
 			t.Errorf("older past iteration = %+v (checks only for the newest)", p)
 		}
 		past, err = tx.PastIterations(f.ctx, "r", 3, 20)
-		if err != nil || len(past) != 1 || past[0].Iteration != 1 || len(past[0].Checks) != 1 || fmt.Sprint(past[0].Gate.RemainingWork) != "[write tests]" {
+		if err != nil || len(past) != 1 || past[0].Iteration != 1 || len(decodeChecks(t, past[0].Checks)) != 1 ||
+			fmt.Sprint(decodeGate(t, past[0].Gate).RemainingWork) != "[write tests]" {
 			t.Errorf("past iterations below 3: %+v (%v)", past, err)
 		}
 		past, err = tx.PastIterations(f.ctx, "r", 4, 1)
@@ -405,6 +406,24 @@ func (s suite[T]) pastIterations(f *fixture[T], gate *spec.GateRecord, checks []
 		}
 		return nil
 	})
+}
+
+func decodeGate(t *testing.T, raw json.RawMessage) spec.GateRecord {
+	t.Helper()
+	var g spec.GateRecord
+	if err := json.Unmarshal(raw, &g); err != nil {
+		t.Errorf("gate %q: %v", raw, err)
+	}
+	return g
+}
+
+func decodeChecks(t *testing.T, raw json.RawMessage) []spec.CheckResult {
+	t.Helper()
+	var c []spec.CheckResult
+	if err := json.Unmarshal(raw, &c); err != nil {
+		t.Errorf("checks %q: %v", raw, err)
+	}
+	return c
 }
 
 func (s suite[T]) documents(t *testing.T) {

@@ -218,14 +218,17 @@ type GateRecord struct {
 }
 
 // PastIteration is what a new iteration is given of an earlier, finished
-// one: its number, summary and gate record (nil when none was recorded)
-// and, for the newest of those read only, its check results (the
-// feedback). See the stores' PastIterations.
+// one: its number, summary and gate record (GateRecord JSON, empty when
+// none was recorded) and, for the newest of those read only, its check
+// results (CheckResult array JSON, the feedback). Gate and Checks stay raw:
+// they are read inside the writer's transaction that starts the iteration,
+// and the engine decodes them after it commits, so that no other write
+// waits on the decoding. See the stores' PastIterations.
 type PastIteration struct {
 	Iteration int
 	Summary   string
-	Gate      *GateRecord
-	Checks    []CheckResult
+	Gate      json.RawMessage
+	Checks    json.RawMessage
 }
 
 // RunFilter selects runs for a run list. Every field is optional.
