@@ -107,13 +107,27 @@ func (tx *Tx) nextSeq(ctx context.Context, runID string) (*seqState, error) {
 	return st, nil
 }
 
+// maxEventChunk is the most rows one event insert writes.
+const maxEventChunk = 128
+
+// insertEventsQueries holds the multi-row event insert of each power-of-two
+// chunk size, built once: the writer runs one on every append.
+var insertEventsQueries = func() map[int]string {
+	out := map[int]string{}
+	for n := 1; n <= maxEventChunk; n *= 2 {
+		out[n] = `INSERT INTO events (run_id, user_id, seq, type, data, created_at) VALUES (?,?,?,?,?,?)` +
+			strings.Repeat(",(?,?,?,?,?,?)", n-1) + ` RETURNING id, run_id, seq`
+	}
+	return out
+}()
+
 // insertEvents inserts evs, filling in their seq, user id and id, with as
 // few statements as possible: multi-row inserts in power-of-two chunks, so a
 // handful of prepared statements serve every batch size.
 func (tx *Tx) insertEvents(ctx context.Context, evs []*Event) error {
 	for len(evs) > 0 {
 		n := 1
-		for n*2 <= len(evs) && n < 128 {
+		for n*2 <= len(evs) && n < maxEventChunk {
 			n *= 2
 		}
 		chunk := evs[:n]
@@ -122,7 +136,10 @@ func (tx *Tx) insertEvents(ctx context.Context, evs []*Event) error {
 			runID string
 			seq   int64
 		}
-		byKey := make(map[key]*Event, n)
+		var byKey map[key]*Event // for more than one row: RETURNING's order is not promised
+		if n > 1 {
+			byKey = make(map[key]*Event, n)
+		}
 		args := make([]any, 0, 6*n)
 		for _, e := range chunk {
 			st, err := tx.nextSeq(ctx, e.RunID)
@@ -131,11 +148,12 @@ func (tx *Tx) insertEvents(ctx context.Context, evs []*Event) error {
 			}
 			e.UserID, e.Seq = st.userID, st.next
 			st.next++
-			byKey[key{e.RunID, e.Seq}] = e
+			if byKey != nil {
+				byKey[key{e.RunID, e.Seq}] = e
+			}
 			args = append(args, e.RunID, e.UserID, e.Seq, e.Type, string(e.Data), e.CreatedAt.UnixMilli())
 		}
-		rows, err := tx.QueryContext(ctx, `INSERT INTO events (run_id, user_id, seq, type, data, created_at) VALUES (?,?,?,?,?,?)`+
-			strings.Repeat(",(?,?,?,?,?,?)", n-1)+` RETURNING id, run_id, seq`, args...)
+		rows, err := tx.QueryContext(ctx, insertEventsQueries[n], args...)
 		if err != nil {
 			return fmt.Errorf("append events: %w", err)
 		}
@@ -146,7 +164,11 @@ func (tx *Tx) insertEvents(ctx context.Context, evs []*Event) error {
 				rows.Close()
 				return err
 			}
-			if e := byKey[k]; e != nil {
+			if byKey == nil {
+				if e := chunk[0]; e.RunID == k.runID && e.Seq == k.seq {
+					e.ID = id
+				}
+			} else if e := byKey[k]; e != nil {
 				e.ID = id
 			}
 		}

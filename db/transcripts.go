@@ -232,10 +232,7 @@ func (d *DB) SearchTranscripts(ctx context.Context, userID int64, runID, q strin
 // at or after since, in order, at most 2,000. The caller must have checked
 // ownership.
 func (d *DB) ListRunActions(ctx context.Context, runID string, since time.Time) ([]*Event, error) {
-	rows, err := d.reader.QueryContext(ctx, `SELECT `+eventCols+` FROM events
-		WHERE run_id = ? AND type IN ('iteration_started', 'run_waiting_on_user', 'user_response', 'message_queued',
-			'run_stopped', 'run_stalled', 'run_continued', 'run_canceled', 'run_recovered', 'run_completed', 'run_failed')
-		AND created_at >= ? ORDER BY seq LIMIT 2000`, runID, since.UnixMilli())
+	rows, err := d.reader.QueryContext(ctx, runActionsQuery, runID, since.UnixMilli())
 	if err != nil {
 		return nil, err
 	}
@@ -253,6 +250,16 @@ type (
 	// Deprecated: use spec.IterationPage.
 	IterationPage = spec.IterationPage
 )
+
+// actionPredicate is the predicate of the partial index events_run_actions
+// (migration 0032), verbatim: SQLite uses a partial index only for a query
+// that repeats its predicate.
+const actionPredicate = `type = 'iteration_started' OR type = 'run_waiting_on_user'
+	OR type = 'user_response' OR type = 'message_queued' OR type = 'run_stopped' OR type = 'run_stalled'
+	OR type = 'run_continued' OR type = 'run_canceled' OR type = 'run_recovered' OR type = 'run_completed' OR type = 'run_failed'`
+
+const runActionsQuery = `SELECT ` + eventCols + ` FROM events
+	WHERE run_id = ? AND (` + actionPredicate + `) AND created_at >= ? ORDER BY seq LIMIT 2000`
 
 // ActionEventTypes are the events the run page's timeline shows beside the
 // iterations. Deprecated: use spec.ActionEventTypes.

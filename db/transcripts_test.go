@@ -7,6 +7,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"homework/engine/spec"
 )
 
 func appendLines(t *testing.T, d *DB, runID string, iteration int, capBytes int64, dropped int64, lines ...*TranscriptLine) *TranscriptInfo {
@@ -151,4 +154,76 @@ func TestPageIterationsWalksBothWays(t *testing.T) {
 	if _, err := d.PageIterations(ctx, other.ID, "r1", "", 3, false); ErrorCode(err) != ENOTFOUND {
 		t.Fatalf("other user: %v", err)
 	}
+}
+
+// The action index's predicate is what ListRunActions repeats, names exactly
+// the action event types, serves the query, and costs an event append no
+// temporary table (an IN list of constants in a partial index's predicate
+// builds one per inserted row).
+func TestRunActionsIndex(t *testing.T) {
+	ctx := context.Background()
+	d := openTest(t, filepath.Join(t.TempDir(), "t.db"))
+	var want []string
+	for _, typ := range spec.ActionEventTypes {
+		want = append(want, "type = '"+typ+"'")
+	}
+	if got := strings.Join(strings.Fields(actionPredicate), " "); got != strings.Join(want, " OR ") {
+		t.Errorf("actionPredicate = %s\nwant the action event types %v", got, spec.ActionEventTypes)
+	}
+	var sqlText string
+	if err := d.reader.QueryRowContext(ctx, `SELECT sql FROM sqlite_master WHERE name = 'events_run_actions'`).Scan(&sqlText); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasSuffix(strings.Join(strings.Fields(sqlText), " "), "WHERE "+strings.Join(want, " OR ")) {
+		t.Errorf("index events_run_actions = %s", sqlText)
+	}
+	plan := explain(t, d, `EXPLAIN QUERY PLAN `+runActionsQuery, "r", 0)
+	if !strings.Contains(plan, "USING INDEX events_run_actions") {
+		t.Errorf("ListRunActions does not use the action index:\n%s", plan)
+	}
+	insert := explain(t, d, `EXPLAIN INSERT INTO events (run_id, user_id, seq, type, data, created_at) VALUES (?,?,?,?,?,?)`,
+		"r", 1, 1, "tool_call", "{}", 0)
+	if strings.Contains(insert, "OpenEphemeral") {
+		t.Errorf("an event insert builds a temporary table:\n%s", insert)
+	}
+
+	u, _ := d.CreateUser(ctx, "a@example.com", "h", false)
+	newRun(t, d, u.ID, "r1")
+	for _, typ := range []string{"iteration_started", "tool_call", "run_waiting_on_user", "gate_decision", "run_completed"} {
+		if _, err := d.AppendEvent(ctx, "r1", typ, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	evs, err := d.ListRunActions(ctx, "r1", time.Time{})
+	var got []string
+	for _, e := range evs {
+		got = append(got, e.Type)
+	}
+	if err != nil || fmt.Sprint(got) != "[iteration_started run_waiting_on_user run_completed]" {
+		t.Errorf("run actions = %v (%v)", got, err)
+	}
+}
+
+// explain returns the rows of an EXPLAIN statement, one line each.
+func explain(t *testing.T, d *DB, query string, args ...any) string {
+	t.Helper()
+	rows, err := d.reader.QueryContext(context.Background(), query, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	cols, _ := rows.Columns()
+	var b strings.Builder
+	for rows.Next() {
+		vals := make([]any, len(cols))
+		ptrs := make([]any, len(cols))
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		if err := rows.Scan(ptrs...); err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintln(&b, vals...)
+	}
+	return b.String()
 }

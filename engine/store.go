@@ -66,6 +66,12 @@ type StoreTx interface {
 	FindIteration(ctx context.Context, runID string, iteration int) (*spec.Iteration, error)
 	UpsertIteration(ctx context.Context, it *spec.Iteration) error
 	RecentIterations(ctx context.Context, runID string, n int) ([]*spec.Iteration, error)
+	// PastIterations returns the run's last n finished iterations numbered
+	// below before, newest first, as an iteration starting is given them:
+	// summaries and gate records, and the check results of the newest only,
+	// as stored JSON. It is on every iteration's path, inside the writer's
+	// transaction, so it reads no more and decodes nothing.
+	PastIterations(ctx context.Context, runID string, before, n int) ([]*spec.PastIteration, error)
 	// SumIterationMetrics adds up the recorded iterations' metrics of a run.
 	SumIterationMetrics(ctx context.Context, runID string) (spec.Metrics, error)
 	InsertInbox(ctx context.Context, it *spec.InboxItem) error

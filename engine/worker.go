@@ -102,11 +102,11 @@ func (e *Engine) iterate(ctx context.Context, args IterateArgs) error {
 	// The executor's own memory of the iteration (progress.txt, a git
 	// commit) is written before the outcome commits: committing enqueues the
 	// next iteration, which must see it and must not race the commit.
-	if e.isCurrentAttempt(wctx, it) {
-		if obs, ok := e.executorFor(it.cfg).(GateObserver); ok {
-			if err := obs.AfterGate(wctx, it.input, out.res, out.checks, out.decision); err != nil {
-				e.log.Warn("after-gate hook failed", "run", it.run.ID, "iteration", it.row.Iteration, "err", err)
-			}
+	// Only an observer needs to know the attempt is still current first, so
+	// only it pays the read.
+	if obs, ok := e.executorFor(it.cfg).(GateObserver); ok && e.isCurrentAttempt(wctx, it) {
+		if err := obs.AfterGate(wctx, it.input, out.res, out.checks, out.decision); err != nil {
+			e.log.Warn("after-gate hook failed", "run", it.run.ID, "iteration", it.row.Iteration, "err", err)
 		}
 	}
 	committed, err := e.finishIteration(wctx, it, out)
@@ -332,6 +332,7 @@ func (e *Engine) execute(ctx context.Context, it *iteration) (res *spec.Result, 
 // returns nil, nil for a stale job.
 func (e *Engine) beginIteration(ctx context.Context, args IterateArgs) (*iteration, error) {
 	var it *iteration
+	var recent []*spec.PastIteration
 	err := e.inTx(ctx, func(tx StoreTx) error {
 		run, err := tx.FindRun(ctx, args.RunID)
 		if spec.ErrorCode(err) == spec.ENOTFOUND {
@@ -367,7 +368,7 @@ func (e *Engine) beginIteration(ctx context.Context, args IterateArgs) (*iterati
 		if err != nil {
 			return err
 		}
-		recent, err := tx.RecentIterations(ctx, run.ID, historyDepth)
+		recent, err = tx.PastIterations(ctx, run.ID, args.Iteration, historyDepth)
 		if err != nil {
 			return err
 		}
@@ -378,20 +379,7 @@ func (e *Engine) beginIteration(ctx context.Context, args IterateArgs) (*iterati
 			in.Inbox = append(in.Inbox, spec.InboxItem{Kind: m.Kind, Body: m.Body, CreatedAt: m.CreatedAt})
 			it.maxInbox = m.ID
 		}
-		for _, r := range recent { // newest first
-			if r.Iteration >= args.Iteration {
-				continue
-			}
-			if in.Feedback == nil {
-				in.Feedback = feedbackOf(r)
-			}
-			in.Summaries = append([]string{r.Summary}, in.Summaries...)
-		}
-		if len(in.Summaries) > 3 {
-			in.Summaries = in.Summaries[len(in.Summaries)-3:]
-		}
 		it.input = in
-		it.history = historySinceResume(recent, args.Iteration)
 		if _, err := tx.AppendEvent(ctx, run.ID, "iteration_started", map[string]any{
 			"iteration": args.Iteration, "attempt": args.Attempt, "inbox": len(inbox),
 		}); err != nil {
@@ -402,13 +390,26 @@ func (e *Engine) beginIteration(ctx context.Context, args IterateArgs) (*iterati
 	if err != nil || it == nil {
 		return nil, err
 	}
+	// What the earlier iterations left is decoded here, after the commit,
+	// so that no other write waits on it.
+	in := it.input
+	for _, r := range recent { // newest first
+		if in.Feedback == nil {
+			in.Feedback = feedbackOf(r)
+		}
+		in.Summaries = append([]string{r.Summary}, in.Summaries...)
+	}
+	if len(in.Summaries) > 3 {
+		in.Summaries = in.Summaries[len(in.Summaries)-3:]
+	}
+	it.history = historySinceResume(recent, args.Iteration)
 	it.input.Host = &host{e: e, runID: it.run.ID, iteration: it.row.Iteration, budgets: &it.cfg.Budgets,
 		baseTools: it.run.Metrics.ToolCallsTotal, tr: e.newTranscript(it.run.ID, it.row.Iteration, args.Attempt)}
 	return it, nil
 }
 
 // feedbackOf returns what the gate said after iteration r.
-func feedbackOf(r *spec.Iteration) *spec.Feedback {
+func feedbackOf(r *spec.PastIteration) *spec.Feedback {
 	var g GateRecord
 	if len(r.Gate) > 0 {
 		json.Unmarshal(r.Gate, &g)
@@ -427,7 +428,7 @@ func feedbackOf(r *spec.Iteration) *spec.Feedback {
 // historySinceResume returns the signals of the iterations before n, newest
 // first, back to (not including) the last one that ended a stretch with a
 // wait or a stop, so breakers start afresh after the person steps in.
-func historySinceResume(recent []*spec.Iteration, n int) []Signals {
+func historySinceResume(recent []*spec.PastIteration, n int) []Signals {
 	var out []Signals
 	for _, r := range recent {
 		if r.Iteration >= n {

@@ -123,6 +123,36 @@ func (tx *Tx) RecentIterations(ctx context.Context, runID string, n int) ([]*spe
 	return scanIterations(rows)
 }
 
+// PastIterations returns the run's last n finished iterations below
+// before, newest first: summaries and gate records, and the check results
+// of the newest only, as stored JSON. Being on every iteration's path,
+// inside the writer's transaction, it reads four columns and decodes
+// nothing; the engine decodes after the transaction.
+func (tx *Tx) PastIterations(ctx context.Context, runID string, before, n int) ([]*spec.PastIteration, error) {
+	rows, err := tx.Query(ctx, `SELECT iteration, summary, gate, checks FROM iterations
+		WHERE run_id = $1 AND iteration < $2 AND status != 'running' ORDER BY iteration DESC LIMIT $3`, runID, before, n)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*spec.PastIteration
+	for rows.Next() {
+		p := &spec.PastIteration{}
+		var gate, checks []byte
+		if err := rows.Scan(&p.Iteration, &p.Summary, &gate, &checks); err != nil {
+			return nil, err
+		}
+		if len(gate) > 0 && string(gate) != "null" {
+			p.Gate = gate
+		}
+		if len(out) == 0 && len(checks) > 0 {
+			p.Checks = checks
+		}
+		out = append(out, p)
+	}
+	return out, rows.Err()
+}
+
 func scanIterations(rows pgx.Rows) ([]*spec.Iteration, error) {
 	defer rows.Close()
 	var out []*spec.Iteration

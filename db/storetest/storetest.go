@@ -33,6 +33,7 @@ type Tx interface {
 	FindRun(ctx context.Context, id string) (*spec.Run, error)
 	UpsertIteration(ctx context.Context, it *spec.Iteration) error
 	FindIteration(ctx context.Context, runID string, n int) (*spec.Iteration, error)
+	PastIterations(ctx context.Context, runID string, before, n int) ([]*spec.PastIteration, error)
 	PutDocument(ctx context.Context, doc *spec.Document) (created bool, err error)
 	InsertTask(ctx context.Context, t *spec.Task) error
 	UpdateTask(ctx context.Context, t *spec.Task) error
@@ -373,6 +374,63 @@ func (s suite[T]) iterations(t *testing.T) {
 		wantCode(t, "FindIteration of a missing iteration", err, spec.ENOTFOUND)
 		return nil
 	})
+	s.pastIterations(f, gate, checks)
+}
+
+// pastIterations: what a starting iteration is given of earlier ones skips
+// running rows, stops below its own number and carries the newest's checks.
+func (s suite[T]) pastIterations(f *fixture[T], gate *spec.GateRecord, checks []spec.CheckResult) {
+	t := f.t
+	stop := &spec.GateRecord{Decision: spec.Decision{Decision: spec.DecisionWait}, Signals: spec.Signals{Progress: "fp3"}}
+	f.tx(func(tx T) error {
+		return tx.UpsertIteration(f.ctx, &spec.Iteration{RunID: "r", Iteration: 3, Attempt: 1, Status: spec.IterFailed,
+			StartedAt: tx.Now(), EndedAt: tx.Now(), Summary: "third", GateRecord: stop, CheckResults: checks})
+	})
+	f.tx(func(tx T) error {
+		past, err := tx.PastIterations(f.ctx, "r", 4, 20)
+		if err != nil || len(past) != 2 || past[0].Iteration != 3 || past[1].Iteration != 1 {
+			t.Fatalf("past iterations below 4: %+v (%v)", past, err)
+		}
+		if p := past[0]; p.Summary != "third" || decodeGate(t, p.Gate).Decision.Decision != spec.DecisionWait ||
+			len(decodeChecks(t, p.Checks)) != 1 || decodeChecks(t, p.Checks)[0].Name != "tests" {
+			t.Errorf("newest past iteration = %+v", p)
+		}
+		if p := past[1]; p.Summary != "did things" || decodeGate(t, p.Gate).Signals.Progress != gate.Signals.Progress || p.Checks != nil {
+			t.Errorf("older past iteration = %+v (checks only for the newest)", p)
+		}
+		past, err = tx.PastIterations(f.ctx, "r", 3, 20)
+		if err != nil || len(past) != 1 || past[0].Iteration != 1 || len(decodeChecks(t, past[0].Checks)) != 1 ||
+			fmt.Sprint(decodeGate(t, past[0].Gate).RemainingWork) != "[write tests]" {
+			t.Errorf("past iterations below 3: %+v (%v)", past, err)
+		}
+		past, err = tx.PastIterations(f.ctx, "r", 4, 1)
+		if err != nil || len(past) != 1 || past[0].Iteration != 3 {
+			t.Errorf("last past iteration below 4: %+v (%v)", past, err)
+		}
+		past, err = tx.PastIterations(f.ctx, "r", 1, 20)
+		if err != nil || len(past) != 0 {
+			t.Errorf("past iterations below 1: %+v (%v)", past, err)
+		}
+		return nil
+	})
+}
+
+func decodeGate(t *testing.T, raw json.RawMessage) spec.GateRecord {
+	t.Helper()
+	var g spec.GateRecord
+	if err := json.Unmarshal(raw, &g); err != nil {
+		t.Errorf("gate %q: %v", raw, err)
+	}
+	return g
+}
+
+func decodeChecks(t *testing.T, raw json.RawMessage) []spec.CheckResult {
+	t.Helper()
+	var c []spec.CheckResult
+	if err := json.Unmarshal(raw, &c); err != nil {
+		t.Errorf("checks %q: %v", raw, err)
+	}
+	return c
 }
 
 func (s suite[T]) documents(t *testing.T) {

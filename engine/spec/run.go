@@ -217,6 +217,20 @@ type GateRecord struct {
 	RemainingWork []string `json:"remaining_work,omitempty"`
 }
 
+// PastIteration is what a new iteration is given of an earlier, finished
+// one: its number, summary and gate record (GateRecord JSON, empty when
+// none was recorded) and, for the newest of those read only, its check
+// results (CheckResult array JSON, the feedback). Gate and Checks stay raw:
+// they are read inside the writer's transaction that starts the iteration,
+// and the engine decodes them after it commits, so that no other write
+// waits on the decoding. See the stores' PastIterations.
+type PastIteration struct {
+	Iteration int
+	Summary   string
+	Gate      json.RawMessage
+	Checks    json.RawMessage
+}
+
 // RunFilter selects runs for a run list. Every field is optional.
 type RunFilter struct {
 	Status   string
