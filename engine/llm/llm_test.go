@@ -515,8 +515,10 @@ func TestModelErrors(t *testing.T) {
 	})
 
 	t.Run("the end of the iteration's time returns the partial result", func(t *testing.T) {
-		f := newFixture(t, spec.Config{}, nil, llmtest.Reply{Delay: 5 * time.Second})
-		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		// The deadline falls inside the model call (which would take 10 s),
+		// with room under load for the context assembly before it.
+		f := newFixture(t, spec.Config{}, nil, llmtest.Reply{Delay: 10 * time.Second})
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		res, err := f.e.Iterate(ctx, f.input(1))
 		if !errors.Is(err, context.DeadlineExceeded) || res == nil || res.ErrorFingerprint != "iteration:timeout" {
