@@ -66,9 +66,10 @@ func (p *streamPeak) end() int {
 
 // TestBrowserTabsShareOneStreamOnPlainHTTP opens six run pages in tabs of
 // a browser without Web Locks and checks that they hold one event stream
-// between them (counted on the server's bus) and all keep updating, and
-// that when the tab holding the stream closes another takes it over and
-// the rest keep updating.
+// between them (counted on the server's bus) and all keep updating; that
+// when the tab holding the stream closes another takes it over and the
+// rest keep updating; and that when the holder freezes another takes over,
+// and the frozen tab, woken, gives its stream up and follows.
 func TestBrowserTabsShareOneStreamOnPlainHTTP(t *testing.T) {
 	ts := newPageServer(t)
 	ctx := newBrowser(t)
@@ -94,12 +95,13 @@ func TestBrowserTabsShareOneStreamOnPlainHTTP(t *testing.T) {
 	}
 	u := &testUser{User: ada}
 
-	// Each run asks, works, asks again and completes: it waits for the
-	// test between phases.
+	// Each run asks, works, asks again, works, asks a third time and
+	// completes: it waits for the test between phases.
 	var ids []string
 	for i := range 6 {
 		run, err := ts.Engine.CreateRun(ts.ctx, ada, spec.Config{Objective: fmt.Sprint("plain http tab ", i), Executor: spec.ExecutorScript,
-			Script: script(askStep("first?"), scripted.Step{Summary: "working", SleepMS: 100}, askStep("second?"), doneStep("done"))})
+			Script: script(askStep("first?"), scripted.Step{Summary: "working", SleepMS: 100}, askStep("second?"),
+				scripted.Step{Summary: "working more", SleepMS: 100}, askStep("third?"), doneStep("done"))})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -184,9 +186,43 @@ func TestBrowserTabsShareOneStreamOnPlainHTTP(t *testing.T) {
 		answer(i)
 	}
 	for _, i := range open {
-		shows(i, spec.StatusCompleted, 4)
+		shows(i, spec.StatusWaiting, 5)
 	}
 	if n := peak.end(); n > 1 {
 		t.Fatalf("%d event streams open at once after the takeover; want one", n)
 	}
+
+	// The leader freezes (its timers stop): after the lease another tab
+	// takes over and the others keep updating. The frozen tab closes its
+	// stream when it hears the newer leader, and follows.
+	frozen := next
+	lifecycle := func(state page.SetWebLifecycleStateState) chromedp.Action[chromedp.Void] {
+		return chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
+			_, err := cdp.Call(ctx, t, page.SetWebLifecycleState, page.SetWebLifecycleStateParams{State: state})
+			return err
+		})
+	}
+	do(t, tabs[frozen], "freeze the leader", lifecycle(page.SetWebLifecycleStateStateFrozen))
+	var awake []int
+	for _, i := range open {
+		if i != frozen {
+			awake = append(awake, i)
+		}
+	}
+	waitUntil(t, "another tab to take the lead from the frozen one", func() bool {
+		leaders, _ := roles(awake)
+		return len(leaders) == 1
+	})
+	for _, i := range awake {
+		answer(i)
+	}
+	for _, i := range awake {
+		shows(i, spec.StatusCompleted, 6)
+	}
+	do(t, tabs[frozen], "wake the frozen tab", lifecycle(page.SetWebLifecycleStateStateActive))
+	if again := settle(open); again == frozen {
+		t.Fatalf("the woken tab %d took the lead back", frozen)
+	}
+	answer(frozen)
+	shows(frozen, spec.StatusCompleted, 6)
 }

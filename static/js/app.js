@@ -139,19 +139,21 @@
     return shim;
   }
   // electLeader elects the feed's leader over the channel, for browsers
-  // without Web Locks. The leader says so ("hb") every second and at once
-  // to a tab that asks ("claim"); a tab that has heard no leader for a
-  // lease claims the lead, and of the tabs that claim within a short window
-  // the one with the smallest id takes it. A leader that closes says "bye"
-  // and the others claim at once; one that froze (its heartbeats stopped)
-  // is replaced after the lease, and when it wakes and hears the newer
-  // leader it steps down. Two leaders that hear each other keep the newer
-  // term, so there is one stream again within a heartbeat.
+  // without Web Locks. The leader says so ("hb") every second from its
+  // timer, and at once to a tab that asks or claims while its timer runs.
+  // A tab that has heard no leader for a lease claims the lead, and of the
+  // tabs that claim within a short window the one with the smallest id
+  // takes it. A leader that closes says "bye" and the others claim at once;
+  // one that froze (its timer stopped) is replaced after the lease, and
+  // steps down, closing its stream, as soon as it hears the newer leader.
+  // Two leaders that hear each other keep the newer term, so there is one
+  // stream again within a heartbeat.
   function electLeader(ch, role, openStream, closeStream, hooks) {
-    var HEARTBEAT = 1000, LEASE = 3500, FIRST = 1000, WINDOW = 300;
+    var HEARTBEAT = 1000, LEASE = 5000, FIRST = 1500, WINDOW = 300;
     var me = Math.random().toString(36).slice(2) + "." + Date.now().toString(36);
     var term = 0;       // > 0 while this tab leads: when it took the lead
     var sent = 0;       // when this tab, leading, last said so
+    var ticked = Date.now(); // when this tab's timer last ran
     var heard = 0;      // when a leader last spoke
     var claims = null;  // the tabs claiming with this one, while it claims
     var followed = false;
@@ -193,8 +195,13 @@
         openStream();
       }, WINDOW);
     }
+    // A leader answers a claim only while its own timer runs: a frozen tab
+    // (its timers stopped, as the browser does to some background tabs)
+    // may still be handed messages, but it no longer passes events on.
+    function alive() { return Date.now() - ticked < LEASE; }
     function tick() {
       var now = Date.now();
+      ticked = now;
       if (term) {
         if (now - sent >= HEARTBEAT) send("hb");
         return;
@@ -210,11 +217,11 @@
         case "hb":
           if (!term) { follow(); claims = null; }
           else if (newer(msg.term, msg.tab, term, me)) resign();
-          else send("hb");
+          else if (alive()) send("hb");
           break;
         case "ask":
         case "claim":
-          if (term) send("hb");
+          if (term) { if (alive()) send("hb"); }
           else if (claims && msg.hw === "claim") claims.push(msg.tab);
           break;
         case "bye": // the leader closed: claim at once
