@@ -162,14 +162,22 @@ func (s *Server) readAllNotifications(c *fiber.Ctx) error {
 func (s *Server) reports(c *fiber.Ctx) error {
 	var page *spec.RunPage
 	var d views.ReportsData
+	var whatIf func()
+	// The list, the layout and the report's figures are of one snapshot.
 	err := s.db.ReadTx(c.UserContext(), func(r ReadStore) error {
 		var err error
-		page, err = r.ListReports(c.UserContext(), userOf(c).ID, c.Query("cursor"), 25)
+		if page, err = r.ListReports(c.UserContext(), userOf(c).ID, c.Query("cursor"), 25); err != nil {
+			return err
+		}
 		d.Page = s.pageFrom(c, r, "Reports")
-		return err
+		d.Effect, whatIf = s.effectData(c, r)
+		return nil
 	})
 	if err != nil {
 		return s.pageError(c, err)
+	}
+	if whatIf != nil {
+		whatIf()
 	}
 	d.NextCursor = page.NextCursor
 	for _, r := range page.Runs {
@@ -179,7 +187,6 @@ func (s *Server) reports(c *fiber.Ctx) error {
 		}
 		d.Rows = append(d.Rows, views.ReportRow{Run: r, Title: title})
 	}
-	d.Effect = s.effectData(c)
 	status := fiber.StatusOK
 	if d.Effect.Error != "" || d.Effect.WhatIfError != "" {
 		status = fiber.StatusBadRequest

@@ -31,6 +31,9 @@ type ReadStore interface {
 	ListTasks(ctx context.Context, userID int64, runID string) ([]*Task, error)
 	ListNotifications(ctx context.Context, userID int64, beforeID int64, limit int) ([]*Notification, error)
 	CountUnread(ctx context.Context, userID int64) (int, error)
+	ListAPITokens(ctx context.Context, userID int64) ([]*APIToken, error)
+	ListUserTags(ctx context.Context, userID int64) ([]TagCount, error)
+	StatsRows(ctx context.Context, userID int64, f StatsFilter) ([]StatsRow, error)
 }
 
 // ReadTxer runs fn with a ReadStore whose reads all see one snapshot of
