@@ -129,6 +129,15 @@ func TestBrowserTabsShareOneStreamOnPlainHTTP(t *testing.T) {
 		}
 		return leaders, all
 	}
+	// takenBy says why tab i took the lead: "start", "bye" (the leader
+	// closed and said so) or "lease" (the leader fell silent).
+	takenBy := func(i int) string {
+		by, err := chromedp.Run(tabs[i], chromedp.Evaluate[string](`document.documentElement.dataset.feedBy || ""`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return by
+	}
 	settle := func(open []int) int {
 		t.Helper()
 		var leaders []int
@@ -180,7 +189,9 @@ func TestBrowserTabsShareOneStreamOnPlainHTTP(t *testing.T) {
 	closeTab[leader]()
 	open = append(open[:leader:leader], open[leader+1:]...)
 	next := settle(open)
-	t.Logf("tab %d led; tab %d took over", leader, next)
+	if by := takenBy(next); by != "bye" {
+		t.Errorf("tab %d took over from the closed tab %d on %q, not on its goodbye", next, leader, by)
+	}
 	peak = watchStreams(ts)
 	for _, i := range open {
 		answer(i)
@@ -209,10 +220,14 @@ func TestBrowserTabsShareOneStreamOnPlainHTTP(t *testing.T) {
 			awake = append(awake, i)
 		}
 	}
+	var leaders []int
 	waitUntil(t, "another tab to take the lead from the frozen one", func() bool {
-		leaders, _ := roles(awake)
+		leaders, _ = roles(awake)
 		return len(leaders) == 1
 	})
+	if by := takenBy(leaders[0]); by != "lease" {
+		t.Errorf("tab %d took over from the frozen tab on %q, not after the lease", leaders[0], by)
+	}
 	for _, i := range awake {
 		answer(i)
 	}

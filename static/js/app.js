@@ -179,17 +179,20 @@
       followed = false;
       follow();
     }
-    function claim() {
+    // claim claims the lead; why (start, bye, lease) is kept in
+    // <html data-feed-by> when the claim wins.
+    function claim(why) {
       claims = [me];
       send("claim");
       setTimeout(function () {
         var c = claims;
         claims = null;
-        if (!c || term || Date.now() - heard < LEASE) return; // a leader spoke up
+        if (!c || term) return; // a leader spoke up meanwhile
         c.sort();
         if (c[0] !== me) { heard = Date.now(); return; } // wait for the winner
         term = Date.now();
         followed = false;
+        document.documentElement.setAttribute("data-feed-by", why);
         role("leader");
         send("hb");
         openStream();
@@ -207,12 +210,12 @@
         return;
       }
       if (claims) return;
-      if (heard ? now - heard >= LEASE : now - started >= FIRST) claim();
+      if (heard ? now - heard >= LEASE : now - started >= FIRST) claim(heard ? "lease" : "start");
     }
     hooks(function (msg) {
       switch (msg.hw) {
         case "event": // the leader passing an event on is alive
-          if (!term) follow();
+          if (!term) { follow(); claims = null; }
           break;
         case "hb":
           if (!term) { follow(); claims = null; }
@@ -225,7 +228,7 @@
           else if (claims && msg.hw === "claim") claims.push(msg.tab);
           break;
         case "bye": // the leader closed: claim at once
-          if (!term && !claims) claim();
+          if (!term && !claims) { heard = 0; claim("bye"); }
           break;
       }
     }, function () {
