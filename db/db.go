@@ -67,6 +67,7 @@ type DB struct {
 
 	writer   *sql.DB
 	reader   *sql.DB
+	reads                      // the read methods, on the reader pool
 	readConn *cachingConnector // counts the reader's statements
 	lock     *os.File
 
@@ -138,6 +139,7 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 		d.Close()
 		return nil, fmt.Errorf("ping reader: %w", err)
 	}
+	d.reads = reads{q: d.reader, pool: d.reader}
 	return d, nil
 }
 

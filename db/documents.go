@@ -98,8 +98,8 @@ func (tx *Tx) ListRunDocuments(ctx context.Context, runID string) ([]*Document, 
 }
 
 // FindDocument returns the user's document. Another user's is ENOTFOUND.
-func (d *DB) FindDocument(ctx context.Context, userID int64, id string) (*Document, error) {
-	doc, err := scanDocument(d.reader.QueryRowContext(ctx, `SELECT `+docCols+` FROM documents WHERE id = ? AND user_id = ?`, id, userID))
+func (d reads) FindDocument(ctx context.Context, userID int64, id string) (*Document, error) {
+	doc, err := scanDocument(d.q.QueryRowContext(ctx, `SELECT `+docCols+` FROM documents WHERE id = ? AND user_id = ?`, id, userID))
 	return doc, notFound(err, "Document")
 }
 
@@ -111,11 +111,11 @@ func (d *DB) FindRunDocumentByPath(ctx context.Context, userID int64, runID, pat
 }
 
 // ListRunDocuments returns the documents of the user's run, ordered by path.
-func (d *DB) ListRunDocuments(ctx context.Context, userID int64, runID string) ([]*Document, error) {
+func (d reads) ListRunDocuments(ctx context.Context, userID int64, runID string) ([]*Document, error) {
 	if err := d.checkRunOwner(ctx, userID, runID); err != nil {
 		return nil, err
 	}
-	rows, err := d.reader.QueryContext(ctx, `SELECT `+docCols+` FROM documents WHERE run_id = ? ORDER BY path`, runID)
+	rows, err := d.q.QueryContext(ctx, `SELECT `+docCols+` FROM documents WHERE run_id = ? ORDER BY path`, runID)
 	if err != nil {
 		return nil, err
 	}

@@ -277,18 +277,18 @@ func scanEvents(rows *sql.Rows) ([]*Event, error) {
 
 // ListRunEvents returns up to limit events of the user's run with seq >
 // afterSeq, in seq order. Another user's run is ENOTFOUND.
-func (d *DB) ListRunEvents(ctx context.Context, userID int64, runID string, afterSeq int64, limit int) ([]*Event, error) {
+func (d reads) ListRunEvents(ctx context.Context, userID int64, runID string, afterSeq int64, limit int) ([]*Event, error) {
 	if err := d.checkRunOwner(ctx, userID, runID); err != nil {
 		return nil, err
 	}
 	return d.listRunEvents(ctx, runID, afterSeq, limit)
 }
 
-func (d *DB) listRunEvents(ctx context.Context, runID string, afterSeq int64, limit int) ([]*Event, error) {
+func (d reads) listRunEvents(ctx context.Context, runID string, afterSeq int64, limit int) ([]*Event, error) {
 	if limit <= 0 {
 		limit = 1000
 	}
-	rows, err := d.reader.QueryContext(ctx, `SELECT `+eventCols+` FROM events
+	rows, err := d.q.QueryContext(ctx, `SELECT `+eventCols+` FROM events
 		WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?`, runID, afterSeq, limit)
 	if err != nil {
 		return nil, err
@@ -330,8 +330,8 @@ func (d *DB) ListUserEvents(ctx context.Context, userID, afterID int64, limit in
 }
 
 // LastSeq returns the highest seq of the run's events (0 when none).
-func (d *DB) LastSeq(ctx context.Context, runID string) (int64, error) {
+func (d reads) LastSeq(ctx context.Context, runID string) (int64, error) {
 	var n sql.NullInt64
-	err := d.reader.QueryRowContext(ctx, `SELECT MAX(seq) FROM events WHERE run_id = ?`, runID).Scan(&n)
+	err := d.q.QueryRowContext(ctx, `SELECT MAX(seq) FROM events WHERE run_id = ?`, runID).Scan(&n)
 	return n.Int64, err
 }

@@ -166,11 +166,11 @@ func scanIterations(rows *sql.Rows) ([]*Iteration, error) {
 }
 
 // ListIterations returns the user's run's iterations in order.
-func (d *DB) ListIterations(ctx context.Context, userID int64, runID string) ([]*Iteration, error) {
+func (d reads) ListIterations(ctx context.Context, userID int64, runID string) ([]*Iteration, error) {
 	if err := d.checkRunOwner(ctx, userID, runID); err != nil {
 		return nil, err
 	}
-	rows, err := d.reader.QueryContext(ctx, `SELECT `+iterCols+` FROM iterations WHERE run_id = ? ORDER BY iteration`, runID)
+	rows, err := d.q.QueryContext(ctx, `SELECT `+iterCols+` FROM iterations WHERE run_id = ? ORDER BY iteration`, runID)
 	if err != nil {
 		return nil, err
 	}

@@ -21,14 +21,14 @@ func (tx *Tx) InsertNotification(ctx context.Context, n *Notification) error {
 
 // ListNotifications returns up to limit of the user's notifications newest
 // first, with id < beforeID when beforeID > 0.
-func (d *DB) ListNotifications(ctx context.Context, userID int64, beforeID int64, limit int) ([]*Notification, error) {
+func (d reads) ListNotifications(ctx context.Context, userID int64, beforeID int64, limit int) ([]*Notification, error) {
 	if limit <= 0 || limit > 200 {
 		limit = 50
 	}
 	if beforeID <= 0 {
 		beforeID = 1<<63 - 1
 	}
-	rows, err := d.reader.QueryContext(ctx, `SELECT id, user_id, run_id, kind, title, message, action_url, data, read_at, resolved_at, created_at
+	rows, err := d.q.QueryContext(ctx, `SELECT id, user_id, run_id, kind, title, message, action_url, data, read_at, resolved_at, created_at
 		FROM notifications WHERE user_id = ? AND id < ? ORDER BY id DESC LIMIT ?`, userID, beforeID, limit)
 	if err != nil {
 		return nil, err
@@ -52,9 +52,9 @@ func (d *DB) ListNotifications(ctx context.Context, userID int64, beforeID int64
 }
 
 // CountUnread returns how many of the user's notifications are unread.
-func (d *DB) CountUnread(ctx context.Context, userID int64) (int, error) {
+func (d reads) CountUnread(ctx context.Context, userID int64) (int, error) {
 	var n int
-	err := d.reader.QueryRowContext(ctx, `SELECT COUNT(*) FROM notifications WHERE user_id = ? AND read_at IS NULL`, userID).Scan(&n)
+	err := d.q.QueryRowContext(ctx, `SELECT COUNT(*) FROM notifications WHERE user_id = ? AND read_at IS NULL`, userID).Scan(&n)
 	return n, err
 }
 

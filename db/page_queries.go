@@ -9,7 +9,7 @@ import (
 
 // ListReports returns the user's runs that have a report, most recently
 // finished first, one page at a time. The cursor is opaque.
-func (d *DB) ListReports(ctx context.Context, userID int64, cursor string, limit int) (*RunPage, error) {
+func (d reads) ListReports(ctx context.Context, userID int64, cursor string, limit int) (*RunPage, error) {
 	if limit <= 0 || limit > 200 {
 		limit = 50
 	}
@@ -25,7 +25,7 @@ func (d *DB) ListReports(ctx context.Context, userID int64, cursor string, limit
 		args = append(args, atMS, atMS, id)
 	}
 	args = append(args, limit+1)
-	rows, err := d.reader.QueryContext(ctx, `SELECT `+runCols+` FROM runs WHERE `+strings.Join(where, " AND ")+
+	rows, err := d.q.QueryContext(ctx, `SELECT `+runCols+` FROM runs WHERE `+strings.Join(where, " AND ")+
 		` ORDER BY COALESCE(completed_at, updated_at) DESC, id DESC LIMIT ?`, args...)
 	if err != nil {
 		return nil, err
@@ -48,8 +48,8 @@ func (d *DB) ListReports(ctx context.Context, userID int64, cursor string, limit
 }
 
 // ListChildRuns returns the user's follow-up runs of parentID, oldest first.
-func (d *DB) ListChildRuns(ctx context.Context, userID int64, parentID string) ([]*Run, error) {
-	rows, err := d.reader.QueryContext(ctx, `SELECT `+runCols+` FROM runs WHERE user_id = ? AND parent_run_id = ?
+func (d reads) ListChildRuns(ctx context.Context, userID int64, parentID string) ([]*Run, error) {
+	rows, err := d.q.QueryContext(ctx, `SELECT `+runCols+` FROM runs WHERE user_id = ? AND parent_run_id = ?
 		ORDER BY created_at, id LIMIT 50`, userID, parentID)
 	if err != nil {
 		return nil, err
@@ -59,8 +59,8 @@ func (d *DB) ListChildRuns(ctx context.Context, userID int64, parentID string) (
 
 // LastUserEventID returns the id of the newest event of the user's runs, or
 // 0. Pages start the dashboard feed after it.
-func (d *DB) LastUserEventID(ctx context.Context, userID int64) (int64, error) {
+func (d reads) LastUserEventID(ctx context.Context, userID int64) (int64, error) {
 	var id int64
-	err := d.reader.QueryRowContext(ctx, `SELECT COALESCE(MAX(id), 0) FROM events WHERE user_id = ?`, userID).Scan(&id)
+	err := d.q.QueryRowContext(ctx, `SELECT COALESCE(MAX(id), 0) FROM events WHERE user_id = ?`, userID).Scan(&id)
 	return id, err
 }

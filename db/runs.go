@@ -171,8 +171,8 @@ func (tx *Tx) FindRun(ctx context.Context, id string) (*Run, error) {
 }
 
 // FindRun returns the user's run. Another user's run is ENOTFOUND.
-func (d *DB) FindRun(ctx context.Context, userID int64, id string) (*Run, error) {
-	r, err := scanRun(d.reader.QueryRowContext(ctx, `SELECT `+runCols+` FROM runs WHERE id = ? AND user_id = ?`, id, userID))
+func (d reads) FindRun(ctx context.Context, userID int64, id string) (*Run, error) {
+	r, err := scanRun(d.q.QueryRowContext(ctx, `SELECT `+runCols+` FROM runs WHERE id = ? AND user_id = ?`, id, userID))
 	return r, notFound(err, "Run")
 }
 
@@ -182,9 +182,9 @@ func (d *DB) FindRunByID(ctx context.Context, id string) (*Run, error) {
 	return r, notFound(err, "Run")
 }
 
-func (d *DB) checkRunOwner(ctx context.Context, userID int64, runID string) error {
+func (d reads) checkRunOwner(ctx context.Context, userID int64, runID string) error {
 	var n int
-	err := d.reader.QueryRowContext(ctx, `SELECT 1 FROM runs WHERE id = ? AND user_id = ?`, runID, userID).Scan(&n)
+	err := d.q.QueryRowContext(ctx, `SELECT 1 FROM runs WHERE id = ? AND user_id = ?`, runID, userID).Scan(&n)
 	return notFound(err, "Run")
 }
 
@@ -212,7 +212,7 @@ func sortKey(sort string) (runSortKey, bool) {
 // f.Sort's order (ties broken by id) with keyset paging, so that a page
 // costs the same after thousands of runs. A bad cursor or sort is
 // EINVALID on its field.
-func (d *DB) ListRuns(ctx context.Context, userID int64, f RunFilter) (*RunPage, error) {
+func (d reads) ListRuns(ctx context.Context, userID int64, f RunFilter) (*RunPage, error) {
 	if f.Limit <= 0 {
 		f.Limit = 50
 	}
@@ -273,7 +273,7 @@ func (d *DB) ListRuns(ctx context.Context, userID int64, f RunFilter) (*RunPage,
 		dir = "DESC"
 	}
 	args = append(args, f.Limit+1)
-	rows, err := d.reader.QueryContext(ctx, `SELECT `+runCols+`, cost_usd FROM runs WHERE `+strings.Join(where, " AND ")+
+	rows, err := d.q.QueryContext(ctx, `SELECT `+runCols+`, cost_usd FROM runs WHERE `+strings.Join(where, " AND ")+
 		` ORDER BY `+key.col+` `+dir+`, id `+dir+` LIMIT ?`, args...)
 	if err != nil {
 		return nil, err
@@ -316,7 +316,7 @@ type withExtra struct {
 func (w withExtra) Scan(dest ...any) error { return w.rows.Scan(append(dest, w.extra)...) }
 
 // CountRunsByStatus returns the user's run count per status.
-func (d *DB) CountRunsByStatus(ctx context.Context, userID int64) (map[string]int, error) {
+func (d reads) CountRunsByStatus(ctx context.Context, userID int64) (map[string]int, error) {
 	return d.countByStatus(ctx, `SELECT status, COUNT(*) FROM runs WHERE user_id = ? GROUP BY status`, userID)
 }
 
@@ -325,8 +325,8 @@ func (d *DB) CountAllRunsByStatus(ctx context.Context) (map[string]int, error) {
 	return d.countByStatus(ctx, `SELECT status, COUNT(*) FROM runs GROUP BY status`)
 }
 
-func (d *DB) countByStatus(ctx context.Context, query string, args ...any) (map[string]int, error) {
-	rows, err := d.reader.QueryContext(ctx, query, args...)
+func (d reads) countByStatus(ctx context.Context, query string, args ...any) (map[string]int, error) {
+	rows, err := d.q.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, err
 	}

@@ -15,7 +15,7 @@ import (
 // metrics and stop-reason JSON, the tags, and whether a run_waiting_on_user
 // event exists (a partial index makes that one seek per run). Another
 // user's runs are never read.
-func (d *DB) StatsRows(ctx context.Context, userID int64, f spec.StatsFilter) ([]spec.StatsRow, error) {
+func (d reads) StatsRows(ctx context.Context, userID int64, f spec.StatsFilter) ([]spec.StatsRow, error) {
 	where := []string{"r.user_id = ?"}
 	args := []any{userID}
 	if !f.Since.IsZero() {
@@ -57,7 +57,7 @@ func (d *DB) StatsRows(ctx context.Context, userID int64, f spec.StatsFilter) ([
 		q += " LIMIT ?"
 		args = append(args, f.Limit)
 	}
-	rows, err := d.reader.QueryContext(ctx, q, args...)
+	rows, err := d.q.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("stats rows: %w", err)
 	}

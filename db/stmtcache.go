@@ -22,8 +22,10 @@ const stmtCacheSize = 256
 type cachingConnector struct {
 	dsn string
 	drv *sqlite.Driver
-	// queries counts the statements run on the connector's connections.
-	queries atomic.Int64
+	// queries counts the statements run on the connector's connections,
+	// prepares the statements they had to prepare (not in the cache).
+	queries  atomic.Int64
+	prepares atomic.Int64
 }
 
 func (c *cachingConnector) Connect(ctx context.Context) (driver.Conn, error) {
@@ -31,7 +33,7 @@ func (c *cachingConnector) Connect(ctx context.Context) (driver.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &cachingConn{inner: conn, lru: list.New(), byQuery: map[string]*list.Element{}, queries: &c.queries}, nil
+	return &cachingConn{inner: conn, lru: list.New(), byQuery: map[string]*list.Element{}, queries: &c.queries, prepares: &c.prepares}, nil
 }
 
 func (c *cachingConnector) Driver() driver.Driver { return c.drv }
@@ -39,10 +41,11 @@ func (c *cachingConnector) Driver() driver.Driver { return c.drv }
 // cachingConn wraps one SQLite connection. database/sql uses a connection
 // from one goroutine at a time, so it needs no lock.
 type cachingConn struct {
-	inner   driver.Conn
-	lru     *list.List // of *cachedStmt, most recent first
-	byQuery map[string]*list.Element
-	queries *atomic.Int64
+	inner    driver.Conn
+	lru      *list.List // of *cachedStmt, most recent first
+	byQuery  map[string]*list.Element
+	queries  *atomic.Int64
+	prepares *atomic.Int64
 }
 
 type cachedStmt struct {
@@ -82,8 +85,10 @@ func (c *cachingConn) PrepareContext(ctx context.Context, query string) (driver.
 			return s, nil
 		}
 		// In use by open rows of the same query: prepare a one-off.
+		c.prepares.Add(1)
 		return c.inner.(driver.ConnPrepareContext).PrepareContext(ctx, query)
 	}
+	c.prepares.Add(1)
 	st, err := c.inner.(driver.ConnPrepareContext).PrepareContext(ctx, query)
 	if err != nil {
 		return nil, err

@@ -18,8 +18,8 @@ func (tx *Tx) InsertRunTags(ctx context.Context, runID string, userID int64, tag
 
 // ListUserTags returns every tag on the user's runs with its run count,
 // most used first.
-func (d *DB) ListUserTags(ctx context.Context, userID int64) ([]TagCount, error) {
-	rows, err := d.reader.QueryContext(ctx, `SELECT tag, COUNT(*) FROM run_tags WHERE user_id = ?
+func (d reads) ListUserTags(ctx context.Context, userID int64) ([]TagCount, error) {
+	rows, err := d.q.QueryContext(ctx, `SELECT tag, COUNT(*) FROM run_tags WHERE user_id = ?
 		GROUP BY tag ORDER BY COUNT(*) DESC, tag LIMIT 200`, userID)
 	if err != nil {
 		return nil, err

@@ -64,11 +64,11 @@ func (tx *Tx) ListTasks(ctx context.Context, runID string) ([]*Task, error) {
 }
 
 // ListTasks returns the user's run's checklist in order.
-func (d *DB) ListTasks(ctx context.Context, userID int64, runID string) ([]*Task, error) {
+func (d reads) ListTasks(ctx context.Context, userID int64, runID string) ([]*Task, error) {
 	if err := d.checkRunOwner(ctx, userID, runID); err != nil {
 		return nil, err
 	}
-	rows, err := d.reader.QueryContext(ctx, `SELECT `+taskCols+` FROM tasks WHERE run_id = ? ORDER BY position`, runID)
+	rows, err := d.q.QueryContext(ctx, `SELECT `+taskCols+` FROM tasks WHERE run_id = ? ORDER BY position`, runID)
 	if err != nil {
 		return nil, err
 	}

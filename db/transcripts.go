@@ -64,12 +64,12 @@ func (tx *Tx) AppendTranscript(ctx context.Context, runID string, iteration int,
 // afterSeq, at most limit of them (all when limit <= 0), read in one
 // transaction. A run of another user is ENOTFOUND; an iteration without a
 // transcript has an empty one.
-func (d *DB) FindTranscript(ctx context.Context, userID int64, runID string, iteration int, afterSeq int64, limit int) (*Transcript, error) {
-	rtx, err := d.reader.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+func (d reads) FindTranscript(ctx context.Context, userID int64, runID string, iteration int, afterSeq int64, limit int) (*Transcript, error) {
+	rtx, done, err := d.begin(ctx)
 	if err != nil {
 		return nil, err
 	}
-	defer rtx.Rollback()
+	defer done()
 	var n int
 	if err := rtx.QueryRowContext(ctx, `SELECT 1 FROM runs WHERE id = ? AND user_id = ?`, runID, userID).Scan(&n); err != nil {
 		return nil, notFound(err, "Run")
@@ -147,7 +147,7 @@ type queryer interface {
 // first, or newest first when desc is set, read in one transaction. The
 // cursor is the previous page's NextCursor. A run of another user is
 // ENOTFOUND; a bad cursor is EINVALID on field cursor.
-func (d *DB) PageIterations(ctx context.Context, userID int64, runID, cursor string, limit int, desc bool) (*IterationPage, error) {
+func (d reads) PageIterations(ctx context.Context, userID int64, runID, cursor string, limit int, desc bool) (*IterationPage, error) {
 	if limit <= 0 || limit > 200 {
 		limit = 50
 	}
@@ -162,11 +162,11 @@ func (d *DB) PageIterations(ctx context.Context, userID int64, runID, cursor str
 		}
 		after = n
 	}
-	rtx, err := d.reader.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	rtx, done, err := d.begin(ctx)
 	if err != nil {
 		return nil, err
 	}
-	defer rtx.Rollback()
+	defer done()
 	var one int
 	if err := rtx.QueryRowContext(ctx, `SELECT 1 FROM runs WHERE id = ? AND user_id = ?`, runID, userID).Scan(&one); err != nil {
 		return nil, notFound(err, "Run")
@@ -231,8 +231,8 @@ func (d *DB) SearchTranscripts(ctx context.Context, userID int64, runID, q strin
 // ListRunActions returns the run's action events (ActionEventTypes) created
 // at or after since, in order, at most 2,000. The caller must have checked
 // ownership.
-func (d *DB) ListRunActions(ctx context.Context, runID string, since time.Time) ([]*Event, error) {
-	rows, err := d.reader.QueryContext(ctx, runActionsQuery, runID, since.UnixMilli())
+func (d reads) ListRunActions(ctx context.Context, runID string, since time.Time) ([]*Event, error) {
+	rows, err := d.q.QueryContext(ctx, runActionsQuery, runID, since.UnixMilli())
 	if err != nil {
 		return nil, err
 	}

@@ -110,8 +110,8 @@ func (d *DB) CreateAPIToken(ctx context.Context, userID int64, name string) (str
 }
 
 // ListAPITokens returns the user's tokens (never their secrets), newest first.
-func (d *DB) ListAPITokens(ctx context.Context, userID int64) ([]*APIToken, error) {
-	rows, err := d.reader.QueryContext(ctx, `SELECT id, user_id, name, created_at, last_used_at, revoked_at
+func (d reads) ListAPITokens(ctx context.Context, userID int64) ([]*APIToken, error) {
+	rows, err := d.q.QueryContext(ctx, `SELECT id, user_id, name, created_at, last_used_at, revoked_at
 		FROM api_tokens WHERE user_id = ? ORDER BY id DESC`, userID)
 	if err != nil {
 		return nil, err

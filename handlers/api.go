@@ -100,16 +100,36 @@ func (s *Server) apiGetRun(c *fiber.Ctx) error {
 	}
 	ctx := c.UserContext()
 	u := userOf(c)
-	run, err := s.db.FindRun(ctx, u.ID, c.Params("id"))
+	// The run, its iterations and its workspace are of one snapshot.
+	var run *spec.Run
+	var its []*spec.Iteration
+	var docs []*spec.Document
+	var tasks []*spec.Task
+	err := s.db.ReadTx(ctx, func(r ReadStore) error {
+		var err error
+		if run, err = r.FindRun(ctx, u.ID, c.Params("id")); err != nil {
+			return err
+		}
+		if withIterations {
+			if its, err = r.ListIterations(ctx, u.ID, run.ID); err != nil {
+				return err
+			}
+		}
+		if withWorkspace {
+			if docs, err = r.ListRunDocuments(ctx, u.ID, run.ID); err != nil {
+				return err
+			}
+			if tasks, err = r.ListTasks(ctx, u.ID, run.ID); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 	if err != nil {
 		return s.jsonError(c, err)
 	}
 	out := runJSON(run)
 	if withIterations {
-		its, err := s.db.ListIterations(ctx, u.ID, run.ID)
-		if err != nil {
-			return s.jsonError(c, err)
-		}
 		list := make([]IterationJSON, 0, len(its))
 		for _, it := range its {
 			list = append(list, iterationJSON(it))
@@ -117,14 +137,6 @@ func (s *Server) apiGetRun(c *fiber.Ctx) error {
 		out.Iterations = &list
 	}
 	if withWorkspace {
-		docs, err := s.db.ListRunDocuments(ctx, u.ID, run.ID)
-		if err != nil {
-			return s.jsonError(c, err)
-		}
-		tasks, err := s.db.ListTasks(ctx, u.ID, run.ID)
-		if err != nil {
-			return s.jsonError(c, err)
-		}
 		ws := &WorkspaceJSON{RootDocumentID: run.WorkspaceDocID, Documents: make([]DocumentJSON, 0, len(docs)), Tasks: make([]TaskJSON, 0, len(tasks))}
 		for _, d := range docs {
 			ws.Documents = append(ws.Documents, documentJSON(d, false))
@@ -268,11 +280,15 @@ func (s *Server) apiListNotifications(c *fiber.Ctx) error {
 	}
 	ctx := c.UserContext()
 	u := userOf(c)
-	ns, err := s.db.ListNotifications(ctx, u.ID, before, int(limit)+1)
-	if err != nil {
-		return s.jsonError(c, err)
-	}
-	unread, err := s.db.CountUnread(ctx, u.ID)
+	var ns []*spec.Notification
+	var unread int
+	err = s.db.ReadTx(ctx, func(r ReadStore) error {
+		if ns, err = r.ListNotifications(ctx, u.ID, before, int(limit)+1); err != nil {
+			return err
+		}
+		unread, err = r.CountUnread(ctx, u.ID)
+		return err
+	})
 	if err != nil {
 		return s.jsonError(c, err)
 	}

@@ -71,7 +71,7 @@ func (s *Server) pageError(c *fiber.Ctx, err error) error {
 func (s *Server) runListData(c *fiber.Ctx) (views.RunListData, error) {
 	u := userOf(c)
 	ctx := c.UserContext()
-	d := views.RunListData{Page: s.page(c, "Runs"), MaxRunning: s.opts.MaxRunsPerUser, Cursor: c.Query("cursor")}
+	d := views.RunListData{MaxRunning: s.opts.MaxRunsPerUser, Cursor: c.Query("cursor")}
 	var f spec.RunFilter
 	var err error
 	if d.Filter, f, err = runFilterQuery(c); err != nil {
@@ -79,12 +79,18 @@ func (s *Server) runListData(c *fiber.Ctx) (views.RunListData, error) {
 	}
 	d.Status = d.Filter.Status
 	f.Limit = 25
-	page, err := s.db.ListRuns(ctx, u.ID, f)
+	// The list, the counts and the feed cursor are of one snapshot.
+	err = s.db.ReadTx(ctx, func(r ReadStore) error {
+		d.Page = s.pageFrom(c, r, "Runs")
+		page, err := r.ListRuns(ctx, u.ID, f)
+		if err != nil {
+			return err
+		}
+		d.Runs, d.NextCursor = page.Runs, page.NextCursor
+		d.Counts, err = r.CountRunsByStatus(ctx, u.ID)
+		return err
+	})
 	if err != nil {
-		return d, err
-	}
-	d.Runs, d.NextCursor = page.Runs, page.NextCursor
-	if d.Counts, err = s.db.CountRunsByStatus(ctx, u.ID); err != nil {
 		return d, err
 	}
 	d.Running, d.Queued = d.Counts[spec.StatusRunning], d.Counts[spec.StatusQueued]
@@ -120,12 +126,16 @@ func (s *Server) notifications(c *fiber.Ctx) error {
 	u := userOf(c)
 	before, _ := strconv.ParseInt(c.Query("before"), 10, 64)
 	const limit = 50
-	items, err := s.db.ListNotifications(c.UserContext(), u.ID, before, limit)
+	var d views.NotificationsData
+	err := s.db.ReadTx(c.UserContext(), func(r ReadStore) error {
+		items, err := r.ListNotifications(c.UserContext(), u.ID, before, limit)
+		d = views.NotificationsData{Page: s.pageFrom(c, r, "Notifications"), Items: items}
+		return err
+	})
 	if err != nil {
 		return s.pageError(c, err)
 	}
-	d := views.NotificationsData{Page: s.page(c, "Notifications"), Items: items}
-	if len(items) == limit {
+	if items := d.Items; len(items) == limit {
 		d.Before = items[len(items)-1].ID
 	}
 	return s.render(c, fiber.StatusOK, views.Notifications(d))
@@ -150,11 +160,26 @@ func (s *Server) readAllNotifications(c *fiber.Ctx) error {
 }
 
 func (s *Server) reports(c *fiber.Ctx) error {
-	page, err := s.db.ListReports(c.UserContext(), userOf(c).ID, c.Query("cursor"), 25)
+	var page *spec.RunPage
+	var d views.ReportsData
+	var whatIf func()
+	// The list, the layout and the report's figures are of one snapshot.
+	err := s.db.ReadTx(c.UserContext(), func(r ReadStore) error {
+		var err error
+		if page, err = r.ListReports(c.UserContext(), userOf(c).ID, c.Query("cursor"), 25); err != nil {
+			return err
+		}
+		d.Page = s.pageFrom(c, r, "Reports")
+		d.Effect, whatIf = s.effectData(c, r)
+		return nil
+	})
 	if err != nil {
 		return s.pageError(c, err)
 	}
-	d := views.ReportsData{Page: s.page(c, "Reports"), NextCursor: page.NextCursor}
+	if whatIf != nil {
+		whatIf()
+	}
+	d.NextCursor = page.NextCursor
 	for _, r := range page.Runs {
 		title := reportOf(r).Title
 		if strings.TrimSpace(title) == "" {
@@ -162,7 +187,6 @@ func (s *Server) reports(c *fiber.Ctx) error {
 		}
 		d.Rows = append(d.Rows, views.ReportRow{Run: r, Title: title})
 	}
-	d.Effect = s.effectData(c)
 	status := fiber.StatusOK
 	if d.Effect.Error != "" || d.Effect.WhatIfError != "" {
 		status = fiber.StatusBadRequest

@@ -16,11 +16,11 @@ import (
 // iteration: questions and answers, messages (and which iteration read
 // them), stops, continues, cancels, recoveries. They are read from the
 // run's events from the first shown iteration's start on.
-func (s *Server) attachActions(ctx context.Context, run *spec.Run, who string, its []views.IterationView) error {
+func attachActions(ctx context.Context, r ReadStore, run *spec.Run, who string, its []views.IterationView) error {
 	if len(its) == 0 || its[0].StartedAt.IsZero() {
 		return nil
 	}
-	evs, err := s.db.ListRunActions(ctx, run.ID, its[0].StartedAt)
+	evs, err := r.ListRunActions(ctx, run.ID, its[0].StartedAt)
 	if err != nil {
 		return err
 	}

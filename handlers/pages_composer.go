@@ -17,15 +17,15 @@ import (
 	"homework/views"
 )
 
-// composerData returns the composer for form f.
-func (s *Server) composerData(c *fiber.Ctx, f views.ComposerForm) views.ComposerData {
+// composerData returns the composer for form f, its layout read from r.
+func (s *Server) composerData(c *fiber.Ctx, r ReadStore, f views.ComposerForm) views.ComposerData {
 	u := userOf(c)
 	title := "New run"
 	if f.ParentRunID != "" {
 		title = "Ask a follow-up"
 	}
 	return views.ComposerData{
-		Page: s.page(c, title), Form: f, Errors: map[string]string{},
+		Page: s.pageFrom(c, r, title), Form: f, Errors: map[string]string{},
 		LLMConfigured: s.opts.LLMConfigured, DefaultModel: s.opts.DefaultModel,
 		DefaultMinutes: int(s.engine.DefaultRunningTime().Minutes()),
 		CommandRuns:    s.opts.CommandRunsEnabled && u.IsAdmin, ScriptRuns: s.opts.ScriptRunsEnabled,
@@ -43,20 +43,27 @@ func (s *Server) composer(c *fiber.Ctx) error {
 	if id := c.Query("parent"); id != "" {
 		from, asFollowUp = id, true
 	}
-	if from != "" {
-		src, err := s.db.FindRun(c.UserContext(), userOf(c).ID, from)
-		if err != nil {
-			return s.pageError(c, err)
+	var d views.ComposerData
+	err := s.db.ReadTx(c.UserContext(), func(r ReadStore) error {
+		if from != "" {
+			src, err := r.FindRun(c.UserContext(), userOf(c).ID, from)
+			if err != nil {
+				return err
+			}
+			if cfg, err := engine.RunConfig(src); err == nil {
+				f = formFromConfig(cfg)
+			}
+			if asFollowUp {
+				parent = src
+				f.Objective, f.ParentRunID = "", src.ID
+			}
 		}
-		if cfg, err := engine.RunConfig(src); err == nil {
-			f = formFromConfig(cfg)
-		}
-		if asFollowUp {
-			parent = src
-			f.Objective, f.ParentRunID = "", src.ID
-		}
+		d = s.composerData(c, r, f)
+		return nil
+	})
+	if err != nil {
+		return s.pageError(c, err)
 	}
-	d := s.composerData(c, f)
 	d.Parent = parent
 	d.AdvancedOpen = from != "" && hasAdvanced(f)
 	return s.render(c, fiber.StatusOK, views.Composer(d))
@@ -230,7 +237,18 @@ func (s *Server) createRun(c *fiber.Ctx) error {
 			return c.Redirect("/runs/"+run.ID, fiber.StatusSeeOther)
 		}
 	}
-	d := s.composerData(c, f)
+	var d views.ComposerData
+	if rerr := s.db.ReadTx(c.UserContext(), func(r ReadStore) error {
+		d = s.composerData(c, r, f)
+		if f.ParentRunID != "" {
+			if p, err := r.FindRun(c.UserContext(), u.ID, f.ParentRunID); err == nil {
+				d.Parent = p
+			}
+		}
+		return nil
+	}); rerr != nil {
+		return s.pageError(c, rerr)
+	}
 	status := fiber.StatusBadRequest
 	if err != nil {
 		if code := spec.ErrorCode(err); code == spec.EINTERNAL {
@@ -252,11 +270,6 @@ func (s *Server) createRun(c *fiber.Ctx) error {
 			fe[name] = spec.ErrorMessage(err)
 		} else {
 			d.Error = spec.ErrorMessage(err)
-		}
-	}
-	if f.ParentRunID != "" {
-		if p, err := s.db.FindRun(c.UserContext(), u.ID, f.ParentRunID); err == nil {
-			d.Parent = p
 		}
 	}
 	if msg, ok := fe["parent_run_id"]; ok && d.Parent == nil {

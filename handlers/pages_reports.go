@@ -17,8 +17,11 @@ import (
 // effectData builds the effectiveness report of the reports page from the
 // request's query: the selection, the figures and charts, the before/after
 // comparison and, when asked, a what-if replay. Bad input is shown on the
-// page (Error, WhatIfError), never a failure of the page.
-func (s *Server) effectData(c *fiber.Ctx) *views.EffectData {
+// page (Error, WhatIfError), never a failure of the page. Its reads are
+// made from r; the what-if replay, which the engine reads itself, is
+// returned as whatIf (nil when not asked for), to run after r's
+// transaction.
+func (s *Server) effectData(c *fiber.Ctx, r ReadStore) (d *views.EffectData, whatIf func()) {
 	ctx := c.UserContext()
 	u := userOf(c)
 	q := func(k string) string { return strings.TrimSpace(c.Query(k)) }
@@ -28,7 +31,7 @@ func (s *Server) effectData(c *fiber.Ctx) *views.EffectData {
 		WINoProgress: q("wi_no_progress"), WIRepeatedError: q("wi_repeated_error"), WIStallRepeats: q("wi_stall_repeats"),
 		WIQuality: q("wi_quality"), WIMaxIterations: q("wi_max_iterations"), WIMaxMinutes: q("wi_max_minutes"),
 		WIMaxCostUSD: q("wi_max_cost_usd"), WIMaxTokens: q("wi_max_tokens")}
-	d := &views.EffectData{Form: f}
+	d = &views.EffectData{Form: f}
 	fail := func(err error) *views.EffectData {
 		if spec.ErrorCode(err) == spec.EINTERNAL {
 			s.log.Error("reports page", "err", err)
@@ -36,7 +39,7 @@ func (s *Server) effectData(c *fiber.Ctx) *views.EffectData {
 		d.Error = fieldMessage(err)
 		return d
 	}
-	if tags, err := s.db.ListUserTags(ctx, u.ID); err == nil {
+	if tags, err := r.ListUserTags(ctx, u.ID); err == nil {
 		d.Tags = tags
 	}
 
@@ -44,12 +47,12 @@ func (s *Server) effectData(c *fiber.Ctx) *views.EffectData {
 		"executor": f.Executor, "mode": f.Mode, "model": f.Model}
 	sel, err := pageSelection(vals)
 	if err != nil {
-		return fail(err)
+		return fail(err), nil
 	}
 	sel.Filter.Detail = sel.GroupBy == spec.GroupByModel
-	rows, err := s.db.StatsRows(ctx, u.ID, sel.Filter)
+	rows, err := r.StatsRows(ctx, u.ID, sel.Filter)
 	if err != nil {
-		return fail(err)
+		return fail(err), nil
 	}
 	d.Figures = spec.Summarize(rows)
 	d.GroupBy = sel.GroupBy
@@ -69,7 +72,7 @@ func (s *Server) effectData(c *fiber.Ctx) *views.EffectData {
 			if err != nil {
 				return spec.Figures{}, "", spec.FieldError(name+"_"+spec.ErrorField(err), "%s: %s", name, spec.ErrorMessage(err))
 			}
-			rows, err := s.db.StatsRows(ctx, u.ID, sq.Filter)
+			rows, err := r.StatsRows(ctx, u.ID, sq.Filter)
 			if err != nil {
 				return spec.Figures{}, "", err
 			}
@@ -77,28 +80,30 @@ func (s *Server) effectData(c *fiber.Ctx) *views.EffectData {
 		}
 		a, la, err := side("before", f.ATag, f.ASince, f.AUntil)
 		if err != nil {
-			return fail(err)
+			return fail(err), nil
 		}
 		b, lb, err := side("after", f.BTag, f.BSince, f.BUntil)
 		if err != nil {
-			return fail(err)
+			return fail(err), nil
 		}
 		d.Compare = &views.CompareData{ALabel: la, BLabel: lb, A: a, B: b, Chart: views.CompareChart(a, b, la, lb)}
 	}
 
 	if c.Query("whatif") != "" {
-		rules, err := whatIfRulesFromForm(f)
-		if err == nil {
-			d.WhatIf, err = s.engine.WhatIf(ctx, u.ID, nil, sel.Filter, rules)
-		}
-		if err != nil {
-			if spec.ErrorCode(err) == spec.EINTERNAL {
-				s.log.Error("what-if", "err", err)
+		whatIf = func() {
+			rules, err := whatIfRulesFromForm(f)
+			if err == nil {
+				d.WhatIf, err = s.engine.WhatIf(ctx, u.ID, nil, sel.Filter, rules)
 			}
-			d.WhatIfError = fieldMessage(err)
+			if err != nil {
+				if spec.ErrorCode(err) == spec.EINTERNAL {
+					s.log.Error("what-if", "err", err)
+				}
+				d.WhatIfError = fieldMessage(err)
+			}
 		}
 	}
-	return d
+	return d, whatIf
 }
 
 // pageSelection parses the page's selection: dates (YYYY-MM-DD, the "to"

@@ -34,15 +34,24 @@ const (
 	partAll = partStatus | partTimeline | partWork | partModal
 )
 
-// runView loads the parts of the run page in parts. Another user's run is
-// ENOTFOUND.
-func (s *Server) runView(c *fiber.Ctx, runID string, parts runParts) (views.RunView, error) {
+// runView loads the parts of the run page in parts, every read in one
+// snapshot. Another user's run is ENOTFOUND.
+func (s *Server) runView(c *fiber.Ctx, runID string, parts runParts) (v views.RunView, err error) {
+	err = s.db.ReadTx(c.UserContext(), func(r ReadStore) error {
+		v, err = s.readRunView(c, r, runID, parts)
+		return err
+	})
+	return v, err
+}
+
+// readRunView reads the parts of the run page from r. The feed cursor (in
+// page) is of the same snapshot as the run: the page's stream replays
+// every event committed after what it shows.
+func (s *Server) readRunView(c *fiber.Ctx, r ReadStore, runID string, parts runParts) (views.RunView, error) {
 	ctx := c.UserContext()
 	u := userOf(c)
-	// The feed cursor (in page) is read before the run, so that an event
-	// committed while the page is assembled is replayed, never skipped.
-	page := s.page(c, "")
-	run, err := s.db.FindRun(ctx, u.ID, runID)
+	page := s.pageFrom(c, r, "")
+	run, err := r.FindRun(ctx, u.ID, runID)
 	if err != nil {
 		return views.RunView{}, err
 	}
@@ -68,34 +77,34 @@ func (s *Server) runView(c *fiber.Ctx, runID string, parts runParts) (views.RunV
 			}
 		}
 		if run.ParentRunID != "" {
-			v.Parent, _ = s.db.FindRun(ctx, u.ID, run.ParentRunID)
+			v.Parent, _ = r.FindRun(ctx, u.ID, run.ParentRunID)
 		}
-		if v.Children, err = s.db.ListChildRuns(ctx, u.ID, run.ID); err != nil {
+		if v.Children, err = r.ListChildRuns(ctx, u.ID, run.ID); err != nil {
 			return v, err
 		}
 	}
 	if parts&partTimeline != 0 {
-		if err := s.loadTimeline(c, &v, 0); err != nil {
+		if err := s.loadTimeline(c, r, &v, 0); err != nil {
 			return v, err
 		}
 	}
 	if parts&(partWork|partModal) != 0 {
-		docs, err := s.db.ListRunDocuments(ctx, u.ID, run.ID)
+		docs, err := r.ListRunDocuments(ctx, u.ID, run.ID)
 		if err != nil {
 			return v, err
 		}
 		v.Tree = docTree(docs)
 		v.Scratchpad, v.Branch = scratchpadAndBranch(docs)
-		if v.Tasks, err = s.db.ListTasks(ctx, u.ID, run.ID); err != nil {
+		if v.Tasks, err = r.ListTasks(ctx, u.ID, run.ID); err != nil {
 			return v, err
 		}
 	}
 	if parts&partModal != 0 {
-		last, err := s.db.LastSeq(ctx, run.ID)
+		last, err := r.LastSeq(ctx, run.ID)
 		if err != nil {
 			return v, err
 		}
-		if v.Events, err = s.db.ListRunEvents(ctx, u.ID, run.ID, max(0, last-modalEvents), modalEvents); err != nil {
+		if v.Events, err = r.ListRunEvents(ctx, u.ID, run.ID, max(0, last-modalEvents), modalEvents); err != nil {
 			return v, err
 		}
 	}
@@ -106,25 +115,25 @@ func (s *Server) runView(c *fiber.Ctx, runID string, parts runParts) (views.RunV
 // when from > 0 (a live refresh keeps every row the page showed), else the
 // latest recentIterations; v.EarlierBefore says where "Show earlier"
 // continues.
-func (s *Server) loadTimeline(c *fiber.Ctx, v *views.RunView, from int) error {
+func (s *Server) loadTimeline(c *fiber.Ctx, r ReadStore, v *views.RunView, from int) error {
 	ctx := c.UserContext()
 	u := userOf(c)
 	var page *spec.IterationPage
 	var err error
 	if from > 0 {
-		page, err = s.db.PageIterations(ctx, u.ID, v.Run.ID, fmt.Sprintf("i%d", from-1), 200, false)
+		page, err = r.PageIterations(ctx, u.ID, v.Run.ID, fmt.Sprintf("i%d", from-1), 200, false)
 		if err != nil {
 			return err
 		}
 	} else {
-		page, err = s.db.PageIterations(ctx, u.ID, v.Run.ID, "", recentIterations, true)
+		page, err = r.PageIterations(ctx, u.ID, v.Run.ID, "", recentIterations, true)
 		if err != nil {
 			return err
 		}
 		slices.Reverse(page.Iterations)
 	}
 	v.Iterations = iterationViews(page)
-	if err := s.attachActions(ctx, v.Run, u.Email, v.Iterations); err != nil {
+	if err := attachActions(ctx, r, v.Run, u.Email, v.Iterations); err != nil {
 		return err
 	}
 	if len(v.Iterations) > 0 {
@@ -303,28 +312,31 @@ func (s *Server) runTimeline(c *fiber.Ctx) error {
 	if err != nil {
 		return s.pageError(c, err)
 	}
-	v, err := s.runView(c, c.Params("id"), 0)
+	var v views.RunView
+	err = s.db.ReadTx(c.UserContext(), func(r ReadStore) error {
+		if v, err = s.readRunView(c, r, c.Params("id"), 0); err != nil {
+			return err
+		}
+		if before == 0 {
+			return s.loadTimeline(c, r, &v, int(from))
+		}
+		page, err := r.PageIterations(c.UserContext(), userOf(c).ID, v.Run.ID, fmt.Sprintf("i%d", before), recentIterations, true)
+		if err != nil {
+			return err
+		}
+		slices.Reverse(page.Iterations)
+		v.Iterations = iterationViews(page)
+		return attachActions(c.UserContext(), r, v.Run, userOf(c).Email, v.Iterations)
+	})
 	if err != nil {
 		return s.pageError(c, err)
 	}
 	if before > 0 {
-		page, err := s.db.PageIterations(c.UserContext(), userOf(c).ID, v.Run.ID, fmt.Sprintf("i%d", before), recentIterations, true)
-		if err != nil {
-			return s.pageError(c, err)
-		}
-		slices.Reverse(page.Iterations)
-		v.Iterations = iterationViews(page)
-		if err := s.attachActions(c.UserContext(), v.Run, userOf(c).Email, v.Iterations); err != nil {
-			return s.pageError(c, err)
-		}
 		v.EarlierBefore = 0
 		if len(v.Iterations) > 0 && v.Iterations[0].Iteration > 1 {
 			v.EarlierBefore = v.Iterations[0].Iteration
 		}
 		return s.render(c, fiber.StatusOK, views.TimelineEarlier(v))
-	}
-	if err := s.loadTimeline(c, &v, int(from)); err != nil {
-		return s.pageError(c, err)
 	}
 	v.TimelineTail = from > 0
 	return s.render(c, fiber.StatusOK, views.TimelineRows(v))
@@ -420,22 +432,29 @@ func (s *Server) messageRun(c *fiber.Ctx) error {
 func (s *Server) documentPage(c *fiber.Ctx) error {
 	ctx := c.UserContext()
 	u := userOf(c)
-	run, err := s.db.FindRun(ctx, u.ID, c.Params("id"))
+	var d views.DocumentData
+	err := s.db.ReadTx(ctx, func(r ReadStore) error {
+		run, err := r.FindRun(ctx, u.ID, c.Params("id"))
+		if err != nil {
+			return err
+		}
+		doc, err := r.FindDocument(ctx, u.ID, c.Params("doc"))
+		if err == nil && doc.RunID != run.ID {
+			err = spec.Errorf(spec.ENOTFOUND, "Document not found.")
+		}
+		if err != nil {
+			return err
+		}
+		title := doc.Title
+		if title == "" {
+			title = doc.Path
+		}
+		d = views.DocumentData{Page: s.pageFrom(c, r, title), Run: run, Doc: doc}
+		return nil
+	})
 	if err != nil {
 		return s.pageError(c, err)
 	}
-	doc, err := s.db.FindDocument(ctx, u.ID, c.Params("doc"))
-	if err == nil && doc.RunID != run.ID {
-		err = spec.Errorf(spec.ENOTFOUND, "Document not found.")
-	}
-	if err != nil {
-		return s.pageError(c, err)
-	}
-	title := doc.Title
-	if title == "" {
-		title = doc.Path
-	}
-	return s.render(c, fiber.StatusOK, views.DocumentPage(views.DocumentData{
-		Page: s.page(c, title), Run: run, Doc: doc, HTML: renderMarkdown().HTML(doc.Content),
-	}))
+	d.HTML = renderMarkdown().HTML(d.Doc.Content)
+	return s.render(c, fiber.StatusOK, views.DocumentPage(d))
 }

@@ -21,14 +21,16 @@ func (s *Server) tokenRoutes(app *fiber.App, auth fiber.Handler) {
 
 // renderTokens renders the token page with the user's tokens.
 func (s *Server) renderTokens(c *fiber.Ctx, status int, d views.TokensData) error {
-	toks, err := s.db.ListAPITokens(c.UserContext(), userOf(c).ID)
+	flash := d.Flash
+	err := s.db.ReadTx(c.UserContext(), func(r ReadStore) error {
+		toks, err := r.ListAPITokens(c.UserContext(), userOf(c).ID)
+		d.Page, d.Tokens = s.pageFrom(c, r, "API tokens"), toks
+		return err
+	})
 	if err != nil {
 		return s.pageError(c, err)
 	}
-	flash := d.Flash
-	d.Page = s.page(c, "API tokens")
 	d.Flash = flash
-	d.Tokens = toks
 	return s.render(c, status, views.Tokens(d))
 }
 

@@ -215,13 +215,19 @@ func (s *Server) renderError(c *fiber.Ctx, status int, msg string) error {
 
 // page returns the layout data for the current request.
 func (s *Server) page(c *fiber.Ctx, title string) views.Page {
+	return s.pageFrom(c, s.db, title)
+}
+
+// pageFrom returns the layout data for the current request, read from r:
+// a page that reads in a ReadTx reads its layout in the same snapshot.
+func (s *Server) pageFrom(c *fiber.Ctx, r ReadStore, title string) views.Page {
 	p := views.Page{Title: title}
 	if u := userOf(c); u != nil {
 		p.UserEmail = u.Email
-		if n, err := s.db.CountUnread(c.UserContext(), u.ID); err == nil {
+		if n, err := r.CountUnread(c.UserContext(), u.ID); err == nil {
 			p.Unread = n
 		}
-		if id, err := s.db.LastUserEventID(c.UserContext(), u.ID); err == nil {
+		if id, err := r.LastUserEventID(c.UserContext(), u.ID); err == nil {
 			p.FeedSince = id
 		}
 	}

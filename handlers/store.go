@@ -7,6 +7,12 @@ import (
 	"homework/engine/spec"
 )
 
+// ReadStore is what a page view reads. Inside ReadTx every read sees one
+// snapshot of the database, so a page assembled from several reads shows
+// one moment: never a run's status from after its terminal event beside a
+// timeline from before it.
+type ReadStore = spec.ReadStore
+
 // Store is what the handlers read from the database directly; every state
 // change goes through the engine. *db.DB implements it, and so will the
 // PostgreSQL store. Every method that takes a user id returns only that
@@ -17,6 +23,12 @@ type Store interface {
 	Now() time.Time
 	// Ping reports whether the store answers (readiness).
 	Ping(ctx context.Context) error
+
+	// ReadStore's methods read from whichever connection is free, each
+	// statement its own moment; ReadTx runs fn with reads that all see one
+	// snapshot. A page view reads through ReadTx only.
+	ReadStore
+	ReadTx(ctx context.Context, fn func(r ReadStore) error) error
 
 	// Users, sessions and tokens. Secrets are stored hashed only.
 	CountUsers(ctx context.Context) (int, error)

@@ -35,8 +35,8 @@ func (tx *Tx) InsertRunTags(ctx context.Context, runID string, userID int64, tag
 
 // ListUserTags returns every tag on the user's runs with its run count,
 // most used first.
-func (d *DB) ListUserTags(ctx context.Context, userID int64) ([]spec.TagCount, error) {
-	rows, err := d.pool.Query(ctx, `SELECT tag, COUNT(*) FROM run_tags WHERE user_id = $1
+func (d reads) ListUserTags(ctx context.Context, userID int64) ([]spec.TagCount, error) {
+	rows, err := d.q.Query(ctx, `SELECT tag, COUNT(*) FROM run_tags WHERE user_id = $1
 		GROUP BY tag ORDER BY COUNT(*) DESC, tag LIMIT 200`, userID)
 	if err != nil {
 		return nil, err
@@ -76,7 +76,7 @@ func (d *DB) MarkRunNotificationsRead(ctx context.Context, userID int64, runID s
 
 // StatsRows returns the user's runs selected by f, oldest first, with the
 // figures the effectiveness report needs; see the SQLite store's StatsRows.
-func (d *DB) StatsRows(ctx context.Context, userID int64, f spec.StatsFilter) ([]spec.StatsRow, error) {
+func (d reads) StatsRows(ctx context.Context, userID int64, f spec.StatsFilter) ([]spec.StatsRow, error) {
 	var a args
 	where := []string{"r.user_id = " + a.add(userID)}
 	if !f.Since.IsZero() {
@@ -110,7 +110,7 @@ func (d *DB) StatsRows(ctx context.Context, userID int64, f spec.StatsFilter) ([
 	if f.Limit > 0 {
 		q += " LIMIT " + a.add(f.Limit)
 	}
-	rows, err := d.pool.Query(ctx, q, a...)
+	rows, err := d.q.Query(ctx, q, a...)
 	if err != nil {
 		return nil, fmt.Errorf("stats rows: %w", err)
 	}

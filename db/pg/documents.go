@@ -100,8 +100,8 @@ func (tx *Tx) ListRunDocuments(ctx context.Context, runID string) ([]*spec.Docum
 }
 
 // FindDocument returns the user's document. Another user's is ENOTFOUND.
-func (d *DB) FindDocument(ctx context.Context, userID int64, id string) (*spec.Document, error) {
-	doc, err := scanDocument(d.pool.QueryRow(ctx, `SELECT `+docCols+` FROM documents WHERE id = $1 AND user_id = $2`, id, userID))
+func (d reads) FindDocument(ctx context.Context, userID int64, id string) (*spec.Document, error) {
+	doc, err := scanDocument(d.q.QueryRow(ctx, `SELECT `+docCols+` FROM documents WHERE id = $1 AND user_id = $2`, id, userID))
 	return doc, notFound(err, "Document")
 }
 
@@ -113,11 +113,11 @@ func (d *DB) FindRunDocumentByPath(ctx context.Context, userID int64, runID, pat
 }
 
 // ListRunDocuments returns the documents of the user's run, ordered by path.
-func (d *DB) ListRunDocuments(ctx context.Context, userID int64, runID string) ([]*spec.Document, error) {
+func (d reads) ListRunDocuments(ctx context.Context, userID int64, runID string) ([]*spec.Document, error) {
 	if err := d.checkRunOwner(ctx, userID, runID); err != nil {
 		return nil, err
 	}
-	rows, err := d.pool.Query(ctx, `SELECT `+docCols+` FROM documents WHERE run_id = $1 ORDER BY path`, runID)
+	rows, err := d.q.Query(ctx, `SELECT `+docCols+` FROM documents WHERE run_id = $1 ORDER BY path`, runID)
 	if err != nil {
 		return nil, err
 	}

@@ -274,14 +274,14 @@ func scanEvents(rows pgx.Rows) ([]*spec.Event, error) {
 
 // ListRunEvents returns up to limit events of the user's run with seq >
 // afterSeq, in seq order. Another user's run is ENOTFOUND.
-func (d *DB) ListRunEvents(ctx context.Context, userID int64, runID string, afterSeq int64, limit int) ([]*spec.Event, error) {
+func (d reads) ListRunEvents(ctx context.Context, userID int64, runID string, afterSeq int64, limit int) ([]*spec.Event, error) {
 	if err := d.checkRunOwner(ctx, userID, runID); err != nil {
 		return nil, err
 	}
 	if limit <= 0 {
 		limit = 1000
 	}
-	rows, err := d.pool.Query(ctx, `SELECT `+eventCols+` FROM events WHERE run_id = $1 AND seq > $2 ORDER BY seq LIMIT $3`,
+	rows, err := d.q.Query(ctx, `SELECT `+eventCols+` FROM events WHERE run_id = $1 AND seq > $2 ORDER BY seq LIMIT $3`,
 		runID, afterSeq, limit)
 	if err != nil {
 		return nil, err
@@ -317,9 +317,9 @@ func (d *DB) ListUserEvents(ctx context.Context, userID, afterID int64, limit in
 }
 
 // LastSeq returns the highest seq of the run's events (0 when none).
-func (d *DB) LastSeq(ctx context.Context, runID string) (int64, error) {
+func (d reads) LastSeq(ctx context.Context, runID string) (int64, error) {
 	var n *int64
-	err := d.pool.QueryRow(ctx, `SELECT MAX(seq) FROM events WHERE run_id = $1`, runID).Scan(&n)
+	err := d.q.QueryRow(ctx, `SELECT MAX(seq) FROM events WHERE run_id = $1`, runID).Scan(&n)
 	if n == nil {
 		return 0, err
 	}
@@ -327,8 +327,8 @@ func (d *DB) LastSeq(ctx context.Context, runID string) (int64, error) {
 }
 
 // LastUserEventID returns the id of the newest event of the user's runs, or 0.
-func (d *DB) LastUserEventID(ctx context.Context, userID int64) (int64, error) {
+func (d reads) LastUserEventID(ctx context.Context, userID int64) (int64, error) {
 	var id int64
-	err := d.pool.QueryRow(ctx, `SELECT COALESCE(MAX(id), 0) FROM events WHERE user_id = $1`, userID).Scan(&id)
+	err := d.q.QueryRow(ctx, `SELECT COALESCE(MAX(id), 0) FROM events WHERE user_id = $1`, userID).Scan(&id)
 	return id, err
 }

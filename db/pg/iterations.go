@@ -167,11 +167,11 @@ func scanIterations(rows pgx.Rows) ([]*spec.Iteration, error) {
 }
 
 // ListIterations returns the user's run's iterations in order.
-func (d *DB) ListIterations(ctx context.Context, userID int64, runID string) ([]*spec.Iteration, error) {
+func (d reads) ListIterations(ctx context.Context, userID int64, runID string) ([]*spec.Iteration, error) {
 	if err := d.checkRunOwner(ctx, userID, runID); err != nil {
 		return nil, err
 	}
-	rows, err := d.pool.Query(ctx, `SELECT `+iterCols+` FROM iterations WHERE run_id = $1 ORDER BY iteration`, runID)
+	rows, err := d.q.Query(ctx, `SELECT `+iterCols+` FROM iterations WHERE run_id = $1 ORDER BY iteration`, runID)
 	if err != nil {
 		return nil, err
 	}

@@ -72,6 +72,7 @@ type Options struct {
 // DB is the PostgreSQL store.
 type DB struct {
 	pool     *pgxpool.Pool
+	reads    // the read methods, on the pool
 	now      func() time.Time
 	listener *listener
 }
@@ -96,7 +97,7 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pg: connect: %w", err)
 	}
-	d := &DB{pool: pool, now: opts.Now}
+	d := &DB{pool: pool, reads: reads{q: pool, pool: pool}, now: opts.Now}
 	if err := d.migrate(ctx); err != nil {
 		pool.Close()
 		return nil, err

@@ -187,8 +187,8 @@ func (tx *Tx) FindRun(ctx context.Context, id string) (*spec.Run, error) {
 }
 
 // FindRun returns the user's run. Another user's run is ENOTFOUND.
-func (d *DB) FindRun(ctx context.Context, userID int64, id string) (*spec.Run, error) {
-	r, err := scanRun(d.pool.QueryRow(ctx, `SELECT `+runCols+` FROM runs WHERE id = $1 AND user_id = $2`, id, userID))
+func (d reads) FindRun(ctx context.Context, userID int64, id string) (*spec.Run, error) {
+	r, err := scanRun(d.q.QueryRow(ctx, `SELECT `+runCols+` FROM runs WHERE id = $1 AND user_id = $2`, id, userID))
 	return r, notFound(err, "Run")
 }
 
@@ -198,9 +198,9 @@ func (d *DB) FindRunByID(ctx context.Context, id string) (*spec.Run, error) {
 	return r, notFound(err, "Run")
 }
 
-func (d *DB) checkRunOwner(ctx context.Context, userID int64, runID string) error {
+func (d reads) checkRunOwner(ctx context.Context, userID int64, runID string) error {
 	var n int
-	err := d.pool.QueryRow(ctx, `SELECT 1 FROM runs WHERE id = $1 AND user_id = $2`, runID, userID).Scan(&n)
+	err := d.q.QueryRow(ctx, `SELECT 1 FROM runs WHERE id = $1 AND user_id = $2`, runID, userID).Scan(&n)
 	return notFound(err, "Run")
 }
 
@@ -215,7 +215,7 @@ func (a *args) add(v any) string {
 // ListRuns returns the user's runs matching f, one page at a time, in
 // f.Sort's order (ties broken by id) with keyset paging. A bad cursor or
 // sort is EINVALID on its field.
-func (d *DB) ListRuns(ctx context.Context, userID int64, f spec.RunFilter) (*spec.RunPage, error) {
+func (d reads) ListRuns(ctx context.Context, userID int64, f spec.RunFilter) (*spec.RunPage, error) {
 	if f.Limit <= 0 {
 		f.Limit = 50
 	}
@@ -279,7 +279,7 @@ func (d *DB) ListRuns(ctx context.Context, userID int64, f spec.RunFilter) (*spe
 		c := a.add(key)
 		where = append(where, "("+col+" "+op+" "+c+" OR ("+col+" = "+c+" AND id "+op+" "+a.add(id)+"))")
 	}
-	rows, err := d.pool.Query(ctx, `SELECT `+runCols+`, cost_usd FROM runs WHERE `+strings.Join(where, " AND ")+
+	rows, err := d.q.Query(ctx, `SELECT `+runCols+`, cost_usd FROM runs WHERE `+strings.Join(where, " AND ")+
 		` ORDER BY `+col+` `+dir+`, id `+dir+` LIMIT `+a.add(f.Limit+1), a...)
 	if err != nil {
 		return nil, err
@@ -321,7 +321,7 @@ func (w withCost) Scan(dest ...any) error { return w.Row.Scan(append(dest, w.cos
 
 // ListReports returns the user's runs that have a report, most recently
 // finished first, one page at a time. The cursor is opaque.
-func (d *DB) ListReports(ctx context.Context, userID int64, cursor string, limit int) (*spec.RunPage, error) {
+func (d reads) ListReports(ctx context.Context, userID int64, cursor string, limit int) (*spec.RunPage, error) {
 	if limit <= 0 || limit > 200 {
 		limit = 50
 	}
@@ -337,7 +337,7 @@ func (d *DB) ListReports(ctx context.Context, userID int64, cursor string, limit
 		where = append(where, "(COALESCE(completed_at, updated_at) < "+c+" OR (COALESCE(completed_at, updated_at) = "+c+
 			" AND id < "+a.add(id)+"))")
 	}
-	rows, err := d.pool.Query(ctx, `SELECT `+runCols+` FROM runs WHERE `+strings.Join(where, " AND ")+
+	rows, err := d.q.Query(ctx, `SELECT `+runCols+` FROM runs WHERE `+strings.Join(where, " AND ")+
 		` ORDER BY COALESCE(completed_at, updated_at) DESC, id DESC LIMIT `+a.add(limit+1), a...)
 	if err != nil {
 		return nil, err
@@ -360,8 +360,8 @@ func (d *DB) ListReports(ctx context.Context, userID int64, cursor string, limit
 }
 
 // ListChildRuns returns the user's follow-up runs of parentID, oldest first.
-func (d *DB) ListChildRuns(ctx context.Context, userID int64, parentID string) ([]*spec.Run, error) {
-	rows, err := d.pool.Query(ctx, `SELECT `+runCols+` FROM runs WHERE user_id = $1 AND parent_run_id = $2
+func (d reads) ListChildRuns(ctx context.Context, userID int64, parentID string) ([]*spec.Run, error) {
+	rows, err := d.q.Query(ctx, `SELECT `+runCols+` FROM runs WHERE user_id = $1 AND parent_run_id = $2
 		ORDER BY created_at, id LIMIT 50`, userID, parentID)
 	if err != nil {
 		return nil, err
@@ -370,7 +370,7 @@ func (d *DB) ListChildRuns(ctx context.Context, userID int64, parentID string) (
 }
 
 // CountRunsByStatus returns the user's run count per status.
-func (d *DB) CountRunsByStatus(ctx context.Context, userID int64) (map[string]int, error) {
+func (d reads) CountRunsByStatus(ctx context.Context, userID int64) (map[string]int, error) {
 	return d.countByStatus(ctx, `SELECT status, COUNT(*) FROM runs WHERE user_id = $1 GROUP BY status`, userID)
 }
 
@@ -379,8 +379,8 @@ func (d *DB) CountAllRunsByStatus(ctx context.Context) (map[string]int, error) {
 	return d.countByStatus(ctx, `SELECT status, COUNT(*) FROM runs GROUP BY status`)
 }
 
-func (d *DB) countByStatus(ctx context.Context, query string, a ...any) (map[string]int, error) {
-	rows, err := d.pool.Query(ctx, query, a...)
+func (d reads) countByStatus(ctx context.Context, query string, a ...any) (map[string]int, error) {
+	rows, err := d.q.Query(ctx, query, a...)
 	if err != nil {
 		return nil, err
 	}

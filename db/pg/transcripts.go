@@ -59,10 +59,13 @@ func (tx *Tx) AppendTranscript(ctx context.Context, runID string, iteration int,
 	return kept, info, nil
 }
 
-// readTx runs fn in one read-only, repeatable-read transaction: a page
-// reads one snapshot.
-func (d *DB) readTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
-	tx, err := d.pool.BeginTx(ctx, pgx.TxOptions{AccessMode: pgx.ReadOnly, IsoLevel: pgx.RepeatableRead})
+// readTx runs fn in one read-only, repeatable-read transaction, or in the
+// ReadTx it is already part of: a multi-statement read sees one snapshot.
+func (d reads) readTx(ctx context.Context, fn func(q querier) error) error {
+	if d.pool == nil {
+		return fn(d.q)
+	}
+	tx, err := d.pool.BeginTx(ctx, readTxOptions)
 	if err != nil {
 		return err
 	}
@@ -73,9 +76,9 @@ func (d *DB) readTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
 	return tx.Commit(ctx)
 }
 
-func ownsRun(ctx context.Context, tx pgx.Tx, userID int64, runID string) error {
+func ownsRun(ctx context.Context, q querier, userID int64, runID string) error {
 	var one int
-	err := tx.QueryRow(ctx, `SELECT 1 FROM runs WHERE id = $1 AND user_id = $2`, runID, userID).Scan(&one)
+	err := q.QueryRow(ctx, `SELECT 1 FROM runs WHERE id = $1 AND user_id = $2`, runID, userID).Scan(&one)
 	return notFound(err, "Run")
 }
 
@@ -83,9 +86,9 @@ func ownsRun(ctx context.Context, tx pgx.Tx, userID int64, runID string) error {
 // afterSeq, at most limit of them (all when limit <= 0), read in one
 // transaction. A run of another user is ENOTFOUND; an iteration without a
 // transcript has an empty one.
-func (d *DB) FindTranscript(ctx context.Context, userID int64, runID string, iteration int, afterSeq int64, limit int) (*spec.Transcript, error) {
+func (d reads) FindTranscript(ctx context.Context, userID int64, runID string, iteration int, afterSeq int64, limit int) (*spec.Transcript, error) {
 	t := &spec.Transcript{Info: spec.TranscriptInfo{RunID: runID, Iteration: iteration}}
-	err := d.readTx(ctx, func(tx pgx.Tx) error {
+	err := d.readTx(ctx, func(tx querier) error {
 		if err := ownsRun(ctx, tx, userID, runID); err != nil {
 			return err
 		}
@@ -136,7 +139,7 @@ func (d *DB) FindTranscript(ctx context.Context, userID int64, runID string, ite
 // first, or newest first when desc is set, read in one transaction, with
 // their transcript info. A run of another user is ENOTFOUND; a bad cursor is
 // EINVALID on field cursor.
-func (d *DB) PageIterations(ctx context.Context, userID int64, runID, cursor string, limit int, desc bool) (*spec.IterationPage, error) {
+func (d reads) PageIterations(ctx context.Context, userID int64, runID, cursor string, limit int, desc bool) (*spec.IterationPage, error) {
 	if limit <= 0 || limit > 200 {
 		limit = 50
 	}
@@ -152,7 +155,7 @@ func (d *DB) PageIterations(ctx context.Context, userID int64, runID, cursor str
 		after = n
 	}
 	page := &spec.IterationPage{}
-	err := d.readTx(ctx, func(tx pgx.Tx) error {
+	err := d.readTx(ctx, func(tx querier) error {
 		if err := ownsRun(ctx, tx, userID, runID); err != nil {
 			return err
 		}
@@ -232,8 +235,8 @@ func (d *DB) SearchTranscripts(ctx context.Context, userID int64, runID, q strin
 // ListRunActions returns the run's action events (spec.ActionEventTypes)
 // created at or after since, in order, at most 2,000. The caller must have
 // checked ownership.
-func (d *DB) ListRunActions(ctx context.Context, runID string, since time.Time) ([]*spec.Event, error) {
-	rows, err := d.pool.Query(ctx, `SELECT `+eventCols+` FROM events WHERE run_id = $1 AND type = ANY($2)
+func (d reads) ListRunActions(ctx context.Context, runID string, since time.Time) ([]*spec.Event, error) {
+	rows, err := d.q.Query(ctx, `SELECT `+eventCols+` FROM events WHERE run_id = $1 AND type = ANY($2)
 		AND created_at >= $3 ORDER BY seq LIMIT 2000`, runID, spec.ActionEventTypes, since.UnixMilli())
 	if err != nil {
 		return nil, err

@@ -107,8 +107,8 @@ func (d *DB) CreateAPIToken(ctx context.Context, userID int64, name string) (str
 }
 
 // ListAPITokens returns the user's tokens (never their secrets), newest first.
-func (d *DB) ListAPITokens(ctx context.Context, userID int64) ([]*spec.APIToken, error) {
-	rows, err := d.pool.Query(ctx, `SELECT id, user_id, name, created_at, last_used_at, revoked_at
+func (d reads) ListAPITokens(ctx context.Context, userID int64) ([]*spec.APIToken, error) {
+	rows, err := d.q.Query(ctx, `SELECT id, user_id, name, created_at, last_used_at, revoked_at
 		FROM api_tokens WHERE user_id = $1 ORDER BY id DESC`, userID)
 	if err != nil {
 		return nil, err

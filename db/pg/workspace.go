@@ -123,11 +123,11 @@ func (tx *Tx) ListTasks(ctx context.Context, runID string) ([]*spec.Task, error)
 }
 
 // ListTasks returns the user's run's checklist in order.
-func (d *DB) ListTasks(ctx context.Context, userID int64, runID string) ([]*spec.Task, error) {
+func (d reads) ListTasks(ctx context.Context, userID int64, runID string) ([]*spec.Task, error) {
 	if err := d.checkRunOwner(ctx, userID, runID); err != nil {
 		return nil, err
 	}
-	rows, err := d.pool.Query(ctx, `SELECT `+taskCols+` FROM tasks WHERE run_id = $1 ORDER BY position`, runID)
+	rows, err := d.q.Query(ctx, `SELECT `+taskCols+` FROM tasks WHERE run_id = $1 ORDER BY position`, runID)
 	if err != nil {
 		return nil, err
 	}
@@ -148,14 +148,14 @@ func (tx *Tx) InsertNotification(ctx context.Context, n *spec.Notification) erro
 
 // ListNotifications returns up to limit of the user's notifications newest
 // first, with id < beforeID when beforeID > 0.
-func (d *DB) ListNotifications(ctx context.Context, userID int64, beforeID int64, limit int) ([]*spec.Notification, error) {
+func (d reads) ListNotifications(ctx context.Context, userID int64, beforeID int64, limit int) ([]*spec.Notification, error) {
 	if limit <= 0 || limit > 200 {
 		limit = 50
 	}
 	if beforeID <= 0 {
 		beforeID = 1<<63 - 1
 	}
-	rows, err := d.pool.Query(ctx, `SELECT id, user_id, run_id, kind, title, message, action_url, data, read_at, created_at
+	rows, err := d.q.Query(ctx, `SELECT id, user_id, run_id, kind, title, message, action_url, data, read_at, created_at
 		FROM notifications WHERE user_id = $1 AND id < $2 ORDER BY id DESC LIMIT $3`, userID, beforeID, limit)
 	if err != nil {
 		return nil, err
@@ -178,9 +178,9 @@ func (d *DB) ListNotifications(ctx context.Context, userID int64, beforeID int64
 }
 
 // CountUnread returns how many of the user's notifications are unread.
-func (d *DB) CountUnread(ctx context.Context, userID int64) (int, error) {
+func (d reads) CountUnread(ctx context.Context, userID int64) (int, error) {
 	var n int
-	err := d.pool.QueryRow(ctx, `SELECT COUNT(*) FROM notifications WHERE user_id = $1 AND read_at IS NULL`, userID).Scan(&n)
+	err := d.q.QueryRow(ctx, `SELECT COUNT(*) FROM notifications WHERE user_id = $1 AND read_at IS NULL`, userID).Scan(&n)
 	return n, err
 }
 

@@ -31,6 +31,8 @@ type LaterStore[T LaterTx] interface {
 	SearchTranscripts(ctx context.Context, userID int64, runID, q string, limit int) ([]*spec.TranscriptLine, error)
 	MarkRunNotificationsRead(ctx context.Context, userID int64, runID string) (int, error)
 	RenewAttemptLease(ctx context.Context, runID, owner string, iteration, attempt int, until time.Time) (bool, error)
+	// ReadTx runs a function with reads that all see one snapshot.
+	spec.ReadTxer
 }
 
 // RunLater runs the suite's later parts against a store that has them.
@@ -41,6 +43,7 @@ func RunLater[T LaterTx](t *testing.T, open func(t *testing.T) LaterStore[T]) {
 	t.Run("transcripts keep their lines under the cap and page with their iterations", s.transcripts)
 	t.Run("a run's notifications resolve and are read", s.notificationsResolve)
 	t.Run("only the current attempt renews its lease", s.attemptLease)
+	t.Run("a read transaction sees one snapshot, whatever is committed meanwhile", s.readSnapshot)
 }
 
 type laterSuite[T LaterTx] struct {
@@ -264,5 +267,158 @@ func (s laterSuite[T]) attemptLease(t *testing.T) {
 		if ok, err := ls.RenewAttemptLease(f.ctx, r.ID, c.owner, c.iteration, c.attempt, until); err != nil || ok {
 			t.Errorf("renewal by %+v = %v, %v; want refused", c, ok, err)
 		}
+	}
+}
+
+// readSnapshot commits a change to a run (its status, a new iteration with
+// a transcript, an event, a task, a document) after a read transaction's
+// first read, and checks that every later read of the transaction still
+// sees the run as it was, while reads outside it see the change.
+func (s laterSuite[T]) readSnapshot(t *testing.T) {
+	f, ls := s.fixture(t)
+	u := f.user("snap@example.com")
+	r := f.run(u.ID, "snap")
+	f.tx(func(tx T) error {
+		if _, err := tx.AppendEvent(f.ctx, r.ID, "run_created", nil); err != nil {
+			return err
+		}
+		return tx.UpsertIteration(f.ctx, &spec.Iteration{RunID: r.ID, Iteration: 1, Attempt: 1, Status: spec.IterSucceeded,
+			StartedAt: tx.Now(), EndedAt: tx.Now()})
+	})
+	change := func() {
+		f.tx(func(tx T) error {
+			cur, err := tx.FindRun(f.ctx, r.ID)
+			if err != nil {
+				return err
+			}
+			cur.Status = spec.StatusRunning
+			if err := tx.UpdateRun(f.ctx, cur); err != nil {
+				return err
+			}
+			if err := tx.UpsertIteration(f.ctx, &spec.Iteration{RunID: r.ID, Iteration: 2, Attempt: 1, Status: spec.IterRunning,
+				StartedAt: tx.Now()}); err != nil {
+				return err
+			}
+			if _, _, err := tx.AppendTranscript(f.ctx, r.ID, 2, 1<<20, []*spec.TranscriptLine{{Kind: spec.TranscriptOutput, Text: "new"}}, 0); err != nil {
+				return err
+			}
+			if _, err := tx.AppendEvent(f.ctx, r.ID, "iteration_started", map[string]int{"iteration": 2}); err != nil {
+				return err
+			}
+			if err := tx.InsertTask(f.ctx, &spec.Task{ID: "snap-task", RunID: r.ID, Title: "new task", Status: "todo"}); err != nil {
+				return err
+			}
+			_, err = tx.PutDocument(f.ctx, &spec.Document{ID: "snap-doc", RunID: r.ID, UserID: u.ID, Path: "new.md", Kind: spec.DocNote, Content: "new"})
+			return err
+		})
+	}
+	type view struct {
+		status                string
+		iterations, pageItems int
+		transcriptLines       int
+		events                int
+		lastSeq, lastUserID   int64
+		queued, running       int
+		listed                string
+		docs, tasks           int
+	}
+	read := func(rs spec.ReadStore, between func()) (view, error) {
+		var v view
+		run, err := rs.FindRun(f.ctx, u.ID, r.ID)
+		if err != nil {
+			return v, err
+		}
+		v.status = run.Status
+		if between != nil {
+			between()
+		}
+		its, err := rs.ListIterations(f.ctx, u.ID, r.ID)
+		if err != nil {
+			return v, err
+		}
+		v.iterations = len(its)
+		page, err := rs.PageIterations(f.ctx, u.ID, r.ID, "", 10, true)
+		if err != nil {
+			return v, err
+		}
+		v.pageItems = len(page.Iterations)
+		tr, err := rs.FindTranscript(f.ctx, u.ID, r.ID, 2, 0, 0)
+		if err != nil {
+			return v, err
+		}
+		v.transcriptLines = len(tr.Lines)
+		evs, err := rs.ListRunEvents(f.ctx, u.ID, r.ID, 0, 0)
+		if err != nil {
+			return v, err
+		}
+		v.events = len(evs)
+		if v.lastSeq, err = rs.LastSeq(f.ctx, r.ID); err != nil {
+			return v, err
+		}
+		if v.lastUserID, err = rs.LastUserEventID(f.ctx, u.ID); err != nil {
+			return v, err
+		}
+		counts, err := rs.CountRunsByStatus(f.ctx, u.ID)
+		if err != nil {
+			return v, err
+		}
+		v.queued, v.running = counts[spec.StatusQueued], counts[spec.StatusRunning]
+		list, err := rs.ListRuns(f.ctx, u.ID, spec.RunFilter{})
+		if err != nil {
+			return v, err
+		}
+		for _, lr := range list.Runs {
+			v.listed += lr.ID + ":" + lr.Status
+		}
+		docs, err := rs.ListRunDocuments(f.ctx, u.ID, r.ID)
+		if err != nil {
+			return v, err
+		}
+		v.docs = len(docs)
+		tasks, err := rs.ListTasks(f.ctx, u.ID, r.ID)
+		if err != nil {
+			return v, err
+		}
+		v.tasks = len(tasks)
+		return v, nil
+	}
+
+	var inTx view
+	committed := false
+	err := ls.ReadTx(f.ctx, func(rs spec.ReadStore) error {
+		var err error
+		inTx, err = read(rs, func() {
+			change()
+			// The change is committed: a read outside the transaction sees it.
+			now, err := ls.FindRun(f.ctx, u.ID, r.ID)
+			committed = err == nil && now.Status == spec.StatusRunning
+		})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !committed {
+		t.Fatal("the change committed during the read transaction is not visible outside it")
+	}
+	want := view{status: spec.StatusQueued, iterations: 1, pageItems: 1, events: 1, lastSeq: 1, queued: 1, listed: "snap:queued"}
+	want.lastUserID = inTx.lastUserID // an id; checked against the later read below
+	if inTx != want {
+		t.Errorf("reads in the transaction after the commit saw %+v, want the state before it %+v", inTx, want)
+	}
+	var after view
+	if err := ls.ReadTx(f.ctx, func(rs spec.ReadStore) error {
+		after, err = read(rs, nil)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if after.status != spec.StatusRunning || after.iterations != 2 || after.pageItems != 2 || after.transcriptLines != 1 || after.events != 2 ||
+		after.lastSeq != 2 || after.lastUserID <= inTx.lastUserID || after.running != 1 || after.listed != "snap:running" || after.docs != 1 || after.tasks != 1 {
+		t.Errorf("a later read transaction saw %+v, want the change", after)
+	}
+	boom := fmt.Errorf("boom")
+	if err := ls.ReadTx(f.ctx, func(spec.ReadStore) error { return boom }); err != boom {
+		t.Errorf("ReadTx returned %v, want fn's error", err)
 	}
 }

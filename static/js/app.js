@@ -51,21 +51,23 @@
     if (!ev || !ev.type) return;
     document.dispatchEvent(new CustomEvent("hw:event", { detail: ev }));
   }
-  // The dashboard feed is shared by every tab of the site: one tab (the
-  // holder of a Web Lock) holds the EventSource and passes each event to
-  // the others over a BroadcastChannel, so six open run pages hold one
-  // stream between them, not six (browsers allow six connections per host
-  // on HTTP/1.1). When that tab goes, another takes the lock and opens the
-  // stream from the last event it saw. The feed's ids are global event ids,
-  // so duplicates are dropped by id. Without those APIs each tab holds its
-  // own stream.
+  // The dashboard feed is shared by every tab of the site: one tab, the
+  // leader, holds the EventSource and passes each event to the others over
+  // a BroadcastChannel, so six open run pages hold one stream between them,
+  // not six (browsers allow six connections per host on HTTP/1.1). When the
+  // leader goes, another tab takes over and opens the stream from the last
+  // event it saw. The feed's ids are global event ids, so duplicates are
+  // dropped by id. The leader is the holder of a Web Lock where the browser
+  // has Web Locks (https and localhost only); on plain http it is elected
+  // over the channel itself (electLeader). Without BroadcastChannel each
+  // tab holds its own stream. The tab's role is kept in <html data-feed>.
   function sharedSource(url) {
     var shim = new EventTarget();
     var m = /[?&]since_id=(\d+)/.exec(url);
     var last = m ? parseInt(m[1], 10) : 0;
     var base = url.replace(/[?&]since_id=\d+/, "");
     var ch = new BroadcastChannel("homework-feed");
-    var es = null, closed = false, release = null;
+    var es = null, closed = false, release = null, onControl = null, onClose = null;
     shim.readyState = 1;
     function deliver(type, data, id) {
       var n = parseInt(id, 10);
@@ -75,47 +77,169 @@
     }
     ch.onmessage = function (e) {
       var msg = e.data;
-      if (msg && msg.type) deliver(msg.type, msg.data, msg.id);
+      if (msg && msg.hw) { if (onControl) onControl(msg); return; }
+      if (msg && msg.type) {
+        if (onControl) onControl({ hw: "event" });
+        deliver(msg.type, msg.data, msg.id);
+      }
     };
-    function lead() {
-      return new Promise(function (resolve) {
-        release = resolve;
-        if (closed) return resolve();
-        var open = function () {
-          es = new EventSource(base + (base.indexOf("?") < 0 ? "?" : "&") + "since_id=" + last, { withCredentials: true });
-          eventTypes.forEach(function (t) {
-            es.addEventListener(t, function (e) {
-              ch.postMessage({ type: t, data: e.data, id: e.lastEventId });
-              deliver(t, e.data, e.lastEventId);
-            });
-          });
-          es.onerror = function () {
-            // A stream the server ended (or refused) is reopened from the
-            // last event seen; the browser retries the others itself.
-            if (es.readyState === 2 && !closed) setTimeout(open, 2000);
-          };
-        };
-        open();
+    function openStream() {
+      if (closed || es) return;
+      var mine = new EventSource(base + (base.indexOf("?") < 0 ? "?" : "&") + "since_id=" + last, { withCredentials: true });
+      es = mine;
+      eventTypes.forEach(function (t) {
+        mine.addEventListener(t, function (e) {
+          if (es !== mine) return;
+          ch.postMessage({ type: t, data: e.data, id: e.lastEventId });
+          deliver(t, e.data, e.lastEventId);
+        });
       });
+      mine.onerror = function () {
+        // A stream the server ended (or refused) is reopened from the
+        // last event seen; the browser retries the others itself.
+        if (mine.readyState === 2 && es === mine && !closed) {
+          setTimeout(function () { if (es === mine) { es = null; openStream(); } }, 2000);
+        }
+      };
     }
-    navigator.locks.request("homework-feed", { ifAvailable: true }, function (lock) {
-      if (lock) return lead();
-      // Another tab holds the stream. Events it passed on before this tab
-      // listened are not replayed: fetch the live parts once, then wait to
-      // take over the stream if that tab goes.
-      document.dispatchEvent(new CustomEvent("hw:reconnect"));
-      navigator.locks.request("homework-feed", lead);
-    });
+    function closeStream() {
+      if (es) es.close();
+      es = null;
+    }
+    function role(r) { document.documentElement.setAttribute("data-feed", r); }
+    if (navigator.locks) {
+      var lead = function () {
+        return new Promise(function (resolve) {
+          release = resolve;
+          if (closed) return resolve();
+          role("leader");
+          openStream();
+        });
+      };
+      navigator.locks.request("homework-feed", { ifAvailable: true }, function (lock) {
+        if (lock) return lead();
+        // Another tab holds the stream. Events it passed on before this tab
+        // listened are not replayed: fetch the live parts once, then wait to
+        // take over the stream if that tab goes.
+        role("follower");
+        document.dispatchEvent(new CustomEvent("hw:reconnect"));
+        navigator.locks.request("homework-feed", lead);
+      });
+    } else {
+      electLeader(ch, role, openStream, closeStream, function (c, cl) { onControl = c; onClose = cl; });
+    }
     shim.close = function () {
       closed = true;
       shim.readyState = 2;
+      if (onClose) onClose();
       ch.close();
-      if (es) es.close();
+      closeStream();
       if (release) release();
     };
     return shim;
   }
-  var canShare = typeof BroadcastChannel === "function" && navigator.locks && typeof EventTarget === "function";
+  // electLeader elects the feed's leader over the channel, for browsers
+  // without Web Locks. The leader says so ("hb") every second from its
+  // timer, and at once to a tab that asks or claims while its timer runs.
+  // A tab that has heard no leader for a lease claims the lead, and of the
+  // tabs that claim within a short window the one with the smallest id
+  // takes it. A leader that closes says "bye" and the others claim at once;
+  // one that froze (its timer stopped) is replaced after the lease, and
+  // steps down, closing its stream, as soon as it hears the newer leader.
+  // Two leaders that hear each other keep the newer term, so there is one
+  // stream again within a heartbeat.
+  function electLeader(ch, role, openStream, closeStream, hooks) {
+    var HEARTBEAT = 1000, LEASE = 5000, FIRST = 1500, WINDOW = 300;
+    var me = Math.random().toString(36).slice(2) + "." + Date.now().toString(36);
+    var term = 0;       // > 0 while this tab leads: when it took the lead
+    var sent = 0;       // when this tab, leading, last said so
+    var ticked = Date.now(); // when this tab's timer last ran
+    var heard = 0;      // when a leader last spoke
+    var claims = null;  // the tabs claiming with this one, while it claims
+    var followed = false;
+    var started = Date.now();
+    function send(kind) {
+      if (kind === "hb") sent = Date.now();
+      ch.postMessage({ hw: kind, tab: me, term: term });
+    }
+    function newer(t1, id1, t2, id2) { return t1 > t2 || (t1 === t2 && id1 > id2); }
+    function follow() {
+      heard = Date.now();
+      if (!followed) {
+        // Events the leader passed on before this tab listened are not
+        // replayed: fetch the live parts once.
+        followed = true;
+        role("follower");
+        document.dispatchEvent(new CustomEvent("hw:reconnect"));
+      }
+    }
+    function resign() {
+      term = 0;
+      closeStream();
+      followed = false;
+      follow();
+    }
+    // claim claims the lead; why (start, bye, lease) is kept in
+    // <html data-feed-by> when the claim wins.
+    function claim(why) {
+      claims = [me];
+      send("claim");
+      setTimeout(function () {
+        var c = claims;
+        claims = null;
+        if (!c || term) return; // a leader spoke up meanwhile
+        c.sort();
+        if (c[0] !== me) { heard = Date.now(); return; } // wait for the winner
+        term = Date.now();
+        followed = false;
+        document.documentElement.setAttribute("data-feed-by", why);
+        role("leader");
+        send("hb");
+        openStream();
+      }, WINDOW);
+    }
+    // A leader answers a claim only while its own timer runs: a frozen tab
+    // (its timers stopped, as the browser does to some background tabs)
+    // may still be handed messages, but it no longer passes events on.
+    function alive() { return Date.now() - ticked < LEASE; }
+    function tick() {
+      var now = Date.now();
+      ticked = now;
+      if (term) {
+        if (now - sent >= HEARTBEAT) send("hb");
+        return;
+      }
+      if (claims) return;
+      if (heard ? now - heard >= LEASE : now - started >= FIRST) claim(heard ? "lease" : "start");
+    }
+    hooks(function (msg) {
+      switch (msg.hw) {
+        case "event": // the leader passing an event on is alive
+          if (!term) { follow(); claims = null; }
+          break;
+        case "hb":
+          if (!term) { follow(); claims = null; }
+          else if (newer(msg.term, msg.tab, term, me)) resign();
+          else if (alive()) send("hb");
+          break;
+        case "ask":
+        case "claim":
+          if (term) { if (alive()) send("hb"); }
+          else if (claims && msg.hw === "claim") claims.push(msg.tab);
+          break;
+        case "bye": // the leader closed: claim at once
+          if (!term && !claims) { heard = 0; claim("bye"); }
+          break;
+      }
+    }, function () {
+      clearInterval(timer);
+      if (term) { term = 0; send("bye"); }
+    });
+    role("electing");
+    var timer = setInterval(tick, HEARTBEAT / 4);
+    send("ask");
+  }
+  var canShare = typeof BroadcastChannel === "function" && typeof EventTarget === "function";
   if (window.htmx) {
     htmx.createEventSource = function (url) {
       sources = sources.filter(function (s) { return s.readyState !== 2; });
