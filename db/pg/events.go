@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -100,11 +101,82 @@ type notice struct {
 	IDs    []int64     `json:"ids,omitempty"`
 }
 
-// notifyEvents announces the transaction's events; NOTIFY is delivered at
-// commit, in commit order, and not at all on rollback.
+// feedLock is the first key of the per-user advisory lock under which a
+// committing transaction numbers its events for the user feed.
+const feedLock = 0x46656564 // "Feed"
+
+// renumberSQL gives a transaction's events, listed in append order in $1,
+// fresh ids from the sequence in that same order; it returns them by
+// position. The ids are drawn in a materialised CTE and matched by rank, so
+// the order does not depend on how the planner evaluates nextval.
+const renumberSQL = `WITH n AS MATERIALIZED (SELECT nextval(pg_get_serial_sequence('events', 'id')) AS new
+		FROM generate_series(1, cardinality($1::bigint[]))),
+	s AS (SELECT new, row_number() OVER (ORDER BY new) AS ord FROM n),
+	o AS (SELECT old, ord FROM unnest($1::bigint[]) WITH ORDINALITY AS u(old, ord))
+	UPDATE events SET id = s.new FROM o JOIN s USING (ord) WHERE events.id = o.old RETURNING o.ord, events.id`
+
+// numberEvents makes the user feed's order the commit order, just before
+// commit. An event's id is drawn from a sequence when it is appended, so
+// two transactions of one user could commit out of id order, and a feed
+// reader that had already passed the later id would never see the earlier
+// one. So the transaction takes a transaction-scoped advisory lock per user
+// of its events (in user order, so two holders never wait on each other),
+// and only then gives its events new ids, in append order. The lock is held
+// until the commit is visible (PostgreSQL releases locks after that), so of
+// two transactions of one user the one that numbers second draws larger ids
+// and becomes visible later: whenever a reader sees a user's event, it sees
+// every event of that user with a smaller id that will ever commit. The
+// holder of the lock runs only this statement and the commit, so the lock
+// is short and cannot close a cycle with the row locks other transactions
+// wait on. NOTIFY follows commit order too, so live events reach the bus in
+// id order per user.
+func (tx *Tx) numberEvents(ctx context.Context) error {
+	users := make([]int64, 0, 1)
+	old := make([]int64, len(tx.events))
+	for i, e := range tx.events {
+		old[i] = e.ID
+		if !slices.Contains(users, e.UserID) {
+			users = append(users, e.UserID)
+		}
+	}
+	slices.Sort(users)
+	for _, u := range users {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1::int4, $2::int4)`, int32(feedLock), int32(u)); err != nil {
+			return fmt.Errorf("lock user feed: %w", err)
+		}
+	}
+	rows, err := tx.Query(ctx, renumberSQL, old)
+	if err != nil {
+		return fmt.Errorf("number events: %w", err)
+	}
+	defer rows.Close()
+	n := 0
+	for rows.Next() {
+		var ord, id int64
+		if err := rows.Scan(&ord, &id); err != nil {
+			return err
+		}
+		tx.events[ord-1].ID = id
+		n++
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("number events: %w", err)
+	}
+	if n != len(tx.events) {
+		return fmt.Errorf("number events: %d of %d events renumbered", n, len(tx.events))
+	}
+	return nil
+}
+
+// notifyEvents numbers the transaction's events (numberEvents) and
+// announces them; NOTIFY is delivered at commit, in commit order, and not
+// at all on rollback.
 func (tx *Tx) notifyEvents(ctx context.Context) error {
 	if len(tx.events) == 0 {
 		return nil
+	}
+	if err := tx.numberEvents(ctx); err != nil {
+		return err
 	}
 	var n notice
 	for _, e := range tx.events {

@@ -173,3 +173,106 @@ func TestHeartbeatsNameLiveProcesses(t *testing.T) {
 		t.Fatalf("b heartbeat again but is not live: %v", live)
 	}
 }
+
+// TestFeedSkipsNoEventCommittedOutOfAppendOrder has two transactions of one
+// user, in two processes, append an event each, the first before the
+// second, and commit in the reverse order, with a feed reader polling after
+// each commit and a listener on each store. The reader, following ids as
+// the user feed does, gets both events once; the listeners get them in id
+// order, so a live stream that skips ids it has passed skips nothing.
+func TestFeedSkipsNoEventCommittedOutOfAppendOrder(t *testing.T) {
+	url := pgtest.NewDatabase(t)
+	ctx := context.Background()
+	var mu sync.Mutex
+	live := map[string][]int64{}
+	got := make(chan struct{}, 16)
+	sink := func(name string) func([]*spec.Event) {
+		return func(evs []*spec.Event) {
+			mu.Lock()
+			for _, e := range evs {
+				live[name] = append(live[name], e.ID)
+			}
+			mu.Unlock()
+			got <- struct{}{}
+		}
+	}
+	a, b := open(t, url, sink("a")), open(t, url, sink("b"))
+	u, err := a.CreateUser(ctx, "a@example.com", "h", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"r1", "r2"} {
+		run := &spec.Run{ID: id, UserID: u.ID, Objective: "o", Mode: spec.ModeAuto, Executor: spec.ExecutorScript,
+			Config: []byte(`{}`), Status: spec.StatusQueued}
+		if err := a.WriteTx(ctx, func(tx *pg.Tx) error { return tx.InsertRun(ctx, run) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The first transaction appends and then waits, uncommitted.
+	appended, commit, firstDone := make(chan int64), make(chan struct{}), make(chan error)
+	go func() {
+		firstDone <- a.WriteTx(ctx, func(tx *pg.Tx) error {
+			e, err := tx.AppendEvent(ctx, "r1", spec.EventToolCall, nil)
+			if err != nil {
+				close(appended)
+				return err
+			}
+			appended <- e.ID
+			<-commit
+			return nil
+		})
+	}()
+	firstID, ok := <-appended
+	if !ok {
+		t.Fatal(<-firstDone)
+	}
+	// The second appends later, with a larger id at append time, and
+	// commits first.
+	var secondID int64
+	if err := b.WriteTx(ctx, func(tx *pg.Tx) error {
+		e, err := tx.AppendEvent(ctx, "r2", spec.EventToolCall, nil)
+		if err == nil {
+			secondID = e.ID
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if secondID <= firstID {
+		t.Fatalf("append-time ids %d then %d: the test needs the second larger", firstID, secondID)
+	}
+	var last int64
+	var feed []string
+	poll := func() {
+		evs, err := b.ListUserEvents(ctx, u.ID, last, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range evs {
+			feed = append(feed, e.RunID)
+			last = e.ID
+		}
+	}
+	poll()
+	if len(feed) != 1 || feed[0] != "r2" {
+		t.Fatalf("feed after the second commit: %v, want [r2]", feed)
+	}
+	close(commit)
+	if err := <-firstDone; err != nil {
+		t.Fatal(err)
+	}
+	poll()
+	if len(feed) != 2 || feed[1] != "r1" {
+		t.Fatalf("feed after both commits: %v, want [r2 r1]: the event committed last was skipped", feed)
+	}
+	for range 4 { // two notices on each of two listeners
+		<-got
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for name, ids := range live {
+		if len(ids) != 2 || ids[0] >= ids[1] {
+			t.Errorf("listener %s got ids %v: not in increasing order, a live stream would skip one", name, ids)
+		}
+	}
+}
