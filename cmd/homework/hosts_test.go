@@ -171,3 +171,31 @@ func orphanAgent(wd string) int {
 	}
 	return pid
 }
+
+// TestHostIDFlag: --host-id wins over HOMEWORK_HOST_ID, which wins over
+// the hostname; an empty one is refused where command runs are bound to
+// hosts, and a multi-line one everywhere.
+func TestHostIDFlag(t *testing.T) {
+	root := t.TempDir()
+	env := map[string]string{"HOMEWORK_HOST_ID": "from-env"}
+	getenv := func(k string) string { return env[k] }
+	cfg, err := parseServeConfig([]string{"--host-id", "from-flag"}, getenv)
+	if err != nil || cfg.HostID != "from-flag" {
+		t.Fatalf("flag: %+v %v", cfg, err)
+	}
+	if cfg, err = parseServeConfig(nil, getenv); err != nil || cfg.HostID != "from-env" {
+		t.Fatalf("env: %+v %v", cfg, err)
+	}
+	hostname, _ := os.Hostname()
+	if cfg, err = parseServeConfig(nil, func(string) string { return "" }); err != nil || cfg.HostID != hostname {
+		t.Fatalf("default: %+v %v, want the hostname %q", cfg, err, hostname)
+	}
+	for _, args := range [][]string{
+		{"--db", "postgres://u@localhost/h", "--allow-command-runs", root, "--host-id", " "},
+		{"--host-id", "a\nb"},
+	} {
+		if _, err := parseServeConfig(args, func(string) string { return "" }); err == nil || !strings.Contains(err.Error(), "--host-id") {
+			t.Errorf("%q: error %v, want a usage error naming --host-id", args, err)
+		}
+	}
+}
