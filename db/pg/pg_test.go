@@ -2,6 +2,7 @@ package pg_test
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -222,8 +223,16 @@ func TestFeedSkipsNoEventCommittedOutOfAppendOrder(t *testing.T) {
 			return nil
 		})
 	}()
+	released := false
+	defer func() { // a failure below must not leave the first transaction open
+		if !released {
+			close(commit)
+			<-firstDone
+		}
+	}()
 	firstID, ok := <-appended
 	if !ok {
+		released = true
 		t.Fatal(<-firstDone)
 	}
 	// The second appends later, with a larger id at append time, and
@@ -257,6 +266,7 @@ func TestFeedSkipsNoEventCommittedOutOfAppendOrder(t *testing.T) {
 	if len(feed) != 1 || feed[0] != "r2" {
 		t.Fatalf("feed after the second commit: %v, want [r2]", feed)
 	}
+	released = true
 	close(commit)
 	if err := <-firstDone; err != nil {
 		t.Fatal(err)
@@ -274,5 +284,49 @@ func TestFeedSkipsNoEventCommittedOutOfAppendOrder(t *testing.T) {
 		if len(ids) != 2 || ids[0] >= ids[1] {
 			t.Errorf("listener %s got ids %v: not in increasing order, a live stream would skip one", name, ids)
 		}
+	}
+}
+
+// TestAnnouncedEventsCarryTheirFinalIDs appends a small event and one too
+// large for a notification: the listener gets both, the large one read
+// back by id, with the ids the appends returned and the store lists.
+func TestAnnouncedEventsCarryTheirFinalIDs(t *testing.T) {
+	ctx := context.Background()
+	got := make(chan *spec.Event, 4)
+	d := open(t, pgtest.NewDatabase(t), func(evs []*spec.Event) {
+		for _, e := range evs {
+			got <- e
+		}
+	})
+	u, err := d.CreateUser(ctx, "a@example.com", "h", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := &spec.Run{ID: "r", UserID: u.ID, Objective: "o", Mode: spec.ModeAuto, Executor: spec.ExecutorScript,
+		Config: []byte(`{}`), Status: spec.StatusQueued}
+	if err := d.WriteTx(ctx, func(tx *pg.Tx) error { return tx.InsertRun(ctx, run) }); err != nil {
+		t.Fatal(err)
+	}
+	big := strings.Repeat("x", 10_000)
+	var appended []*spec.Event
+	for _, data := range []any{map[string]int{"n": 1}, map[string]string{"big": big}} {
+		e, err := d.AppendEvent(ctx, "r", spec.EventToolCall, data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		appended = append(appended, e)
+	}
+	listed, err := d.ListUserEvents(ctx, u.ID, 0, 10)
+	if err != nil || len(listed) != 2 {
+		t.Fatalf("listed %d events (%v)", len(listed), err)
+	}
+	for i, want := range appended {
+		e := <-got
+		if e.ID != want.ID || listed[i].ID != want.ID || e.Seq != want.Seq || string(e.Data) != string(listed[i].Data) {
+			t.Fatalf("event %d: announced id %d seq %d, appended id %d, listed id %d", i, e.ID, e.Seq, want.ID, listed[i].ID)
+		}
+	}
+	if !strings.Contains(string(listed[1].Data), big) {
+		t.Fatal("the large event's data did not survive")
 	}
 }
