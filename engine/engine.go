@@ -56,6 +56,12 @@ type Options struct {
 	// Interrupts delivers a run's cancellation to the process working it;
 	// nil means this process works every run of the store.
 	Interrupts Interrupter
+
+	// CommandHost and CommandRoot identify, on a shared store, the host of
+	// this process and its command-run root: command runs created here are
+	// bound to them and run only on processes with both (hostqueue.go).
+	CommandHost string
+	CommandRoot string
 }
 
 func (o *Options) setDefaults() {
@@ -151,7 +157,7 @@ func New(opts Options) (*Engine, error) {
 	workers := river.NewWorkers()
 	river.AddWorker(workers, &iterateWorker{e: e})
 	queue, err := opts.Backend.newQueue(&river.Config{
-		Queues:               map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: opts.Workers}},
+		Queues:               riverQueues(opts),
 		Workers:              workers,
 		FetchCooldown:        min(opts.FetchPollInterval, 2*time.Millisecond), // fetch again soon after an insert or a free slot
 		FetchPollInterval:    opts.FetchPollInterval,

@@ -64,7 +64,7 @@ func TestStaleAttemptFinishWritesNothing(t *testing.T) {
 		wantEnd string
 	}{
 		{"recovered", func(h *harness, u *spec.User, runID string) {
-			if ok, err := h.e.recoverRun(h.ctx, runID, h.e.id, false); err != nil || !ok {
+			if ok, err := h.e.recoverRun(h.ctx, runID, h.e.id, false, nil); err != nil || !ok {
 				h.t.Fatalf("recover: %v %v", ok, err)
 			}
 		}, "run_recovered"},

@@ -21,6 +21,9 @@ func (e *Engine) recoveryLoop(ctx context.Context) {
 			if _, err := e.recoverOnce(ctx, false); err != nil && ctx.Err() == nil {
 				e.log.Warn("lease recovery", "err", err)
 			}
+			if err := e.resumeHostRuns(ctx); err != nil && ctx.Err() == nil {
+				e.log.Warn("resume runs waiting for their host", "err", err)
+			}
 		}
 	}
 }
@@ -35,6 +38,13 @@ type Heartbeats interface {
 }
 
 func (e *Engine) heartbeat(ctx context.Context) {
+	if hs, ok := e.hostStore(); ok && e.opts.isCommandHost() {
+		o := e.opts
+		if err := hs.CommandHeartbeat(ctx, e.id, e.now(), o.CommandHost, o.CommandRoot, commandQueue(o.CommandHost, o.CommandRoot)); err != nil && ctx.Err() == nil {
+			e.log.Warn("heartbeat", "err", err)
+		}
+		return
+	}
 	if hb, ok := e.store.(Heartbeats); ok && e.opts.SharedStore {
 		if err := hb.Heartbeat(ctx, e.id, e.now()); err != nil && ctx.Err() == nil {
 			e.log.Warn("heartbeat", "err", err)
@@ -64,6 +74,7 @@ func (e *Engine) recoverOnce(ctx context.Context, atStart bool) (int, error) {
 			return 0, err
 		}
 	}
+	var queues map[string]bool // command queues a live process serves, read once when needed
 	n := 0
 	for _, l := range leases {
 		if l.Owner != "" && l.Owner != e.id && live[l.Owner] {
@@ -85,7 +96,15 @@ func (e *Engine) recoverOnce(ctx context.Context, atStart bool) (int, error) {
 		if !stale {
 			continue
 		}
-		ok, err := e.recoverRun(ctx, l.RunID, l.Owner, atStart)
+		if queues == nil {
+			if queues, err = e.liveQueues(ctx); err != nil {
+				return n, err
+			}
+			if queues == nil {
+				queues = map[string]bool{}
+			}
+		}
+		ok, err := e.recoverRun(ctx, l.RunID, l.Owner, atStart, queues)
 		if err != nil {
 			return n, err
 		}
@@ -98,8 +117,10 @@ func (e *Engine) recoverOnce(ctx context.Context, atStart bool) (int, error) {
 
 // recoverRun cancels the run's stale job and enqueues the same iteration
 // with attempt+1 in one transaction, recording the interrupted iteration.
-func (e *Engine) recoverRun(ctx context.Context, runID, owner string, atStart bool) (bool, error) {
-	recovered := false
+// A command run bound to a host whose queue no live process serves (not in
+// liveQueues) waits instead (parkOnHost).
+func (e *Engine) recoverRun(ctx context.Context, runID, owner string, atStart bool, liveQueues map[string]bool) (bool, error) {
+	recovered, parked := false, false
 	err := e.inTx(ctx, func(tx StoreTx) error {
 		run, err := tx.FindRun(ctx, runID)
 		if err != nil {
@@ -120,6 +141,12 @@ func (e *Engine) recoverRun(ctx context.Context, runID, owner string, atStart bo
 		if err != nil {
 			return err
 		}
+		if host, root, queue, err := e.runHost(ctx, tx, runID); err != nil {
+			return err
+		} else if queue != "" && !liveQueues[queue] {
+			parked = true
+			return e.parkOnHost(ctx, tx, run, jobs, host, root)
+		}
 		if owner == "" {
 			// Not started by any worker: if its job still waits, River will
 			// work it; nothing is stale.
@@ -134,29 +161,9 @@ func (e *Engine) recoverRun(ctx context.Context, runID, owner string, atStart bo
 				return err
 			}
 		}
-		if row, err := tx.FindIteration(ctx, runID, run.Iteration); err == nil && row.Status == spec.IterRunning {
-			row.Status = spec.IterInterrupted
-			row.EndedAt = tx.Now()
-			row.Error = "interrupted: the server stopped while this iteration ran"
-			if run.LeaseUntil.After(row.StartedAt) {
-				// Count running time up to the last lease renewal.
-				row.Metrics.RunningMS += min(run.LeaseUntil.Sub(row.StartedAt), tx.Now().Sub(row.StartedAt)).Milliseconds()
-			}
-			row.Metrics.Iterations = 1
-			if err := tx.UpsertIteration(ctx, row); err != nil {
-				return err
-			}
-			if _, err := tx.AppendEvent(ctx, runID, "iteration_completed", map[string]any{
-				"iteration": row.Iteration, "attempt": row.Attempt, "status": spec.IterInterrupted, "error": row.Error,
-			}); err != nil {
-				return err
-			}
-		}
-		total, err := tx.SumIterationMetrics(ctx, runID)
-		if err != nil {
+		if err := e.interruptIteration(ctx, tx, run, "interrupted: the server stopped while this iteration ran"); err != nil {
 			return err
 		}
-		run.Metrics = total
 		run.Attempt++
 		run.LeaseOwner = ""
 		run.LeaseUntil = tx.Now().Add(e.opts.LeaseTTL)
@@ -174,5 +181,37 @@ func (e *Engine) recoverRun(ctx context.Context, runID, owner string, atStart bo
 	if recovered {
 		e.log.Info("recovered run", "run", runID, "at_start", atStart)
 	}
+	if parked && err == nil {
+		e.log.Info("run waits for its host", "run", runID)
+	}
 	return recovered, err
+}
+
+// interruptIteration records the run's running iteration, if any, as
+// interrupted with reason, counting its running time up to the last lease
+// renewal, and sums the run's metrics, in tx.
+func (e *Engine) interruptIteration(ctx context.Context, tx StoreTx, run *spec.Run, reason string) error {
+	if row, err := tx.FindIteration(ctx, run.ID, run.Iteration); err == nil && row.Status == spec.IterRunning {
+		row.Status = spec.IterInterrupted
+		row.EndedAt = tx.Now()
+		row.Error = reason
+		if run.LeaseUntil.After(row.StartedAt) {
+			row.Metrics.RunningMS += min(run.LeaseUntil.Sub(row.StartedAt), tx.Now().Sub(row.StartedAt)).Milliseconds()
+		}
+		row.Metrics.Iterations = 1
+		if err := tx.UpsertIteration(ctx, row); err != nil {
+			return err
+		}
+		if _, err := tx.AppendEvent(ctx, run.ID, "iteration_completed", map[string]any{
+			"iteration": row.Iteration, "attempt": row.Attempt, "status": spec.IterInterrupted, "error": row.Error,
+		}); err != nil {
+			return err
+		}
+	}
+	total, err := tx.SumIterationMetrics(ctx, run.ID)
+	if err != nil {
+		return err
+	}
+	run.Metrics = total
+	return nil
 }

@@ -58,6 +58,9 @@ func (e *Engine) CreateRun(ctx context.Context, user *spec.User, cfg spec.Config
 		if err := tx.InsertRunTags(ctx, run.ID, run.UserID, cfg.Tags); err != nil {
 			return err
 		}
+		if err := e.bindHost(ctx, tx, run); err != nil {
+			return err
+		}
 		if _, err := tx.AppendEvent(ctx, run.ID, spec.EventRunCreated, map[string]any{
 			"objective": cfg.Objective, "mode": cfg.Mode, "executor": cfg.Executor, "config": json.RawMessage(raw),
 		}); err != nil {
@@ -152,7 +155,11 @@ func (e *Engine) insertJob(ctx context.Context, tx StoreTx, runID string, iterat
 	if delay > 0 {
 		at = time.Now().Add(delay)
 	}
-	duplicate, err := e.queue.InsertTx(ctx, tx, IterateArgs{RunID: runID, Iteration: iteration, Attempt: attempt}, at)
+	_, _, queue, err := e.runHost(ctx, tx, runID)
+	if err != nil {
+		return fmt.Errorf("enqueue iteration: %w", err)
+	}
+	duplicate, err := e.queue.InsertTx(ctx, tx, IterateArgs{RunID: runID, Iteration: iteration, Attempt: attempt}, queue, at)
 	if err != nil {
 		return fmt.Errorf("enqueue iteration: %w", err)
 	}

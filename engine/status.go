@@ -41,6 +41,9 @@ func (e *Engine) setStatus(ctx context.Context, tx StoreTx, run *spec.Run, statu
 	if wait != nil {
 		data["reason"] = wait.Reason
 		data["questions"] = wait.Questions
+		if wait.Reason == spec.WaitHostUnavailable {
+			data["detail"] = wait.Detail
+		}
 	}
 	typ := spec.StatusEvent(status)
 	if status == spec.StatusStopped && stop != nil && (stop.Type == StopNoProgress || stop.Type == StopStuck) {
@@ -68,6 +71,8 @@ func (e *Engine) notify(ctx context.Context, tx StoreTx, run *spec.Run, status s
 		msg += " — " + truncate(wait.Questions[0], 200)
 	case wait != nil && wait.Reason == spec.WaitTurnEnded:
 		msg += " — the turn ended; reply or continue."
+	case wait != nil && wait.Reason == spec.WaitHostUnavailable:
+		msg += " — " + truncate(wait.Detail, 200)
 	case stop != nil && stop.Detail != "":
 		msg += " — " + truncate(stop.Detail, 200)
 	}

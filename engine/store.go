@@ -127,7 +127,8 @@ type jobQueue interface {
 	// InsertTx enqueues the job in tx, to be worked at scheduledAt (the zero
 	// time: at once). duplicate is true when a job with the same args
 	// already exists and nothing was inserted.
-	InsertTx(ctx context.Context, tx StoreTx, args IterateArgs, scheduledAt time.Time) (duplicate bool, err error)
+	// queue is the River queue ("" for the default one).
+	InsertTx(ctx context.Context, tx StoreTx, args IterateArgs, queue string, scheduledAt time.Time) (duplicate bool, err error)
 	// IterateJobs lists the run's unfinished iterate jobs in tx, oldest
 	// first, so recovery can cancel a stale one.
 	IterateJobs(ctx context.Context, tx StoreTx, runID string) ([]IterateJob, error)
@@ -147,10 +148,10 @@ type riverQueue[TTx any] struct {
 	driverTx func(StoreTx) TTx
 }
 
-func (q *riverQueue[TTx]) InsertTx(ctx context.Context, tx StoreTx, args IterateArgs, scheduledAt time.Time) (bool, error) {
+func (q *riverQueue[TTx]) InsertTx(ctx context.Context, tx StoreTx, args IterateArgs, queue string, scheduledAt time.Time) (bool, error) {
 	var opts *river.InsertOpts
-	if !scheduledAt.IsZero() {
-		opts = &river.InsertOpts{ScheduledAt: scheduledAt}
+	if !scheduledAt.IsZero() || queue != "" {
+		opts = &river.InsertOpts{ScheduledAt: scheduledAt, Queue: queue}
 	}
 	res, err := q.client.InsertTx(ctx, q.driverTx(tx), args, opts)
 	if err != nil {

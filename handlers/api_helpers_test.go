@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,6 +20,8 @@ import (
 
 	"homework/db"
 	"homework/db/bind"
+	"homework/db/pg"
+	"homework/db/pg/pgtest"
 	"homework/engine"
 	"homework/engine/scripted"
 	"homework/engine/spec"
@@ -26,11 +29,13 @@ import (
 )
 
 // testServer is the real thing on a loopback port: a SQLite file under
-// t.TempDir(), the engine with the scripted executor, and the HTTP server.
+// t.TempDir() or a fresh PostgreSQL database (see onBothStores), the engine
+// with the scripted executor, and the HTTP server.
 type testServer struct {
 	t        *testing.T
 	URL      string
-	DB       *db.DB
+	Store    testStore // the store the server uses, SQLite or PostgreSQL
+	DB       *db.DB    // the SQLite store; nil on PostgreSQL
 	Bus      *engine.Bus
 	Engine   *engine.Engine
 	Server   *Server
@@ -38,6 +43,67 @@ type testServer struct {
 	ctx      context.Context
 	shutOnce sync.Once
 	shutErr  error
+}
+
+// testStore is what the tests use of either store.
+type testStore interface {
+	Store
+	CreateUser(ctx context.Context, email, passwordHash string, admin bool) (*spec.User, error)
+	AppendEvent(ctx context.Context, runID, typ string, data any) (*spec.Event, error)
+	Close() error
+}
+
+// The stores a test server can run on.
+const (
+	sqliteStore   = "sqlite"
+	postgresStore = "postgres"
+)
+
+// testStores maps the name of a test (or subtest) that onBothStores runs
+// on one store to that store.
+var testStores sync.Map
+
+// onBothStores runs test, the calling test function, once on each store as
+// the subtests "sqlite" and "postgres", and reports true: the caller then
+// returns. Inside those subtests it reports false and the test body runs,
+// its test servers on that store. The PostgreSQL half skips in one line
+// without HOMEWORK_TEST_PG (and fails under CI=true).
+//
+//	func TestX(t *testing.T) {
+//		if onBothStores(t, TestX) {
+//			return
+//		}
+//		ts := newTestServer(t, nil) // SQLite, then PostgreSQL
+func onBothStores(t *testing.T, test func(*testing.T)) bool {
+	t.Helper()
+	if _, ok := testStores.Load(t.Name()); ok {
+		return false
+	}
+	for _, store := range []string{sqliteStore, postgresStore} {
+		testStores.Store(t.Name()+"/"+store, store)
+		t.Run(store, func(t *testing.T) {
+			if store == postgresStore {
+				pgtest.ServerURL(t)
+			}
+			test(t)
+		})
+	}
+	return true
+}
+
+// storeOf returns the store t's test servers use: the one onBothStores
+// chose for t or the test it is a subtest of, else SQLite.
+func storeOf(t testing.TB) string {
+	for name := t.Name(); ; {
+		if s, ok := testStores.Load(name); ok {
+			return s.(string)
+		}
+		i := strings.LastIndexByte(name, '/')
+		if i < 0 {
+			return sqliteStore
+		}
+		name = name[:i]
+	}
 }
 
 // testUser is an account with an API token.
@@ -59,27 +125,53 @@ func newTestServerWith(t testing.TB, extra func(d *db.DB, eng func() *engine.Eng
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	bus := engine.NewBus()
-	d, err := db.Open(ctx, db.Options{Path: filepath.Join(t.TempDir(), "test.db"), OnEvents: bus.Publish})
-	if err != nil {
-		t.Fatal(err)
-	}
-	executors := map[string]engine.Executor{spec.ExecutorScript: &scripted.Executor{InTx: scripted.Over[*db.Tx](d)}}
-	var e *engine.Engine
-	if extra != nil {
-		for name, x := range extra(d, func() *engine.Engine { return e }) {
-			executors[name] = x
+	var (
+		e       *engine.Engine
+		running atomic.Pointer[engine.Engine] // e, for the PostgreSQL listener
+		store   testStore
+		d       *db.DB
+		err     error
+	)
+	eopts := engine.Options{Bus: bus, Workers: 4, FetchPollInterval: 20 * time.Millisecond, ShutdownGrace: 2 * time.Second}
+	if storeOf(t) == postgresStore {
+		if extra != nil {
+			t.Fatal("newTestServerWith: the extra executors take the SQLite store")
+		}
+		p, err := pg.Open(ctx, pg.Options{URL: pgtest.NewDatabase(t), OnEvents: bus.Publish,
+			OnInterrupt: func(runID string) {
+				if e := running.Load(); e != nil {
+					e.CancelLocal(runID)
+				}
+			}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		eopts.Backend, eopts.SharedStore, eopts.Interrupts = bind.Postgres(p), true, p
+		eopts.Executors = map[string]engine.Executor{spec.ExecutorScript: &scripted.Executor{InTx: scripted.Over[*pg.Tx](p)}}
+		store = p
+	} else {
+		d, err = db.Open(ctx, db.Options{Path: filepath.Join(t.TempDir(), "test.db"), OnEvents: bus.Publish})
+		if err != nil {
+			t.Fatal(err)
+		}
+		eopts.Backend, store = bind.SQLite(d), d
+		eopts.Executors = map[string]engine.Executor{spec.ExecutorScript: &scripted.Executor{InTx: scripted.Over[*db.Tx](d)}}
+		if extra != nil {
+			for name, x := range extra(d, func() *engine.Engine { return e }) {
+				eopts.Executors[name] = x
+			}
 		}
 	}
-	e, err = engine.New(engine.Options{Backend: bind.SQLite(d), Bus: bus, Executors: executors,
-		Workers: 4, FetchPollInterval: 20 * time.Millisecond, ShutdownGrace: 2 * time.Second})
+	e, err = engine.New(eopts)
 	if err != nil {
 		t.Fatal(err)
 	}
+	running.Store(e)
 	reg := prometheus.NewRegistry()
 	if err := e.Register(reg); err != nil {
 		t.Fatal(err)
 	}
-	opts := Options{DB: d, Engine: e, Registry: reg, InsecureCookies: true, Heartbeat: 50 * time.Millisecond}
+	opts := Options{DB: store, Engine: e, Registry: reg, InsecureCookies: true, Heartbeat: 50 * time.Millisecond}
 	if mod != nil {
 		mod(&opts)
 	}
@@ -96,7 +188,7 @@ func newTestServerWith(t testing.TB, extra func(d *db.DB, eng func() *engine.Eng
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-	ts := &testServer{URL: "http://" + ln.Addr().String(), DB: d, Bus: bus, Engine: e, Server: srv, Registry: reg, ctx: ctx}
+	ts := &testServer{URL: "http://" + ln.Addr().String(), Store: store, DB: d, Bus: bus, Engine: e, Server: srv, Registry: reg, ctx: ctx}
 	if tt, ok := t.(*testing.T); ok {
 		ts.t = tt
 	}
@@ -118,7 +210,7 @@ func newTestServerWith(t testing.TB, extra func(d *db.DB, eng func() *engine.Eng
 			t.Errorf("engine stop: %v", err)
 		}
 		cancel()
-		d.Close()
+		store.Close()
 	})
 	return ts
 }
@@ -132,11 +224,11 @@ func (ts *testServer) shutdown(ctx context.Context) error {
 // user creates an account with an API token.
 func (ts *testServer) user(t testing.TB, email string) *testUser {
 	t.Helper()
-	u, err := ts.DB.CreateUser(ts.ctx, email, "x", false)
+	u, err := ts.Store.CreateUser(ts.ctx, email, "x", false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tok, _, err := ts.DB.CreateAPIToken(ts.ctx, u.ID, "test")
+	tok, _, err := ts.Store.CreateAPIToken(ts.ctx, u.ID, "test")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -250,7 +342,7 @@ func (ts *testServer) createRun(t testing.TB, u *testUser, steps ...scripted.Ste
 func (ts *testServer) waitStatus(t testing.TB, u *testUser, runID, status string) *spec.Run {
 	t.Helper()
 	subscribe := func() (<-chan *spec.Event, func()) { s := ts.Bus.SubscribeRun(runID, 1024); return s.C, s.Close }
-	return waitfor.Status(t, 20*time.Second, subscribe, func() (*spec.Run, error) { return ts.DB.FindRun(ts.ctx, u.ID, runID) }, status)
+	return waitfor.Status(t, 20*time.Second, subscribe, func() (*spec.Run, error) { return ts.Store.FindRun(ts.ctx, u.ID, runID) }, status)
 }
 
 // waitUntil polls cond, which reads state that has no signal of its own

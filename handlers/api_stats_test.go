@@ -64,6 +64,9 @@ func knownRuns(t *testing.T, ts *testServer, u *testUser) (completed, falseClaim
 func near(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
 
 func TestStatsFigures(t *testing.T) {
+	if onBothStores(t, TestStatsFigures) {
+		return
+	}
 	ts := newTestServer(t, nil)
 	alice, bob := ts.user(t, "alice@example.com"), ts.user(t, "bob@example.com")
 	knownRuns(t, ts, alice)

@@ -74,7 +74,7 @@ func TestRunTags(t *testing.T) {
 		form.Set("tags", "UI, nightly")
 		id := pc.compose(t, form)
 		carol := ps.userID(t, "carol@example.com")
-		r, err := ps.DB.FindRun(ps.ctx, carol.ID, id)
+		r, err := ps.Store.FindRun(ps.ctx, carol.ID, id)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -17,6 +17,9 @@ import (
 )
 
 func TestCreateRun(t *testing.T) {
+	if onBothStores(t, TestCreateRun) {
+		return
+	}
 	ts := newTestServer(t, nil)
 	alice := ts.user(t, "alice@example.com")
 	good := map[string]any{"objective": "do it", "executor": "script", "script": script(askStep("which?"))}
@@ -98,6 +101,9 @@ func TestCreateRun(t *testing.T) {
 }
 
 func TestListRuns(t *testing.T) {
+	if onBothStores(t, TestListRuns) {
+		return
+	}
 	ts := newTestServer(t, nil)
 	alice := ts.user(t, "alice@example.com")
 	bob := ts.user(t, "bob@example.com")
@@ -151,6 +157,9 @@ func TestListRuns(t *testing.T) {
 }
 
 func TestGetRun(t *testing.T) {
+	if onBothStores(t, TestGetRun) {
+		return
+	}
 	ts := newTestServer(t, nil)
 	alice := ts.user(t, "alice@example.com")
 	bob := ts.user(t, "bob@example.com")
@@ -243,6 +252,9 @@ func TestGetRun(t *testing.T) {
 }
 
 func TestRunActions(t *testing.T) {
+	if onBothStores(t, TestRunActions) {
+		return
+	}
 	ts := newTestServer(t, nil)
 	alice := ts.user(t, "alice@example.com")
 	bob := ts.user(t, "bob@example.com")
@@ -361,6 +373,9 @@ func TestDocumentsAndSearch(t *testing.T) {
 }
 
 func TestNotifications(t *testing.T) {
+	if onBothStores(t, TestNotifications) {
+		return
+	}
 	ts := newTestServer(t, nil)
 	alice := ts.user(t, "alice@example.com")
 	bob := ts.user(t, "bob@example.com")
@@ -418,12 +433,15 @@ func TestNotifications(t *testing.T) {
 }
 
 func TestEventsPage(t *testing.T) {
+	if onBothStores(t, TestEventsPage) {
+		return
+	}
 	ts := newTestServer(t, nil)
 	alice := ts.user(t, "alice@example.com")
 	bob := ts.user(t, "bob@example.com")
 	id := ts.createRun(t, alice, doneStep("done"))
 	ts.waitStatus(t, alice, id, spec.StatusCompleted)
-	all, err := ts.DB.ListRunEvents(ts.ctx, alice.ID, id, 0, 0)
+	all, err := ts.Store.ListRunEvents(ts.ctx, alice.ID, id, 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

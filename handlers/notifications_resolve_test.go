@@ -15,7 +15,7 @@ func TestNotificationsResolveThemselves(t *testing.T) {
 	ts := newPageServer(t)
 	pc := ts.signedIn(t, "ada@example.com")
 	u := ts.userID(t, "ada@example.com")
-	tok, _, err := ts.DB.CreateAPIToken(ts.ctx, u.ID, "test")
+	tok, _, err := ts.Store.CreateAPIToken(ts.ctx, u.ID, "test")
 	if err != nil {
 		t.Fatal(err)
 	}

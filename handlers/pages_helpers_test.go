@@ -145,7 +145,7 @@ func (ts *testServer) signedIn(t testing.TB, email string) *pageClient {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ts.DB.CreateUser(ts.ctx, email, string(hash), false); err != nil {
+	if _, err := ts.Store.CreateUser(ts.ctx, email, string(hash), false); err != nil {
 		t.Fatal(err)
 	}
 	pc := newPageClient(t, ts)
@@ -187,7 +187,7 @@ func (pc *pageClient) compose(t testing.TB, form url.Values) string {
 // userID returns the id of the account email.
 func (ts *testServer) userID(t testing.TB, email string) *testUser {
 	t.Helper()
-	u, err := ts.DB.FindUserByEmail(ts.ctx, email)
+	u, err := ts.Store.FindUserByEmail(ts.ctx, email)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -45,12 +45,15 @@ func checkSeqs(t testing.TB, msgs []sseMsg, from int64) {
 }
 
 func TestSSEReplay(t *testing.T) {
+	if onBothStores(t, TestSSEReplay) {
+		return
+	}
 	ts := newTestServer(t, nil)
 	alice := ts.user(t, "alice@example.com")
 	bob := ts.user(t, "bob@example.com")
 	id := ts.createRun(t, alice, doneStep("done"))
 	ts.waitStatus(t, alice, id, spec.StatusCompleted)
-	n, err := ts.DB.LastSeq(ts.ctx, id)
+	n, err := ts.Store.LastSeq(ts.ctx, id)
 	if err != nil || n < 5 {
 		t.Fatalf("last seq %d, %v", n, err)
 	}
@@ -101,6 +104,9 @@ func TestSSEReplay(t *testing.T) {
 }
 
 func TestSSENoGapNoDuplicateDuringSwitch(t *testing.T) {
+	if onBothStores(t, TestSSENoGapNoDuplicateDuringSwitch) {
+		return
+	}
 	for _, before := range []int{0, 2500} {
 		t.Run(fmt.Sprintf("with %d events before connecting and 1000 appended while switching", before), func(t *testing.T) {
 			ts := newTestServer(t, func(o *Options) { o.Heartbeat = 20 * time.Millisecond })
@@ -108,7 +114,7 @@ func TestSSENoGapNoDuplicateDuringSwitch(t *testing.T) {
 			id := ts.createRun(t, alice, askStep("q"))
 			ts.waitStatus(t, alice, id, spec.StatusWaiting)
 			for i := range before {
-				if _, err := ts.DB.AppendEvent(ts.ctx, id, "test_event", map[string]int{"before": i}); err != nil {
+				if _, err := ts.Store.AppendEvent(ts.ctx, id, "test_event", map[string]int{"before": i}); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -122,7 +128,7 @@ func TestSSENoGapNoDuplicateDuringSwitch(t *testing.T) {
 				go func() {
 					defer wg.Done()
 					for i := range 100 {
-						if _, err := ts.DB.AppendEvent(ts.ctx, id, "test_event", map[string]int{"g": g, "i": i}); err != nil {
+						if _, err := ts.Store.AppendEvent(ts.ctx, id, "test_event", map[string]int{"g": g, "i": i}); err != nil {
 							errs <- err
 							return
 						}
@@ -132,7 +138,7 @@ func TestSSENoGapNoDuplicateDuringSwitch(t *testing.T) {
 			var target atomic.Int64
 			go func() {
 				wg.Wait()
-				n, err := ts.DB.LastSeq(ts.ctx, id)
+				n, err := ts.Store.LastSeq(ts.ctx, id)
 				if err != nil {
 					errs <- err
 				}
@@ -185,7 +191,7 @@ func hasType(msgs []sseMsg, typ string) bool {
 
 func lastSeq(t testing.TB, ts *testServer, runID string) int64 {
 	t.Helper()
-	n, err := ts.DB.LastSeq(ts.ctx, runID)
+	n, err := ts.Store.LastSeq(ts.ctx, runID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,6 +199,9 @@ func lastSeq(t testing.TB, ts *testServer, runID string) int64 {
 }
 
 func TestSSELiveFollowsRunToItsEnd(t *testing.T) {
+	if onBothStores(t, TestSSELiveFollowsRunToItsEnd) {
+		return
+	}
 	ts := newTestServer(t, nil)
 	alice := ts.user(t, "alice@example.com")
 	id := ts.createRun(t, alice, askStep("which?"), doneStep("done"))
@@ -286,6 +295,9 @@ func TestSSEShutdownEndsStreams(t *testing.T) {
 }
 
 func TestSSEUserFeed(t *testing.T) {
+	if onBothStores(t, TestSSEUserFeed) {
+		return
+	}
 	ts := newTestServer(t, func(o *Options) { o.Heartbeat = 10 * time.Millisecond })
 	alice := ts.user(t, "alice@example.com")
 	bob := ts.user(t, "bob@example.com")

@@ -67,7 +67,11 @@ type Store interface {
 	StatsRows(ctx context.Context, userID int64, f spec.StatsFilter) ([]spec.StatsRow, error)
 	ListUserTags(ctx context.Context, userID int64) ([]spec.TagCount, error)
 
-	// Events: a run's log by seq, and the user's feed by global id.
+	// Events: a run's log by seq, and the user's feed by global id. A
+	// user's event ids become visible in increasing order (a reader that
+	// sees an id sees every smaller one of that user that will ever commit),
+	// and the bus gets them in that order, so following the feed by id
+	// skips nothing.
 	ListRunEvents(ctx context.Context, userID int64, runID string, afterSeq int64, limit int) ([]*spec.Event, error)
 	LastSeq(ctx context.Context, runID string) (int64, error)
 	ListUserEvents(ctx context.Context, userID, afterID int64, limit int) ([]*spec.Event, error)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -97,6 +98,8 @@ func (m *Main) Run(ctx context.Context) error {
 		RecoveryInterval:   max(cfg.LeaseTTL/3, 500*time.Millisecond),
 		ShutdownGrace:      cfg.ShutdownGrace,
 		CommandRunsAllowed: cfg.AllowCommandRuns != "",
+		CommandHost:        cfg.HostID,
+		CommandRoot:        commandRoot(cfg.AllowCommandRuns),
 		// On PostgreSQL other processes work the same runs: recovery takes
 		// only expired leases.
 		SharedStore: m.PG != nil,
@@ -145,6 +148,19 @@ func (m *Main) Run(ctx context.Context) error {
 		m.Logger.Warn(msg, "addr", cfg.Addr)
 	}
 	return nil
+}
+
+// commandRoot is the command-run root as recorded for command runs bound to
+// this host: absolute and clean, so two spellings of one directory are one
+// queue. "" when command runs are off.
+func commandRoot(root string) string {
+	if root == "" {
+		return ""
+	}
+	if abs, err := filepath.Abs(root); err == nil {
+		return abs
+	}
+	return filepath.Clean(root)
 }
 
 // cookieWarning is the start-up warning for a server that browsers on other

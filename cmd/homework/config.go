@@ -27,6 +27,7 @@ type Config struct {
 	LLMModel         string
 	PricesFile       string
 	AllowCommandRuns string // root directory for command runs; "" = disabled
+	HostID           string // this machine's name among processes sharing a PostgreSQL database
 	MaxRunsPerUser   int
 	WebFetchHosts    []string
 	ScriptExecutor   bool // testing: enable the scripted executor
@@ -211,6 +212,8 @@ func parseServeConfig(args []string, env func(string) string) (*Config, error) {
 	fs.StringVar(&cfg.LLMModel, "llm-model", getenv(env, "HOMEWORK_LLM_MODEL"), "default model (env HOMEWORK_LLM_MODEL)")
 	fs.StringVar(&cfg.PricesFile, "prices", getenv(env, "HOMEWORK_PRICES"), "JSON price table overriding the built-in one (env HOMEWORK_PRICES)")
 	fs.StringVar(&cfg.AllowCommandRuns, "allow-command-runs", getenv(env, "HOMEWORK_ALLOW_COMMAND_RUNS"), "enable command runs for admins in work directories under this root (env HOMEWORK_ALLOW_COMMAND_RUNS)")
+	hostname, _ := os.Hostname()
+	fs.StringVar(&cfg.HostID, "host-id", orDefault(env("HOMEWORK_HOST_ID"), hostname), "this machine's name on a shared PostgreSQL database: command runs created here run only on processes with the same host id and --allow-command-runs root (env HOMEWORK_HOST_ID; default the hostname)")
 	fs.IntVar(&cfg.MaxRunsPerUser, "max-runs-per-user", ev.int("HOMEWORK_MAX_RUNS_PER_USER", 3, 1, 1000), "runs running at once per user; the rest queue (env HOMEWORK_MAX_RUNS_PER_USER)")
 	webHosts := fs.String("web-fetch-hosts", getenv(env, "HOMEWORK_WEB_FETCH_HOSTS"), "comma-separated hosts the web_fetch tool may read, off when empty (env HOMEWORK_WEB_FETCH_HOSTS)")
 	fs.BoolVar(&cfg.ScriptExecutor, "script-executor", ev.bool("HOMEWORK_SCRIPT_EXECUTOR"), "enable the scripted executor, for testing (env HOMEWORK_SCRIPT_EXECUTOR)")
@@ -279,6 +282,12 @@ func parseServeConfig(args []string, env func(string) string) (*Config, error) {
 		if err != nil || !st.IsDir() {
 			return nil, usagef("--allow-command-runs: %q is not a directory", cfg.AllowCommandRuns)
 		}
+		if pg.IsURL(cfg.DBPath) && strings.TrimSpace(cfg.HostID) == "" {
+			return nil, usagef("--host-id must not be empty with --allow-command-runs on PostgreSQL")
+		}
+	}
+	if len(cfg.HostID) > 200 || strings.ContainsAny(cfg.HostID, "\x00\r\n") {
+		return nil, usagef("--host-id must be one line of at most 200 bytes")
 	}
 	if cfg.PricesFile != "" {
 		p, err := llm.LoadPrices(cfg.PricesFile)

@@ -2,8 +2,10 @@ package pg_test
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -84,5 +86,66 @@ func BenchmarkPublishToReceive(b *testing.B) {
 		b.ReportMetric(float64(pct(in, 0.99).Microseconds()), "in-process-p99-µs")
 		b.Logf("append→receive over %d events: PostgreSQL to another store p50 %s p99 %s; SQLite in-process p50 %s p99 %s; p99 ratio %.1fx",
 			n, pct(cross, 0.5), pct(cross, 0.99), pct(in, 0.5), pct(in, 0.99), float64(pct(cross, 0.99))/float64(pct(in, 0.99)))
+	}
+}
+
+// BenchmarkConcurrentAppendsOneUserVsMany measures what numbering a user's
+// events in commit order costs: 8 writers append 200 events each, every
+// append its own transaction, to 8 runs of one user (their commits take
+// turns on the user's feed lock) and to 8 runs of 8 users (no shared lock,
+// the limit here), and prints both rates and their ratio.
+//
+//	HOMEWORK_TEST_PG=... go test ./db/pg -run '^$' -bench ConcurrentAppendsOneUserVsMany -benchtime 1x
+func BenchmarkConcurrentAppendsOneUserVsMany(b *testing.B) {
+	const writers, each = 8, 200
+	ctx := context.Background()
+	rate := func(oneUser bool) float64 {
+		d, err := pg.Open(ctx, pg.Options{URL: pgtest.NewDatabase(b)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer d.Close()
+		var runs []string
+		var uid int64
+		for i := range writers {
+			if !oneUser || i == 0 {
+				u, err := d.CreateUser(ctx, fmt.Sprintf("u%d@example.com", i), "h", false)
+				if err != nil {
+					b.Fatal(err)
+				}
+				uid = u.ID
+			}
+			id := fmt.Sprint("r", i)
+			run := &spec.Run{ID: id, UserID: uid, Objective: "o", Mode: spec.ModeAuto, Executor: spec.ExecutorScript,
+				Config: []byte(`{}`), Status: spec.StatusRunning}
+			if err := d.WriteTx(ctx, func(tx *pg.Tx) error { return tx.InsertRun(ctx, run) }); err != nil {
+				b.Fatal(err)
+			}
+			runs = append(runs, id)
+		}
+		start := time.Now()
+		var wg sync.WaitGroup
+		for _, id := range runs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range each {
+					if _, err := d.AppendEvent(ctx, id, spec.EventToolCall, nil); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		return float64(writers*each) / time.Since(start).Seconds()
+	}
+	for range b.N {
+		many := rate(false)
+		one := rate(true)
+		b.ReportMetric(one, "appends/s-one-user")
+		b.ReportMetric(many, "appends/s-8-users")
+		b.Logf("8 writers, one transaction per append: one user %.0f/s, 8 users %.0f/s (the limit without a shared feed lock); ratio %.2f",
+			one, many, one/many)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -100,33 +101,83 @@ type notice struct {
 	IDs    []int64     `json:"ids,omitempty"`
 }
 
-// notifyEvents announces the transaction's events; NOTIFY is delivered at
+// feedLock is the first key of the per-user advisory lock under which a
+// committing transaction numbers its events for the user feed.
+const feedLock = 0x46656564 // "Feed"
+
+// announceSQL gives a transaction's events, listed in append order in $1,
+// fresh ids from the sequence in that same order, and announces them on
+// channel $2 with those ids: the events themselves, or only their ids when
+// the payload would exceed $3 bytes. It returns the new ids in append order.
+// The ids are drawn in a materialised CTE and matched by rank, so their
+// order does not depend on how the planner evaluates nextval. The payload
+// has the shape of notice (wireEvent's keys).
+const announceSQL = `WITH n AS MATERIALIZED (SELECT nextval(pg_get_serial_sequence('events', 'id')) AS new
+		FROM generate_series(1, cardinality($1::bigint[]))),
+	s AS (SELECT new, row_number() OVER (ORDER BY new) AS ord FROM n),
+	o AS (SELECT old, ord FROM unnest($1::bigint[]) WITH ORDINALITY AS u(old, ord)),
+	r AS (UPDATE events SET id = s.new FROM o JOIN s USING (ord) WHERE events.id = o.old
+		RETURNING o.ord, events.id, events.run_id, events.user_id, events.seq, events.type, events.data, events.created_at),
+	p AS (SELECT array_agg(id ORDER BY ord) AS ids,
+		json_build_object('e', json_agg(json_build_object('i', id, 'r', run_id, 'u', user_id, 's', seq, 't', type,
+			'd', data::json, 'c', created_at) ORDER BY ord))::text AS whole,
+		json_build_object('ids', json_agg(id ORDER BY ord))::text AS short FROM r)
+	SELECT ids, pg_notify($2, CASE WHEN octet_length(whole) > $3 THEN short ELSE whole END) FROM p`
+
+// notifyEvents makes the user feed's order the commit order and announces
+// the transaction's events, just before commit; NOTIFY is delivered at
 // commit, in commit order, and not at all on rollback.
+//
+// An event's id is drawn from a sequence when it is appended, so two
+// transactions of one user could commit out of id order, and a feed reader
+// that had already passed the later id would never see the earlier one. So
+// the transaction takes a transaction-scoped advisory lock per user of its
+// events (in user order, so two holders never wait on each other), and only
+// then gives its events new ids, in append order. The lock is held until
+// the commit is visible (PostgreSQL releases locks after that), so of two
+// transactions of one user the one that numbers second draws larger ids and
+// becomes visible later: whenever a reader sees a user's event, it sees
+// every event of that user with a smaller id that will ever commit, and the
+// bus gets a user's events in id order. The lock and announceSQL go in one
+// round trip and the holder runs nothing else before COMMIT, so the lock is
+// short and cannot close a cycle with the row locks others wait on.
 func (tx *Tx) notifyEvents(ctx context.Context) error {
 	if len(tx.events) == 0 {
 		return nil
 	}
-	var n notice
-	for _, e := range tx.events {
-		n.Events = append(n.Events, wireEvent{e.ID, e.RunID, e.UserID, e.Seq, e.Type, e.Data, e.CreatedAt.UnixMilli()})
-	}
-	payload, err := json.Marshal(n)
-	if err != nil {
-		return err
-	}
-	if len(payload) > maxPayload {
-		n = notice{}
-		for _, e := range tx.events {
-			n.IDs = append(n.IDs, e.ID)
-		}
-		if payload, err = json.Marshal(n); err != nil {
-			return err
+	users := make([]int64, 0, 1)
+	old := make([]int64, len(tx.events))
+	for i, e := range tx.events {
+		old[i] = e.ID
+		if !slices.Contains(users, e.UserID) {
+			users = append(users, e.UserID)
 		}
 	}
-	if _, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, eventsChannel, string(payload)); err != nil {
-		return fmt.Errorf("notify events: %w", err)
+	slices.Sort(users)
+	b := &pgx.Batch{}
+	for _, u := range users {
+		b.Queue(`SELECT pg_advisory_xact_lock($1::int4, $2::int4)`, int32(feedLock), int32(u))
 	}
-	return nil
+	b.Queue(announceSQL, old, eventsChannel, maxPayload)
+	br := tx.SendBatch(ctx, b)
+	defer br.Close()
+	for range users {
+		if _, err := br.Exec(); err != nil {
+			return fmt.Errorf("lock user feed: %w", err)
+		}
+	}
+	var ids []int64
+	var notified any
+	if err := br.QueryRow().Scan(&ids, &notified); err != nil {
+		return fmt.Errorf("number and announce events: %w", err)
+	}
+	if len(ids) != len(tx.events) {
+		return fmt.Errorf("number events: %d of %d events renumbered", len(ids), len(tx.events))
+	}
+	for i, id := range ids {
+		tx.events[i].ID = id
+	}
+	return br.Close()
 }
 
 // listener holds one connection that LISTENs for committed events and hands

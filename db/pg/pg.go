@@ -10,6 +10,9 @@
 //     appending transaction; the row lock it takes orders every writer of
 //     the run, in any process, until commit. Seqs are gap-free, and a run's
 //     event ids grow with its seqs.
+//   - The user feed follows global event ids, so ids are numbered in commit
+//     order per user: a committing transaction takes a per-user advisory
+//     lock and only then gives its events their final ids (notifyEvents).
 //   - Slot promotion takes a transaction-scoped advisory lock per user
 //     (LockUserSlots), so two processes cannot both take the last slot.
 //   - Committed events are announced with NOTIFY in the writing transaction.

@@ -2,6 +2,7 @@ package pg_test
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -171,5 +172,161 @@ func TestHeartbeatsNameLiveProcesses(t *testing.T) {
 	}
 	if live, _ := d.LiveProcesses(ctx, now.Add(-3*time.Second)); !live["b"] {
 		t.Fatalf("b heartbeat again but is not live: %v", live)
+	}
+}
+
+// TestFeedSkipsNoEventCommittedOutOfAppendOrder has two transactions of one
+// user, in two processes, append an event each, the first before the
+// second, and commit in the reverse order, with a feed reader polling after
+// each commit and a listener on each store. The reader, following ids as
+// the user feed does, gets both events once; the listeners get them in id
+// order, so a live stream that skips ids it has passed skips nothing.
+func TestFeedSkipsNoEventCommittedOutOfAppendOrder(t *testing.T) {
+	url := pgtest.NewDatabase(t)
+	ctx := context.Background()
+	var mu sync.Mutex
+	live := map[string][]int64{}
+	got := make(chan struct{}, 16)
+	sink := func(name string) func([]*spec.Event) {
+		return func(evs []*spec.Event) {
+			mu.Lock()
+			for _, e := range evs {
+				live[name] = append(live[name], e.ID)
+			}
+			mu.Unlock()
+			got <- struct{}{}
+		}
+	}
+	a, b := open(t, url, sink("a")), open(t, url, sink("b"))
+	u, err := a.CreateUser(ctx, "a@example.com", "h", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"r1", "r2"} {
+		run := &spec.Run{ID: id, UserID: u.ID, Objective: "o", Mode: spec.ModeAuto, Executor: spec.ExecutorScript,
+			Config: []byte(`{}`), Status: spec.StatusQueued}
+		if err := a.WriteTx(ctx, func(tx *pg.Tx) error { return tx.InsertRun(ctx, run) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The first transaction appends and then waits, uncommitted.
+	appended, commit, firstDone := make(chan int64), make(chan struct{}), make(chan error)
+	go func() {
+		firstDone <- a.WriteTx(ctx, func(tx *pg.Tx) error {
+			e, err := tx.AppendEvent(ctx, "r1", spec.EventToolCall, nil)
+			if err != nil {
+				close(appended)
+				return err
+			}
+			appended <- e.ID
+			<-commit
+			return nil
+		})
+	}()
+	released := false
+	defer func() { // a failure below must not leave the first transaction open
+		if !released {
+			close(commit)
+			<-firstDone
+		}
+	}()
+	firstID, ok := <-appended
+	if !ok {
+		released = true
+		t.Fatal(<-firstDone)
+	}
+	// The second appends later, with a larger id at append time, and
+	// commits first.
+	var secondID int64
+	if err := b.WriteTx(ctx, func(tx *pg.Tx) error {
+		e, err := tx.AppendEvent(ctx, "r2", spec.EventToolCall, nil)
+		if err == nil {
+			secondID = e.ID
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if secondID <= firstID {
+		t.Fatalf("append-time ids %d then %d: the test needs the second larger", firstID, secondID)
+	}
+	var last int64
+	var feed []string
+	poll := func() {
+		evs, err := b.ListUserEvents(ctx, u.ID, last, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range evs {
+			feed = append(feed, e.RunID)
+			last = e.ID
+		}
+	}
+	poll()
+	if len(feed) != 1 || feed[0] != "r2" {
+		t.Fatalf("feed after the second commit: %v, want [r2]", feed)
+	}
+	released = true
+	close(commit)
+	if err := <-firstDone; err != nil {
+		t.Fatal(err)
+	}
+	poll()
+	if len(feed) != 2 || feed[1] != "r1" {
+		t.Fatalf("feed after both commits: %v, want [r2 r1]: the event committed last was skipped", feed)
+	}
+	for range 4 { // two notices on each of two listeners
+		<-got
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for name, ids := range live {
+		if len(ids) != 2 || ids[0] >= ids[1] {
+			t.Errorf("listener %s got ids %v: not in increasing order, a live stream would skip one", name, ids)
+		}
+	}
+}
+
+// TestAnnouncedEventsCarryTheirFinalIDs appends a small event and one too
+// large for a notification: the listener gets both, the large one read
+// back by id, with the ids the appends returned and the store lists.
+func TestAnnouncedEventsCarryTheirFinalIDs(t *testing.T) {
+	ctx := context.Background()
+	got := make(chan *spec.Event, 4)
+	d := open(t, pgtest.NewDatabase(t), func(evs []*spec.Event) {
+		for _, e := range evs {
+			got <- e
+		}
+	})
+	u, err := d.CreateUser(ctx, "a@example.com", "h", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := &spec.Run{ID: "r", UserID: u.ID, Objective: "o", Mode: spec.ModeAuto, Executor: spec.ExecutorScript,
+		Config: []byte(`{}`), Status: spec.StatusQueued}
+	if err := d.WriteTx(ctx, func(tx *pg.Tx) error { return tx.InsertRun(ctx, run) }); err != nil {
+		t.Fatal(err)
+	}
+	big := strings.Repeat("x", 10_000)
+	var appended []*spec.Event
+	for _, data := range []any{map[string]int{"n": 1}, map[string]string{"big": big}} {
+		e, err := d.AppendEvent(ctx, "r", spec.EventToolCall, data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		appended = append(appended, e)
+	}
+	listed, err := d.ListUserEvents(ctx, u.ID, 0, 10)
+	if err != nil || len(listed) != 2 {
+		t.Fatalf("listed %d events (%v)", len(listed), err)
+	}
+	for i, want := range appended {
+		e := <-got
+		if e.ID != want.ID || listed[i].ID != want.ID || e.Seq != want.Seq || string(e.Data) != string(listed[i].Data) {
+			t.Fatalf("event %d: announced id %d seq %d, appended id %d, listed id %d", i, e.ID, e.Seq, want.ID, listed[i].ID)
+		}
+	}
+	if !strings.Contains(string(listed[1].Data), big) {
+		t.Fatal("the large event's data did not survive")
 	}
 }

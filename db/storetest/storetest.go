@@ -83,6 +83,7 @@ func Run[T Tx](t *testing.T, open func(t *testing.T) Store[T]) {
 	t.Run("concurrent event appends get gap-free seqs per run", s.concurrentEvents)
 	t.Run("a rolled-back append leaves no gap", s.rollbackEvents)
 	t.Run("the user feed holds only the user's events in id order", s.userFeed)
+	t.Run("a feed reader polling during concurrent writes skips no event", s.feedUnderConcurrentWrites)
 	t.Run("iterations keep their typed gate, checks and artifacts", s.iterations)
 	t.Run("documents are put, updated and found by full-text search", s.documents)
 	t.Run("tasks keep their order and updates", s.tasks)
@@ -325,6 +326,88 @@ func (s suite[T]) userFeed(t *testing.T) {
 	rest, err := f.s.ListUserEvents(f.ctx, a.ID, feed[0].ID, 100)
 	if err != nil || len(rest) != 2 || rest[0].ID != feed[1].ID {
 		t.Errorf("feed after the first id: %d (%v)", len(rest), err)
+	}
+}
+
+// feedUnderConcurrentWrites has writers of one user's runs commit
+// transactions of two events each, concurrently, while a reader follows the
+// feed by id as the user feed stream does (after the last id it got). The
+// reader must get every committed event exactly once: ids only grow, and an
+// event that commits after the reader passed its id would be lost.
+func (s suite[T]) feedUnderConcurrentWrites(t *testing.T) {
+	f := s.fixture(t)
+	u := f.user("a@example.com")
+	runs := []string{"f1", "f2", "f3", "f4"}
+	for _, id := range runs {
+		f.run(u.ID, id)
+	}
+	const each = 20
+	var wg sync.WaitGroup
+	errs := make(chan error, len(runs))
+	for _, id := range runs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				err := f.s.WriteTx(f.ctx, func(tx T) error {
+					if _, err := tx.AppendEvent(f.ctx, id, spec.EventToolCall, map[string]int{"i": i}); err != nil {
+						return err
+					}
+					// More work between the appends and the commit widens
+					// the window in which another writer can commit first.
+					if _, err := tx.FindRun(f.ctx, id); err != nil {
+						return err
+					}
+					_, err := tx.AppendEvent(f.ctx, id, spec.EventToolResult, map[string]int{"i": i})
+					return err
+				})
+				if err != nil {
+					errs <- fmt.Errorf("append to %s: %w", id, err)
+					return
+				}
+			}
+		}()
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	var last int64
+	seen := map[string]bool{}
+	poll := func() {
+		evs, err := f.s.ListUserEvents(f.ctx, u.ID, last, 7)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range evs {
+			if e.ID <= last {
+				t.Fatalf("the feed went back from id %d to %d", last, e.ID)
+			}
+			k := fmt.Sprintf("%s/%d", e.RunID, e.Seq)
+			if seen[k] {
+				t.Fatalf("event %s delivered twice", k)
+			}
+			seen[k] = true
+			last = e.ID
+		}
+	}
+	for writing := true; writing; {
+		select {
+		case <-done:
+			writing = false
+		default:
+		}
+		poll()
+	}
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	// Everything is committed now: the rest of the feed comes in pages.
+	for before := -1; before != len(seen); {
+		before = len(seen)
+		poll()
+	}
+	if want := len(runs) * each * 2; len(seen) != want {
+		t.Fatalf("the reader got %d of %d events: events that committed below its cursor were skipped", len(seen), want)
 	}
 }
 

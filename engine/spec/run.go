@@ -53,6 +53,10 @@ const (
 	WaitBlocked     = "blocked"      // a command agent printed <promise>BLOCKED</promise>
 	WaitTurnEnded   = "turn_ended"   // interactive mode: every iteration hands the turn back
 	WaitApprovePlan = "approve_plan" // approve_plan write mode: the plan waits for approval
+	// WaitHostUnavailable: no live process serves the host (and command-run
+	// root) holding a command run's work directory; it resumes by itself
+	// when one does.
+	WaitHostUnavailable = "host_unavailable"
 )
 
 // StopReason says why a run stopped, with evidence for breaker trips.
@@ -64,7 +68,7 @@ type StopReason struct {
 
 // Waiting describes what a waiting_on_user run waits for.
 type Waiting struct {
-	Reason    string   `json:"reason"` // needs_input | blocked | turn_ended | approve_plan
+	Reason    string   `json:"reason"` // needs_input | blocked | turn_ended | approve_plan | host_unavailable
 	Questions []string `json:"questions,omitempty"`
 	Detail    string   `json:"detail,omitempty"`
 }
