@@ -96,6 +96,28 @@ func (r *streamRegistry) credentials(match func(credential) bool) []credential {
 	return out
 }
 
+// waiting returns the distinct credentials of the streams that have live
+// events waiting in their subscriptions: each is about to ask for a check.
+func (r *streamRegistry) waiting() []credential {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []credential
+	seen := map[credential]bool{}
+	for st := range r.streams {
+		if sub := st.sub.Load(); sub != nil && len(sub.C) > 0 && !seen[st.cred] {
+			seen[st.cred] = true
+			out = append(out, st.cred)
+		}
+	}
+	return out
+}
+
+// checkAllStreams puts the credentials of every open stream into the
+// verifier's next round (at each heartbeat tick).
+func (s *Server) checkAllStreams() {
+	s.verifier.joinAll(s.streams.credentials(func(credential) bool { return true }))
+}
+
 // endDeadTokenStreams ends, at once, the streams of the user's API tokens
 // that no longer authenticate (one store query for all of them). A store
 // error leaves them to the verifier, which checks before every send.

@@ -94,7 +94,7 @@ func New(opts Options) (*Server, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{opts: opts, db: opts.DB, engine: opts.Engine, log: opts.Logger, ctx: ctx, cancel: cancel}
-	s.verifier = &verifier{store: opts.DB, ctx: ctx, log: opts.Logger, clock: s.beat.ticks.Load}
+	s.verifier = &verifier{store: opts.DB, ctx: ctx, log: opts.Logger, clock: s.beat.ticks.Load, waiting: s.streams.waiting}
 	if opts.Engine != nil {
 		bus := opts.Engine.Bus()
 		s.verifier.clock = func() int64 { return bus.Published() + s.beat.ticks.Load() }

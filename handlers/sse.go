@@ -9,6 +9,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"homework/engine/spec"
@@ -235,6 +236,9 @@ type streamer struct {
 	revoked  revokedFlag   // set (before the revocation commits) when cred is revoked
 	revokedC chan struct{} // closed when this process revokes cred
 	batch    []*spec.Event // live events received together
+	// sub is the live subscription, for the verifier to see which streams
+	// have events waiting (their checks join the round it starts).
+	sub atomic.Pointer[engine.Subscription]
 }
 
 // errRevoked ends a stream whose credential was revoked.
@@ -257,7 +261,9 @@ func (st *streamer) run() {
 			sub.Close()
 			return
 		}
+		st.sub.Store(sub)
 		again := st.live(ctx, sub)
+		st.sub.Store(nil)
 		sub.Close()
 		if !again {
 			return
@@ -275,7 +281,7 @@ func (st *streamer) live(ctx context.Context, sub *engine.Subscription) bool {
 			return false
 		case <-st.revokedC:
 			return false
-		case <-st.s.beat.next(st.s.ctx, st.s.opts.Heartbeat):
+		case <-st.s.beat.next(st.s.ctx, st.s.opts.Heartbeat, st.s.checkAllStreams):
 			// Re-authenticate even when idle: a credential revoked
 			// anywhere ends the stream within one heartbeat (by a check
 			// that started after the tick).

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"math"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -49,6 +50,10 @@ type verifier struct {
 	// receiving an event (or a tick) knows the event was committed (the tick
 	// happened) before the clock reached n.
 	clock func() int64
+	// waiting returns the credentials of streams that have events waiting
+	// to be checked and sent; a round checks them too, so the streams
+	// woken one after the other by one publish find it covers them.
+	waiting func() []credential
 
 	mu      sync.Mutex
 	next    *verifyRound // being gathered: its query has not started
@@ -100,25 +105,7 @@ func (v *verifier) check(ctx context.Context, cr credential, after int64, stop <
 	if cr.hash == "" {
 		return false, nil
 	}
-	v.mu.Lock()
-	if v.last.covers(cr, after) {
-		r := v.last
-		v.mu.Unlock()
-		return r.answer(cr)
-	}
-	r := v.current
-	if !r.covers(cr, after) {
-		if r = v.next; r == nil {
-			r = &verifyRound{creds: map[credential]struct{}{}, done: make(chan struct{})}
-			v.next = r
-		}
-		r.creds[cr] = struct{}{}
-		if !v.running {
-			v.running = true
-			go v.loop()
-		}
-	}
-	v.mu.Unlock()
+	r := v.join(cr, after)
 	select {
 	case <-r.done:
 		return r.answer(cr)
@@ -129,9 +116,35 @@ func (v *verifier) check(ctx context.Context, cr credential, after int64, stop <
 	}
 }
 
+// join returns the round whose answer on cr check takes: the last one
+// answered or the one running, when it started once the clock had reached
+// after and asked about cr; else the next one, which cr joins.
+func (v *verifier) join(cr credential, after int64) *verifyRound {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.last.covers(cr, after) {
+		return v.last
+	}
+	if v.current.covers(cr, after) {
+		return v.current
+	}
+	r := v.next
+	if r == nil {
+		r = &verifyRound{creds: map[credential]struct{}{}, done: make(chan struct{})}
+		v.next = r
+	}
+	r.creds[cr] = struct{}{}
+	if !v.running {
+		v.running = true
+		go v.loop()
+	}
+	return r
+}
+
 // loop runs rounds back to back while any stream waits, then ends.
 func (v *verifier) loop() {
 	for {
+		v.gather()
 		v.mu.Lock()
 		r := v.next
 		v.next = nil
@@ -139,6 +152,11 @@ func (v *verifier) loop() {
 			v.running = false
 			v.mu.Unlock()
 			return
+		}
+		if v.waiting != nil {
+			for _, cr := range v.waiting() {
+				r.creds[cr] = struct{}{}
+			}
 		}
 		// Everyone in r joined before this point, and every publish and
 		// tick counted in r.start began before it: the query starts after
@@ -170,6 +188,26 @@ func (v *verifier) loop() {
 	}
 }
 
+// gather lets the streams woken together (by one publish) join the next
+// round before it starts: it yields while more of them keep joining, a
+// few times at most.
+func (v *verifier) gather() {
+	last := -1
+	for range 8 {
+		v.mu.Lock()
+		n := 0
+		if v.next != nil {
+			n = len(v.next.creds)
+		}
+		v.mu.Unlock()
+		if n == last {
+			return
+		}
+		last = n
+		runtime.Gosched()
+	}
+}
+
 // verify returns nil once the stream's credential was found live by a
 // check that started once the clock had reached after (afterNow: after this
 // call). A credential found revoked, expired or gone sets the
@@ -190,8 +228,31 @@ func (st *streamer) verify(ctx context.Context, after int64) error {
 	return nil
 }
 
+// joinAll puts every credential in creds into the next round (see join).
+func (v *verifier) joinAll(creds []credential) {
+	if len(creds) == 0 {
+		return
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	r := v.next
+	if r == nil {
+		r = &verifyRound{creds: map[credential]struct{}{}, done: make(chan struct{})}
+		v.next = r
+	}
+	for _, cr := range creds {
+		r.creds[cr] = struct{}{}
+	}
+	if !v.running {
+		v.running = true
+		go v.loop()
+	}
+}
+
 // heartbeat is the server's one heartbeat: every stream pings, and
-// re-checks its credential, on the same tick, so one round checks them all.
+// re-checks its credential, on the same tick. The tick itself puts every
+// open stream's credential into the next round before it wakes the
+// streams, so one query answers them all.
 type heartbeat struct {
 	start sync.Once
 	mu    sync.Mutex
@@ -200,18 +261,19 @@ type heartbeat struct {
 }
 
 // next returns a channel closed at the next tick, starting the ticker on
-// first use; it stops with ctx.
-func (h *heartbeat) next(ctx context.Context, every time.Duration) <-chan struct{} {
+// first use; it stops with ctx. onTick runs at each tick, after it is
+// counted and before the channel is closed.
+func (h *heartbeat) next(ctx context.Context, every time.Duration, onTick func()) <-chan struct{} {
 	h.start.Do(func() {
 		h.c = make(chan struct{})
-		go h.run(ctx, every)
+		go h.run(ctx, every, onTick)
 	})
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.c
 }
 
-func (h *heartbeat) run(ctx context.Context, every time.Duration) {
+func (h *heartbeat) run(ctx context.Context, every time.Duration, onTick func()) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -220,6 +282,7 @@ func (h *heartbeat) run(ctx context.Context, every time.Duration) {
 			return
 		case <-t.C:
 			h.ticks.Add(1)
+			onTick()
 			h.mu.Lock()
 			close(h.c)
 			h.c = make(chan struct{})
