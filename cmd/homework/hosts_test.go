@@ -83,7 +83,7 @@ echo "wrote iteration $HOMEWORK_ITERATION"`
 		}
 		return out
 	}
-	waitFor(t, "three iterations on the allowed process", allowed, func() bool { return pids()[allowed.cmd.Process.Pid] >= 3 })
+	waitFor(t, "three iterations on the allowed process", allowed, token, func() bool { return pids()[allowed.cmd.Process.Pid] >= 3 })
 	if p := pids(); len(p) != 1 {
 		t.Fatalf("iterations ran under server pids %v; want only the allowed process %d", p, allowed.cmd.Process.Pid)
 	}
@@ -116,7 +116,7 @@ echo "wrote iteration $HOMEWORK_ITERATION"`
 			Detail string `json:"detail"`
 		} `json:"waiting"`
 	}
-	waitFor(t, "the run to wait for its host", other, func() bool {
+	waitFor(t, "the run to wait for its host", other, token, func() bool {
 		other.api(t, token, "GET", "/api/runs/"+id, nil, &run)
 		return run.Status == "waiting_on_user"
 	})

@@ -11,8 +11,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"homework/db"
 	"homework/db/pg/pgtest"
+	"homework/engine/spec"
 )
 
 // TestThreeProcessesOnPostgresSurviveASIGKILL runs three `homework serve`
@@ -53,14 +53,14 @@ func TestThreeProcessesOnPostgresSurviveASIGKILL(t *testing.T) {
 	}
 	// While it is alone, every lease is the victim's.
 	var victimID string
-	waitFor(t, "the first process to work an iteration", victim, func() bool {
+	waitFor(t, "the first process to work an iteration", victim, token, func() bool {
 		err := conn.QueryRow(ctx, `SELECT r.lease_owner FROM runs r JOIN iterations i ON i.run_id = r.id AND i.iteration = r.iteration
 			WHERE r.status = 'running' AND i.status = 'running' AND r.lease_owner IS NOT NULL LIMIT 1`).Scan(&victimID)
 		return err == nil
 	})
 	others := []*server{startServer(t, bin, url), startServer(t, bin, url)}
 	// Kill the victim in the middle of one of its iterations.
-	waitFor(t, "the first process to be mid-iteration", victim, func() bool {
+	waitFor(t, "the first process to be mid-iteration", victim, token, func() bool {
 		var n int
 		conn.QueryRow(ctx, `SELECT COUNT(*) FROM runs r JOIN iterations i ON i.run_id = r.id AND i.iteration = r.iteration
 			WHERE r.status = 'running' AND i.status = 'running' AND r.lease_owner = $1`, victimID).Scan(&n)
@@ -68,7 +68,7 @@ func TestThreeProcessesOnPostgresSurviveASIGKILL(t *testing.T) {
 	})
 	victim.kill()
 	killed := time.Now()
-	waitFor(t, "another process to resume a run", others[0], func() bool {
+	waitFor(t, "another process to resume a run", others[0], token, func() bool {
 		var n int
 		conn.QueryRow(ctx, `SELECT COUNT(*) FROM events WHERE type = 'run_recovered'`).Scan(&n)
 		return n > 0
@@ -139,16 +139,16 @@ func TestThreeProcessesOnPostgresSurviveASIGKILL(t *testing.T) {
 	}
 }
 
-// waitFor polls cond until it holds, failing after 60 s with s's log.
-func waitFor(t *testing.T, what string, s *server, cond func() bool) {
+// waitFor re-checks cond each time an event reaches the user's feed on s
+// (every state change a condition here can depend on appends one), until
+// it holds; the feed's guard fails t after a minute with s's log.
+func waitFor(t *testing.T, what string, s *server, token string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s:\n%s", what, s.log())
-		}
-		time.Sleep(20 * time.Millisecond)
+	if cond() {
+		return
 	}
+	t.Logf("waiting for %s", what)
+	s.feed(t, token, func(feedEvent) bool { return cond() })
 }
 
 // TestCancelAndStreamAcrossProcesses works a run in one process while a
@@ -189,20 +189,18 @@ func TestCancelAndStreamAcrossProcesses(t *testing.T) {
 	canceledAt = time.Now()
 	stream.until(t, worker, "run_canceled", isType("run_canceled"))
 	stream.rest(t, worker) // the run stream ends after its terminal event
-	for {
-		var run struct {
-			Iterations []struct {
-				Status string `json:"status"`
-			} `json:"iterations"`
-		}
-		front.api(t, token, "GET", "/api/runs/"+created.RunID+"?include=iterations", nil, &run)
-		if len(run.Iterations) == 1 && run.Iterations[0].Status == "canceled" {
-			break
-		}
-		if time.Since(canceledAt) > 10*time.Second {
-			t.Fatalf("the iteration in the other process was not canceled: %+v\n%s", run.Iterations, worker.log())
-		}
-		time.Sleep(20 * time.Millisecond)
+	// The iteration is recorded canceled with the run's end, in one commit.
+	var run struct {
+		Iterations []struct {
+			Status string `json:"status"`
+		} `json:"iterations"`
+	}
+	front.api(t, token, "GET", "/api/runs/"+created.RunID+"?include=iterations", nil, &run)
+	if len(run.Iterations) != 1 || run.Iterations[0].Status != "canceled" {
+		t.Fatalf("the iteration in the other process was not canceled: %+v\n%s", run.Iterations, worker.log())
+	}
+	if time.Since(canceledAt) > 10*time.Second {
+		t.Fatalf("the cancel took %s to reach the other process", time.Since(canceledAt))
 	}
 	t.Logf("cancel through one process to the iteration recorded canceled in the other: %s", time.Since(canceledAt).Round(time.Millisecond))
 	for i, e := range stream.seen {
@@ -245,10 +243,7 @@ func BenchmarkIterationsPerSecondByProcesses(b *testing.B) {
 				b.Fatalf("create: %d", code)
 			}
 		}
-		waitCompleted(b, runs, func() (n int) {
-			conn.QueryRow(ctx, `SELECT COUNT(*) FROM runs WHERE status = 'completed'`).Scan(&n)
-			return n
-		})
+		waitCompleted(b, servers[0], token, runs)
 		elapsed := time.Since(start)
 		rate := float64(runs*iters) / elapsed.Seconds()
 		limit := float64(workers*procs) / (stepMS / 1000.0)
@@ -267,11 +262,6 @@ func BenchmarkIterationsPerSecondByProcesses(b *testing.B) {
 	path := filepath.Join(b.TempDir(), "bench.db")
 	s := startServer(b, bin, path, "--workers", fmt.Sprint(workers), "--max-runs-per-user", fmt.Sprint(runs))
 	token := userAndToken(b, bin, path)
-	d, err := db.Open(ctx, db.Options{Path: path})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer d.Close()
 	start := time.Now()
 	for i := range runs {
 		if code := s.api(b, token, "POST", "/api/runs", map[string]any{"objective": fmt.Sprint("bench ", i),
@@ -279,24 +269,20 @@ func BenchmarkIterationsPerSecondByProcesses(b *testing.B) {
 			b.Fatalf("create: %d", code)
 		}
 	}
-	waitCompleted(b, runs, func() (n int) {
-		d.Reader().QueryRow(`SELECT COUNT(*) FROM runs WHERE status = 'completed'`).Scan(&n)
-		return n
-	})
+	waitCompleted(b, s, token, runs)
 	rate := float64(runs*iters) / time.Since(start).Seconds()
 	b.ReportMetric(rate, "iter/s-sqlite")
 	b.Logf("SQLite, 1 process: %.1f iterations/s (raw limit %.0f; PostgreSQL 1 process is %.2fx of it)", rate,
 		float64(workers)/(stepMS/1000.0), one/rate)
 }
 
-// waitCompleted polls count until it reaches n (a benchmark's end, not a
-// test's assertion), failing after five minutes.
-func waitCompleted(b *testing.B, n int, count func() int) {
-	deadline := time.Now().Add(5 * time.Minute)
-	for count() < n {
-		if time.Now().After(deadline) {
-			b.Fatalf("%d of %d runs completed after five minutes", count(), n)
+// waitCompleted reads the user's feed on s until n runs have completed.
+func waitCompleted(b *testing.B, s *server, token string, n int) {
+	completed := 0
+	s.feed(b, token, func(e feedEvent) bool {
+		if e.Type == spec.EventRunCompleted {
+			completed++
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return completed == n
+	})
 }
