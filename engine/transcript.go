@@ -28,9 +28,11 @@ const (
 const EventTranscript = "transcript"
 
 // transcript collects one iteration attempt's transcript and stores it.
-// Discrete entries are stored at once; streamed output is batched by a
-// flusher goroutine that starts with the first streamed byte and exits in
-// close.
+// Entries and streamed output are batched by a flusher goroutine (every
+// transcriptFlushInterval, or at once when a stream's buffer is big) that
+// starts with the first entry or byte and exits in close, which stores the
+// rest. Batching keeps a quick iteration's transcript to one write
+// transaction instead of one per model call and tool result.
 type transcript struct {
 	e         *Engine
 	runID     string
@@ -147,10 +149,19 @@ func (t *transcript) flush(ctx context.Context, final bool) {
 	}
 }
 
-// Transcribe stores en at once (after any output streamed before it).
+// Transcribe queues en after any output streamed before it, for the
+// flusher; after close (the summarizer's calls) it stores it at once.
 func (t *transcript) Transcribe(ctx context.Context, en spec.TranscriptEntry) {
 	t.add(en)
-	t.flush(ctx, false)
+	t.mu.Lock()
+	closed := t.closed
+	if !closed {
+		t.startLocked()
+	}
+	t.mu.Unlock()
+	if closed {
+		t.flush(ctx, false)
+	}
 }
 
 // write buffers streamed bytes; the flusher stores them.
@@ -167,14 +178,8 @@ func (t *transcript) write(stream string, p []byte) {
 	}
 	t.streams[stream] = append(t.streams[stream], p...)
 	big := len(t.streams[stream]) >= transcriptFlushBytes
-	if !t.started && !t.closed {
-		t.started = true
-		t.wg.Add(1)
-		go func() {
-			// Exits when close closes t.stop.
-			defer t.wg.Done()
-			t.run()
-		}()
+	if !t.closed {
+		t.startLocked()
 	}
 	t.mu.Unlock()
 	if big {
@@ -183,6 +188,20 @@ func (t *transcript) write(stream string, p []byte) {
 		default:
 		}
 	}
+}
+
+// startLocked starts the flusher once; t.mu is held and t is not closed.
+func (t *transcript) startLocked() {
+	if t.started {
+		return
+	}
+	t.started = true
+	t.wg.Add(1)
+	go func() {
+		// Exits when close closes t.stop.
+		defer t.wg.Done()
+		t.run()
+	}()
 }
 
 func (t *transcript) run() {
