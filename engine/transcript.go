@@ -150,18 +150,14 @@ func (t *transcript) flush(ctx context.Context, final bool) {
 }
 
 // Transcribe queues en after any output streamed before it, for the
-// flusher; after close (the summarizer's calls) it stores it at once.
+// flusher or, after close, the iteration's finishing transaction.
 func (t *transcript) Transcribe(ctx context.Context, en spec.TranscriptEntry) {
 	t.add(en)
 	t.mu.Lock()
-	closed := t.closed
-	if !closed {
+	if !t.closed {
 		t.startLocked()
 	}
 	t.mu.Unlock()
-	if closed {
-		t.flush(ctx, false)
-	}
 }
 
 // write buffers streamed bytes; the flusher stores them.
@@ -218,9 +214,11 @@ func (t *transcript) run() {
 	}
 }
 
-// close stops the flusher and stores everything buffered. Entries added
-// after close are still stored (the checks' outcomes).
-func (t *transcript) close(ctx context.Context) {
+// close stops the flusher and turns what was streamed into pending lines.
+// What is pending then (and what is added after: the checks' outcomes, the
+// summarizer's calls) is stored by the transaction that finishes the
+// iteration (takePending), or by flush when there is none.
+func (t *transcript) close() {
 	t.mu.Lock()
 	wasClosed := t.closed
 	t.closed = true
@@ -229,7 +227,28 @@ func (t *transcript) close(ctx context.Context) {
 		close(t.stop)
 	}
 	t.wg.Wait()
-	t.flush(ctx, true)
+	t.mu.Lock()
+	t.takeStreamsLocked(true)
+	t.mu.Unlock()
+}
+
+// pending returns the lines and dropped bytes waiting to be stored, without
+// taking them: the caller's transaction may still roll back.
+func (t *transcript) pendingLines() ([]*spec.TranscriptLine, int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return append([]*spec.TranscriptLine(nil), t.pending...), t.droppedPending
+}
+
+// stored drops the first n pending lines and dropped bytes, which the
+// caller's transaction stored and committed; full is whether the cap is
+// reached.
+func (t *transcript) stored(n int, dropped int64, full bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.pending = t.pending[n:]
+	t.droppedPending -= dropped
+	t.full = t.full || full
 }
 
 // streamWriter is the io.Writer of one stream of a transcript.
@@ -259,10 +278,48 @@ func (h *host) TranscriptWriter(stream string) io.Writer {
 }
 
 // closeTranscript ends the iteration's streamed output.
-func (h *host) closeTranscript(ctx context.Context) {
+func (h *host) closeTranscript() {
 	if h != nil && h.tr != nil {
-		h.tr.close(ctx)
+		h.tr.close()
 	}
+}
+
+// flushTranscript stores whatever the finishing transaction did not: all of
+// it when the attempt ended without an outcome (what an interrupted agent
+// did is worth keeping), nothing usually.
+func (h *host) flushTranscript(ctx context.Context) {
+	if h != nil && h.tr != nil {
+		h.tr.close()
+		h.tr.flush(ctx, true)
+	}
+}
+
+// storeTranscript stores the iteration's pending transcript lines in tx,
+// the transaction that finishes the iteration, with their EventTranscript
+// before the iteration's own events. It returns what to mark stored once tx
+// commits.
+func (h *host) storeTranscript(ctx context.Context, tx StoreTx) (commit func(), err error) {
+	if h == nil || h.tr == nil {
+		return func() {}, nil
+	}
+	t := h.tr
+	lines, dropped := t.pendingLines()
+	if len(lines) == 0 && dropped == 0 {
+		return func() {}, nil
+	}
+	kept, info, err := tx.AppendTranscript(ctx, t.runID, t.iteration, t.capBytes, lines, dropped)
+	if err != nil {
+		return nil, err
+	}
+	if len(kept) > 0 {
+		if _, err := tx.AppendEvent(ctx, t.runID, EventTranscript, map[string]any{
+			"iteration": t.iteration, "attempt": t.attempt, "from_seq": kept[0].Seq, "to_seq": kept[len(kept)-1].Seq,
+			"lines": info.Lines, "bytes": info.Bytes, "dropped_bytes": info.DroppedBytes,
+		}); err != nil {
+			return nil, err
+		}
+	}
+	return func() { t.stored(len(lines), dropped, info.Bytes >= info.CapBytes) }, nil
 }
 
 // transcribeModelCall adds a model call to the transcript: its usage, and
@@ -281,7 +338,7 @@ func (h *host) transcribeModelCall(ctx context.Context, c spec.LLMCall) {
 }
 
 // transcribeChecks adds each objective check's outcome and output.
-func (h *host) transcribeChecks(ctx context.Context, results []spec.CheckResult) {
+func (h *host) transcribeChecks(results []spec.CheckResult) {
 	if h == nil || h.tr == nil {
 		return
 	}
@@ -300,7 +357,6 @@ func (h *host) transcribeChecks(ctx context.Context, results []spec.CheckResult)
 		h.tr.add(spec.TranscriptEntry{Kind: spec.TranscriptCheck, Name: r.Name, Text: text,
 			Data: spec.TranscriptJSON(map[string]any{"type": r.Type, "passed": r.Passed, "errored": r.Errored})})
 	}
-	h.tr.flush(ctx, true)
 }
 
 // hostOf returns the engine host of an iteration, or nil.

@@ -79,6 +79,8 @@ func (e *Engine) iterate(ctx context.Context, args IterateArgs) error {
 	if err != nil || it == nil {
 		return err
 	}
+	// Last: whatever of the transcript the finishing transaction did not store.
+	defer hostOf(it).flushTranscript(ctx)
 	start := e.now()
 	e.metrics.iterationsStarted.Inc()
 
@@ -127,7 +129,7 @@ func (e *Engine) iterate(ctx context.Context, args IterateArgs) error {
 func (e *Engine) work(ctx, iterCtx context.Context, it *iteration, start time.Time, timeout time.Duration) (*outcome, error) {
 	execCtx, cancelExec := context.WithTimeout(iterCtx, timeout)
 	res, execErr := e.execute(execCtx, it)
-	hostOf(it).closeTranscript(ctx)
+	hostOf(it).closeTranscript()
 	timedOut := errors.Is(execCtx.Err(), context.DeadlineExceeded) && iterCtx.Err() == nil
 	cancelExec()
 
@@ -146,7 +148,7 @@ func (e *Engine) work(ctx, iterCtx context.Context, it *iteration, start time.Ti
 	}
 	if len(it.cfg.Completion.Checks) > 0 && out.cut == nil {
 		out.checks = e.runChecks(iterCtx, it, out.res)
-		hostOf(it).transcribeChecks(ctx, out.checks)
+		hostOf(it).transcribeChecks(out.checks)
 		if stop, err := interrupted(ctx, iterCtx); stop {
 			return nil, err
 		}
@@ -512,7 +514,7 @@ func minimalEnviron() []string {
 // is no longer the run's current one writes nothing and reports false.
 func (e *Engine) finishIteration(ctx context.Context, it *iteration, out *outcome) (bool, error) {
 	row := e.outcomeRow(it, out)
-	committed := false
+	var stored func() // marks the transcript lines the transaction stored
 	err := e.inTx(ctx, func(tx StoreTx) error {
 		run, err := tx.FindRun(ctx, it.run.ID)
 		if err != nil {
@@ -521,13 +523,26 @@ func (e *Engine) finishIteration(ctx context.Context, it *iteration, out *outcom
 		if !e.current(run, row) {
 			return nil // stale: a pure no-op
 		}
+		// The rest of the transcript commits with the outcome, its event
+		// before the iteration's own.
+		markStored, err := hostOf(it).storeTranscript(ctx, tx)
+		if err != nil {
+			return err
+		}
 		if err := e.recordIteration(ctx, tx, run, it, row, out); err != nil {
 			return err
 		}
-		committed = true
-		return e.applyDecision(ctx, tx, run, out, it.history)
+		if err := e.applyDecision(ctx, tx, run, out, it.history); err != nil {
+			return err
+		}
+		stored = markStored
+		return nil
 	})
-	return committed && err == nil, err
+	if err != nil || stored == nil {
+		return false, err
+	}
+	stored()
+	return true, nil
 }
 
 // outcomeRow fills the iteration row from the outcome (usage is re-read in
