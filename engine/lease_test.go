@@ -62,17 +62,21 @@ func TestStaleAttemptFinishWritesNothing(t *testing.T) {
 		name    string
 		moveOn  func(h *harness, u *spec.User, runID string)
 		wantEnd string
+		// keepLines is whether the attempt's transcript is kept: a
+		// canceled run keeps what its agent did; a recovered one's new
+		// attempt owns the iteration.
+		keepLines int
 	}{
 		{"recovered", func(h *harness, u *spec.User, runID string) {
 			if ok, err := h.e.recoverRun(h.ctx, runID, h.e.id, false, nil); err != nil || !ok {
 				h.t.Fatalf("recover: %v %v", ok, err)
 			}
-		}, "run_recovered"},
+		}, "run_recovered", 0},
 		{"canceled", func(h *harness, u *spec.User, runID string) {
 			if _, err := h.e.Cancel(h.ctx, u.ID, runID); err != nil {
 				h.t.Fatal(err)
 			}
-		}, "run_canceled"},
+		}, "run_canceled", 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := unstartedEngine(t)
@@ -86,6 +90,7 @@ func TestStaleAttemptFinishWritesNothing(t *testing.T) {
 				decision:  spec.Decision{Decision: spec.DecisionComplete, Reasons: []string{"late"}},
 				metrics:   spec.Metrics{Iterations: 1, ToolCallsTotal: 7, RunningMS: 5},
 				narrative: "a late narrative"}
+			hostOf(it).Transcribe(h.ctx, spec.TranscriptEntry{Kind: spec.TranscriptAssistant, Text: "a late line"})
 
 			tc.moveOn(h, u, r.ID)
 			before := h.snapshot(u, r.ID)
@@ -97,9 +102,14 @@ func TestStaleAttemptFinishWritesNothing(t *testing.T) {
 			if err != nil || committed {
 				t.Fatalf("stale finish: committed=%v err=%v", committed, err)
 			}
+			hostOf(it).flushTranscript(h.ctx) // what iterate defers
 			after := h.snapshot(u, r.ID)
 			if !reflect.DeepEqual(before, after) {
 				t.Fatalf("a stale finish changed the record:\nbefore %+v\nafter  %+v", before, after)
+			}
+			tr, err := h.db.FindTranscript(h.ctx, u.ID, r.ID, 1, 0, 0)
+			if err != nil || len(tr.Lines) != tc.keepLines {
+				t.Fatalf("the stale attempt's transcript: %d lines (%v), want %d", len(tr.Lines), err, tc.keepLines)
 			}
 			evs := h.events(u, r.ID)
 			if last := evs[len(evs)-1].Type; last != tc.wantEnd {

