@@ -108,7 +108,10 @@ const feedLock = 0x46656564 // "Feed"
 // announceSQL gives a transaction's events, listed in append order in $1,
 // fresh ids from the sequence in that same order, and announces them on
 // channel $2 with those ids: the events themselves, or only their ids when
-// the payload would exceed $3 bytes. It returns the new ids in append order.
+// the payload would exceed $3 bytes. It returns the new ids in append order
+// and whether it announced them; when even the ids exceed $3 bytes (a
+// transaction of many hundreds of events) the caller announces them in
+// chunks.
 // The ids are drawn in a materialised CTE and matched by rank, so their
 // order does not depend on how the planner evaluates nextval. The payload
 // has the shape of notice (wireEvent's keys).
@@ -122,7 +125,11 @@ const announceSQL = `WITH n AS MATERIALIZED (SELECT nextval(pg_get_serial_sequen
 		json_build_object('e', json_agg(json_build_object('i', id, 'r', run_id, 'u', user_id, 's', seq, 't', type,
 			'd', data::json, 'c', created_at) ORDER BY ord))::text AS whole,
 		json_build_object('ids', json_agg(id ORDER BY ord))::text AS short FROM r)
-	SELECT ids, pg_notify($2, CASE WHEN octet_length(whole) > $3 THEN short ELSE whole END) FROM p`
+	SELECT ids, CASE WHEN octet_length(whole) <= $3 THEN pg_notify($2, whole) WHEN octet_length(short) <= $3 THEN pg_notify($2, short) END,
+		octet_length(whole) <= $3 OR octet_length(short) <= $3 FROM p`
+
+// idsPerNotice bounds the ids of one chunked notice well under maxPayload.
+const idsPerNotice = 400
 
 // notifyEvents makes the user feed's order the commit order and announces
 // the transaction's events, just before commit; NOTIFY is delivered at
@@ -167,8 +174,9 @@ func (tx *Tx) notifyEvents(ctx context.Context) error {
 		}
 	}
 	var ids []int64
-	var notified any
-	if err := br.QueryRow().Scan(&ids, &notified); err != nil {
+	var void any
+	var announced bool
+	if err := br.QueryRow().Scan(&ids, &void, &announced); err != nil {
 		return fmt.Errorf("number and announce events: %w", err)
 	}
 	if len(ids) != len(tx.events) {
@@ -177,7 +185,24 @@ func (tx *Tx) notifyEvents(ctx context.Context) error {
 	for i, id := range ids {
 		tx.events[i].ID = id
 	}
-	return br.Close()
+	if err := br.Close(); err != nil {
+		return err
+	}
+	if announced {
+		return nil
+	}
+	// Too many for one notification: their ids in order, a chunk per
+	// notification, sent one after another so they arrive in that order.
+	for chunk := range slices.Chunk(ids, idsPerNotice) {
+		payload, err := json.Marshal(notice{IDs: chunk})
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, eventsChannel, string(payload)); err != nil {
+			return fmt.Errorf("announce events: %w", err)
+		}
+	}
+	return nil
 }
 
 // listener holds one connection that LISTENs for committed events and hands

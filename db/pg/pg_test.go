@@ -330,3 +330,52 @@ func TestAnnouncedEventsCarryTheirFinalIDs(t *testing.T) {
 		t.Fatal("the large event's data did not survive")
 	}
 }
+
+// TestATransactionOfManyEventsIsAnnouncedWhole: a transaction of more events
+// than one notification can name is announced in chunks, so the listener
+// still gets every event, in id order; before, the notification was too
+// large and the whole transaction failed.
+func TestATransactionOfManyEventsIsAnnouncedWhole(t *testing.T) {
+	ctx := context.Background()
+	const n = 1500
+	got := make(chan *spec.Event, n)
+	d := open(t, pgtest.NewDatabase(t), func(evs []*spec.Event) {
+		for _, e := range evs {
+			got <- e
+		}
+	})
+	u, err := d.CreateUser(ctx, "many@example.com", "h", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := &spec.Run{ID: "r", UserID: u.ID, Objective: "o", Mode: spec.ModeAuto, Executor: spec.ExecutorScript,
+		Config: []byte(`{}`), Status: spec.StatusQueued}
+	var appended []*spec.Event
+	err = d.WriteTx(ctx, func(tx *pg.Tx) error {
+		if err := tx.InsertRun(ctx, run); err != nil {
+			return err
+		}
+		for i := range n {
+			e, err := tx.AppendEvent(ctx, "r", spec.EventToolCall, map[string]int{"i": i})
+			if err != nil {
+				return err
+			}
+			appended = append(appended, e)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	timeout := time.After(30 * time.Second)
+	for i, want := range appended {
+		select {
+		case e := <-got:
+			if e.ID != want.ID || e.Seq != int64(i+1) {
+				t.Fatalf("announced event %d: id %d seq %d, want id %d seq %d", i, e.ID, e.Seq, want.ID, i+1)
+			}
+		case <-timeout:
+			t.Fatalf("%d of %d events announced", i, n)
+		}
+	}
+}
