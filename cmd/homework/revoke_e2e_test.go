@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"homework/db/pg/pgtest"
-	"homework/engine/spec"
 )
 
 // TestTokenRevokedByAnotherProcessEndsItsStream: `homework token revoke`,
@@ -45,8 +44,10 @@ func TestTokenRevokedOnPostgresEndsItsStreamOnAnotherServer(t *testing.T) {
 }
 
 // revokedStreamCheck creates a long run through worker, streams it from
-// front with a second token, revokes that token with the CLI and checks the
-// stream ends with nothing written after the revocation.
+// front with a second token, revokes that token with the CLI while the run
+// waits for an answer (so the last event before the revocation is known
+// exactly), answers with the first token so the run writes again, and
+// checks the stream ends with nothing written after the revocation.
 func revokedStreamCheck(t *testing.T, bin, dbPath string, worker, front *server) {
 	t.Helper()
 	token := userAndToken(t, bin, dbPath)
@@ -63,9 +64,14 @@ func revokedStreamCheck(t *testing.T, bin, dbPath string, worker, front *server)
 	var created struct {
 		RunID string `json:"run_id"`
 	}
-	// Iterations of 100 ms, for half a minute: events keep coming.
+	// Iterations of 100 ms, a question after the third, then half a
+	// minute more: events keep coming.
+	steps := slowScript(4, 100)["steps"].([]map[string]any)[:3]
+	steps = append(steps, map[string]any{"summary": "asking", "status": map[string]any{"needs_user_input": true,
+		"blocking_questions": []string{"go on?"}, "progress_summary": "asking"}})
+	steps = append(steps, slowScript(300, 100)["steps"].([]map[string]any)...)
 	if code := worker.api(t, token, "POST", "/api/runs", map[string]any{
-		"objective": "keep writing events", "executor": "script", "script": slowScript(300, 100),
+		"objective": "keep writing events", "executor": "script", "script": map[string]any{"steps": steps},
 	}, &created); code != 201 {
 		t.Fatalf("create run: %d", code)
 	}
@@ -73,20 +79,20 @@ func revokedStreamCheck(t *testing.T, bin, dbPath string, worker, front *server)
 	t.Cleanup(func() { worker.api(t, token, "POST", "/api/runs/"+runID+"/cancel", nil, nil) })
 
 	stream := front.openRunStream(t, streamToken, runID, 0)
-	started := 0
-	stream.until(t, front, "the third iteration", func(e apiEvent) bool {
-		if e.Type == spec.EventIterationStarted {
-			started++
-		}
-		return started == 3
-	})
+	// The run now waits and writes nothing until it is answered.
+	revokedAt := stream.until(t, front, "the question", isType("run_waiting_on_user")).Seq
 
 	out := cli(t, bin, "token", "revoke", "--email", "crash@example.com", "--id", tokenID, "--db", dbPath)
 	if !strings.Contains(out, "revoked token "+tokenID) {
 		t.Fatalf("token revoke: %q", out)
 	}
-	// Everything after this seq was written after the revocation.
-	revokedAt := lastSeqOf(t, front, token, runID)
+	if last := lastSeqOf(t, front, token, runID); last != revokedAt {
+		t.Fatalf("the waiting run wrote events %d..%d: the revocation's bound is not exact", revokedAt+1, last)
+	}
+	// Everything after revokedAt is written after the revocation.
+	if code := front.api(t, token, "POST", "/api/runs/"+runID+"/respond", map[string]any{"answers": []string{"yes"}}, nil); code != 200 {
+		t.Fatalf("respond: %d", code)
+	}
 
 	// The run goes on; the stream must end, with nothing past revokedAt.
 	rest := stream.rest(t, front)
