@@ -18,6 +18,7 @@ type Bus struct {
 	byRun  map[string]map[*Subscription]struct{}
 	byUser map[int64]map[*Subscription]struct{}
 	count  atomic.Int64
+	peak   atomic.Int64 // the most live subscriptions since ResetPeak
 	// published counts Publish calls, incremented as each begins: a reader
 	// that sees n knows the first n publishes' events were committed.
 	published atomic.Int64
@@ -55,7 +56,7 @@ func (b *Bus) SubscribeRun(runID string, buf int) *Subscription {
 	}
 	b.byRun[runID][s] = struct{}{}
 	b.mu.Unlock()
-	b.count.Add(1)
+	b.added()
 	return s
 }
 
@@ -68,12 +69,30 @@ func (b *Bus) SubscribeUser(userID int64, buf int) *Subscription {
 	}
 	b.byUser[userID][s] = struct{}{}
 	b.mu.Unlock()
-	b.count.Add(1)
+	b.added()
 	return s
 }
 
 // Subscribers returns the number of live subscriptions.
 func (b *Bus) Subscribers() int { return int(b.count.Load()) }
+
+// PeakSubscribers returns the most subscriptions live at once since
+// ResetPeak (or since the bus was made).
+func (b *Bus) PeakSubscribers() int { return int(b.peak.Load()) }
+
+// ResetPeak starts PeakSubscribers over from the live subscriptions.
+func (b *Bus) ResetPeak() { b.peak.Store(b.count.Load()) }
+
+// added counts a new subscription and raises the peak to it.
+func (b *Bus) added() {
+	n := b.count.Add(1)
+	for {
+		p := b.peak.Load()
+		if n <= p || b.peak.CompareAndSwap(p, n) {
+			return
+		}
+	}
+}
 
 func (b *Bus) remove(s *Subscription) {
 	s.once.Do(func() {

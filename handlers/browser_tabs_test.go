@@ -3,10 +3,7 @@ package handlers
 import (
 	"context"
 	"fmt"
-	"sync"
-	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/page"
@@ -29,40 +26,17 @@ func noWebLocks() chromedp.Action[chromedp.Void] {
 	})
 }
 
-// streamPeak records the most event subscriptions the bus had at once
-// while it watches.
-type streamPeak struct {
-	max  atomic.Int64
-	stop chan struct{}
-	done sync.WaitGroup
-}
+// streamPeak is the most event subscriptions the bus had at once while it
+// watches: the bus's own high-water mark, so a stream that opens and closes
+// at once is counted too.
+type streamPeak struct{ ts *testServer }
 
 func watchStreams(ts *testServer) *streamPeak {
-	p := &streamPeak{stop: make(chan struct{})}
-	p.done.Add(1)
-	go func() {
-		defer p.done.Done()
-		tick := time.NewTicker(2 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			if n := int64(ts.Bus.Subscribers()); n > p.max.Load() {
-				p.max.Store(n)
-			}
-			select {
-			case <-p.stop:
-				return
-			case <-tick.C:
-			}
-		}
-	}()
-	return p
+	ts.Bus.ResetPeak()
+	return &streamPeak{ts: ts}
 }
 
-func (p *streamPeak) end() int {
-	close(p.stop)
-	p.done.Wait()
-	return int(p.max.Load())
-}
+func (p *streamPeak) end() int { return p.ts.Bus.PeakSubscribers() }
 
 // TestBrowserTabsShareOneStreamOnPlainHTTP opens six run pages in tabs of
 // a browser without Web Locks and checks that they hold one event stream
