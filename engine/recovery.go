@@ -191,19 +191,30 @@ func (e *Engine) recoverRun(ctx context.Context, runID, owner string, atStart bo
 // interrupted with reason, counting its running time up to the last lease
 // renewal, and sums the run's metrics, in tx.
 func (e *Engine) interruptIteration(ctx context.Context, tx StoreTx, run *spec.Run, reason string) error {
-	if row, err := tx.FindIteration(ctx, run.ID, run.Iteration); err == nil && row.Status == spec.IterRunning {
-		row.Status = spec.IterInterrupted
-		row.EndedAt = tx.Now()
-		row.Error = reason
-		if run.LeaseUntil.After(row.StartedAt) {
-			row.Metrics.RunningMS += min(run.LeaseUntil.Sub(row.StartedAt), tx.Now().Sub(row.StartedAt)).Milliseconds()
-		}
-		row.Metrics.Iterations = 1
+	row, err := tx.FindIteration(ctx, run.ID, run.Iteration)
+	if err != nil || row.Status != spec.IterRunning {
+		return endIteration(ctx, tx, run, nil)
+	}
+	row.Status = spec.IterInterrupted
+	row.EndedAt = tx.Now()
+	row.Error = reason
+	if run.LeaseUntil.After(row.StartedAt) {
+		row.Metrics.RunningMS += min(run.LeaseUntil.Sub(row.StartedAt), tx.Now().Sub(row.StartedAt)).Milliseconds()
+	}
+	row.Metrics.Iterations = 1
+	return endIteration(ctx, tx, run, row)
+}
+
+// endIteration records row, a running iteration that a cancel or a
+// recovery ended (nil when there was none), with its iteration_completed
+// event, and sums the run's metrics, in tx.
+func endIteration(ctx context.Context, tx StoreTx, run *spec.Run, row *spec.Iteration) error {
+	if row != nil {
 		if err := tx.UpsertIteration(ctx, row); err != nil {
 			return err
 		}
-		if _, err := tx.AppendEvent(ctx, run.ID, "iteration_completed", map[string]any{
-			"iteration": row.Iteration, "attempt": row.Attempt, "status": spec.IterInterrupted, "error": row.Error,
+		if _, err := tx.AppendEvent(ctx, run.ID, spec.EventIterationCompleted, map[string]any{
+			"iteration": row.Iteration, "attempt": row.Attempt, "status": row.Status, "error": row.Error, "metrics": row.Metrics,
 		}); err != nil {
 			return err
 		}

@@ -255,21 +255,9 @@ func (e *Engine) closeRunningIteration(ctx context.Context, tx StoreTx, run *spe
 		m.Iterations = 1
 		m.RunningMS += max(tx.Now().Sub(row.StartedAt).Milliseconds(), 0)
 		row.Status, row.EndedAt, row.Error, row.Metrics = spec.IterCanceled, tx.Now(), "canceled by the user", m
-		if err := tx.UpsertIteration(ctx, row); err != nil {
-			return err
-		}
-		if _, err := tx.AppendEvent(ctx, run.ID, "iteration_completed", map[string]any{
-			"iteration": row.Iteration, "attempt": row.Attempt, "status": row.Status, "error": row.Error, "metrics": m,
-		}); err != nil {
-			return err
-		}
+		return endIteration(ctx, tx, run, row)
 	}
-	total, err := tx.SumIterationMetrics(ctx, run.ID)
-	if err != nil {
-		return err
-	}
-	run.Metrics = total
-	return nil
+	return endIteration(ctx, tx, run, nil)
 }
 
 // Continue resumes a stopped run, optionally raising its budgets. Counters
