@@ -123,10 +123,25 @@ func (s *Server) App() *fiber.App { return s.app }
 func (s *Server) Serve(ln net.Listener) error { return s.app.Listener(ln) }
 
 // Shutdown ends open streams, then stops the server, waiting at most until
-// ctx ends for in-flight requests.
+// ctx ends for in-flight requests, and for the streams' shared heartbeat
+// and credential checks to exit.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.cancel()
-	return s.app.ShutdownWithContext(ctx)
+	err := s.app.ShutdownWithContext(ctx)
+	done := make(chan struct{})
+	go func() {
+		s.beat.stop()
+		s.verifier.stop()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		if err == nil {
+			err = ctx.Err()
+		}
+	}
+	return err
 }
 
 func (s *Server) routes() {

@@ -61,6 +61,12 @@ type verifier struct {
 	last    *verifyRound // the latest answered
 	running bool         // a goroutine is running rounds
 
+	// wg counts the round goroutine: started on demand by the first
+	// waiting stream while ctx lives, it exits when no stream waits;
+	// Server.Shutdown waits for it (stop) after cancelling ctx, which fails
+	// a round under way at once.
+	wg sync.WaitGroup
+
 	rounds atomic.Int64 // rounds run, for tests
 }
 
@@ -98,6 +104,14 @@ func (r *verifyRound) covers(cr credential, after int64) bool {
 // errUnverified ends a stream whose credential could not be checked.
 var errUnverified = errors.New("the stream's credential could not be checked")
 
+// stop waits for the round goroutine to exit; ctx must be cancelled. Taking
+// mu first means no join that saw ctx alive is still about to start one.
+func (v *verifier) stop() {
+	v.mu.Lock()
+	v.mu.Unlock() //nolint:staticcheck // a barrier: see above
+	v.wg.Wait()
+}
+
 // check reports whether cr authenticates, by a store query that started
 // once the clock had reached after (afterNow: after this call). It returns
 // early with stop's or ctx's end.
@@ -122,6 +136,12 @@ func (v *verifier) check(ctx context.Context, cr credential, after int64, stop <
 func (v *verifier) join(cr credential, after int64) *verifyRound {
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	if v.ctx.Err() != nil {
+		// Shutting down: no more rounds; the stream ends unverified.
+		r := &verifyRound{err: v.ctx.Err(), done: make(chan struct{})}
+		close(r.done)
+		return r
+	}
 	if v.last.covers(cr, after) {
 		return v.last
 	}
@@ -136,7 +156,11 @@ func (v *verifier) join(cr credential, after int64) *verifyRound {
 	r.creds[cr] = struct{}{}
 	if !v.running {
 		v.running = true
-		go v.loop()
+		v.wg.Add(1)
+		go func() {
+			defer v.wg.Done()
+			v.loop()
+		}()
 	}
 	return r
 }
@@ -235,6 +259,9 @@ func (v *verifier) joinAll(creds []credential) {
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	if v.ctx.Err() != nil {
+		return // shutting down: no more rounds
+	}
 	r := v.next
 	if r == nil {
 		r = &verifyRound{creds: map[credential]struct{}{}, done: make(chan struct{})}
@@ -245,7 +272,11 @@ func (v *verifier) joinAll(creds []credential) {
 	}
 	if !v.running {
 		v.running = true
-		go v.loop()
+		v.wg.Add(1)
+		go func() {
+			defer v.wg.Done()
+			v.loop()
+		}()
 	}
 }
 
@@ -254,23 +285,42 @@ func (v *verifier) joinAll(creds []credential) {
 // open stream's credential into the next round before it wakes the
 // streams, so one query answers them all.
 type heartbeat struct {
-	start sync.Once
-	mu    sync.Mutex
-	c     chan struct{} // closed at the next tick
-	ticks atomic.Int64  // counted before c is closed
+	wg      sync.WaitGroup // the ticker goroutine: it exits when ctx ends
+	started bool           // guarded by mu
+	mu      sync.Mutex
+	c       chan struct{} // closed at the next tick
+	ticks   atomic.Int64  // counted before c is closed
 }
 
 // next returns a channel closed at the next tick, starting the ticker on
 // first use; it stops with ctx. onTick runs at each tick, after it is
 // counted and before the channel is closed.
 func (h *heartbeat) next(ctx context.Context, every time.Duration, onTick func()) <-chan struct{} {
-	h.start.Do(func() {
-		h.c = make(chan struct{})
-		go h.run(ctx, every, onTick)
-	})
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if !h.started && ctx.Err() == nil {
+		h.started = true
+		h.c = make(chan struct{})
+		h.wg.Add(1)
+		go func() {
+			defer h.wg.Done()
+			h.run(ctx, every, onTick)
+		}()
+	}
+	if h.c == nil {
+		// Shut down before the first stream: a channel that never closes;
+		// the stream ends with the server's context.
+		h.c = make(chan struct{})
+	}
 	return h.c
+}
+
+// stop waits for the ticker to exit; ctx must be cancelled. Taking mu first
+// means no next that saw ctx alive is still about to start it.
+func (h *heartbeat) stop() {
+	h.mu.Lock()
+	h.mu.Unlock() //nolint:staticcheck // a barrier: see above
+	h.wg.Wait()
 }
 
 func (h *heartbeat) run(ctx context.Context, every time.Duration, onTick func()) {
