@@ -148,12 +148,21 @@ func (v *verifier) join(cr credential, after int64) *verifyRound {
 	if v.current.covers(cr, after) {
 		return v.current
 	}
+	return v.nextRoundLocked(cr)
+}
+
+// nextRoundLocked adds creds to the round being gathered, making it when
+// there is none, and starts the round goroutine when it is not running.
+// v.mu is held and v.ctx is alive.
+func (v *verifier) nextRoundLocked(creds ...credential) *verifyRound {
 	r := v.next
 	if r == nil {
 		r = &verifyRound{creds: map[credential]struct{}{}, done: make(chan struct{})}
 		v.next = r
 	}
-	r.creds[cr] = struct{}{}
+	for _, cr := range creds {
+		r.creds[cr] = struct{}{}
+	}
 	if !v.running {
 		v.running = true
 		v.wg.Add(1)
@@ -262,22 +271,7 @@ func (v *verifier) joinAll(creds []credential) {
 	if v.ctx.Err() != nil {
 		return // shutting down: no more rounds
 	}
-	r := v.next
-	if r == nil {
-		r = &verifyRound{creds: map[credential]struct{}{}, done: make(chan struct{})}
-		v.next = r
-	}
-	for _, cr := range creds {
-		r.creds[cr] = struct{}{}
-	}
-	if !v.running {
-		v.running = true
-		v.wg.Add(1)
-		go func() {
-			defer v.wg.Done()
-			v.loop()
-		}()
-	}
+	v.nextRoundLocked(creds...)
 }
 
 // heartbeat is the server's one heartbeat: every stream pings, and
