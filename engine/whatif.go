@@ -14,36 +14,18 @@ import (
 // and breaker functions (budgetExceeded and breakers in gate.go, in the
 // order decide applies them). It reads history only and never changes a run.
 
-// The what-if vocabulary lives in spec; these names keep engine callers short.
-const MaxWhatIfRuns = spec.MaxWhatIfRuns
-
-type (
-	WhatIfRules   = spec.WhatIfRules
-	WhatIfBudgets = spec.WhatIfBudgets
-	WhatIfRun     = spec.WhatIfRun
-	WhatIfTotals  = spec.WhatIfTotals
-	WhatIfResult  = spec.WhatIfResult
-)
-
-const (
-	WhatIfSame       = spec.WhatIfSame
-	WhatIfEarlier    = spec.WhatIfEarlier
-	WhatIfContinues  = spec.WhatIfContinues
-	WhatIfUnfinished = spec.WhatIfUnfinished
-)
-
 // WhatIf replays rules over the user's runs selected by f (at most
-// MaxWhatIfRuns, oldest first) or, when ids is not empty, over exactly
+// spec.MaxWhatIfRuns, oldest first) or, when ids is not empty, over exactly
 // those runs (another user's run is ENOTFOUND). Invalid rules are EINVALID.
-func (e *Engine) WhatIf(ctx context.Context, userID int64, ids []string, f spec.StatsFilter, rules WhatIfRules) (*WhatIfResult, error) {
+func (e *Engine) WhatIf(ctx context.Context, userID int64, ids []string, f spec.StatsFilter, rules spec.WhatIfRules) (*spec.WhatIfResult, error) {
 	if err := rules.Validate(); err != nil {
 		return nil, err
 	}
-	if len(ids) > MaxWhatIfRuns {
-		return nil, spec.FieldError("run_ids", "At most %d runs.", MaxWhatIfRuns)
+	if len(ids) > spec.MaxWhatIfRuns {
+		return nil, spec.FieldError("run_ids", "At most %d runs.", spec.MaxWhatIfRuns)
 	}
 	if len(ids) == 0 {
-		f.Limit = MaxWhatIfRuns
+		f.Limit = spec.MaxWhatIfRuns
 		rows, err := e.store.StatsRows(ctx, userID, f)
 		if err != nil {
 			return nil, err
@@ -52,7 +34,7 @@ func (e *Engine) WhatIf(ctx context.Context, userID int64, ids []string, f spec.
 			ids = append(ids, r.RunID)
 		}
 	}
-	out := &WhatIfResult{Rules: rules, Runs: []WhatIfRun{}}
+	out := &spec.WhatIfResult{Rules: rules, Runs: []spec.WhatIfRun{}}
 	for _, id := range ids {
 		run, err := e.store.FindRun(ctx, userID, id)
 		if err != nil {
@@ -74,9 +56,9 @@ func (e *Engine) WhatIf(ctx context.Context, userID int64, ids []string, f spec.
 		t := &out.Totals
 		t.Runs++
 		switch w.Outcome {
-		case WhatIfEarlier:
+		case spec.WhatIfEarlier:
 			t.StoppedEarlier++
-		case WhatIfContinues:
+		case spec.WhatIfContinues:
 			t.Continues++
 		}
 		t.IterationsSaved += w.IterationsSaved
@@ -105,10 +87,10 @@ var ruleStops = map[string]bool{
 // stopped for a budget or breaker, asks budgetExceeded and then breakers,
 // exactly as decide does, with the new rules. Completions and waits are
 // decided before budgets in decide, so they stand as recorded.
-func ReplayRun(run *spec.Run, cfg *spec.Config, iters []*spec.Iteration, rules WhatIfRules) WhatIfRun {
+func ReplayRun(run *spec.Run, cfg *spec.Config, iters []*spec.Iteration, rules spec.WhatIfRules) spec.WhatIfRun {
 	alt := rules.Apply(*cfg)
 	r := &replay{run: run, steps: replaySteps(iters)}
-	r.w = WhatIfRun{RunID: run.ID, Objective: run.Objective, Status: run.Status, RecordedIterations: len(r.steps)}
+	r.w = spec.WhatIfRun{RunID: run.ID, Objective: run.Objective, Status: run.Status, RecordedIterations: len(r.steps)}
 	if run.StopReason != nil {
 		r.w.RecordedStop = run.StopReason.Type
 	}
@@ -177,7 +159,7 @@ func replaySteps(iters []*spec.Iteration) []replayStep {
 type replay struct {
 	run   *spec.Run
 	steps []replayStep
-	w     WhatIfRun
+	w     spec.WhatIfRun
 }
 
 // stopAt ends the replay at step i and counts what the steps after it cost.
@@ -190,10 +172,10 @@ func (r *replay) stopAt(i int, reason, detail string) {
 		w.TokensSaved += s.metrics.TokensTotal
 	}
 	if w.IterationsSaved > 0 {
-		w.Outcome = WhatIfEarlier
+		w.Outcome = spec.WhatIfEarlier
 		w.LostCompletion = r.run.Status == spec.StatusCompleted
 	} else {
-		w.Outcome = WhatIfSame
+		w.Outcome = spec.WhatIfSame
 	}
 }
 
@@ -202,12 +184,12 @@ func (r *replay) ranOn() {
 	w, run := &r.w, r.run
 	switch {
 	case run.StopReason != nil && ruleStops[run.StopReason.Type]:
-		w.Outcome = WhatIfContinues
+		w.Outcome = spec.WhatIfContinues
 		w.Detail = fmt.Sprintf("the new rules would not have stopped it at iteration %d (%s); it would have run on", w.RecordedIterations, run.StopReason.Type)
 	case spec.IsTerminalStatus(run.Status) || run.Status == spec.StatusStopped:
-		w.Outcome = WhatIfSame
+		w.Outcome = spec.WhatIfSame
 		w.Reason = w.RecordedStop
 	default:
-		w.Outcome = WhatIfUnfinished
+		w.Outcome = spec.WhatIfUnfinished
 	}
 }

@@ -38,20 +38,20 @@ func TestReplayRun(t *testing.T) {
 		iters := recorded(t, [3]string{"continue", "", "p"}, [3]string{"continue", "", "p"}, [3]string{"wait", "", "p"},
 			[3]string{"continue", "", "p"}, [3]string{"continue", "", "p"}, [3]string{"complete", "completed", "p"})
 		run := &spec.Run{ID: "r", Status: spec.StatusCompleted, StopReason: &spec.StopReason{Type: "completed"}}
-		w := ReplayRun(run, cfg, iters, WhatIfRules{Breakers: spec.Breakers{NoProgress: 3}})
-		if w.Outcome != WhatIfSame || w.StopsAt != 6 || w.Reason != "completed" || w.LostCompletion {
+		w := ReplayRun(run, cfg, iters, spec.WhatIfRules{Breakers: spec.Breakers{NoProgress: 3}})
+		if w.Outcome != spec.WhatIfSame || w.StopsAt != 6 || w.Reason != "completed" || w.LostCompletion {
 			t.Fatalf("replay = %+v, want the recorded completion", w)
 		}
-		w = ReplayRun(run, cfg, iters, WhatIfRules{Breakers: spec.Breakers{NoProgress: 2}})
-		if w.Outcome != WhatIfEarlier || w.StopsAt != 2 || w.Reason != StopNoProgress || !w.LostCompletion || w.IterationsSaved != 4 {
+		w = ReplayRun(run, cfg, iters, spec.WhatIfRules{Breakers: spec.Breakers{NoProgress: 2}})
+		if w.Outcome != spec.WhatIfEarlier || w.StopsAt != 2 || w.Reason != StopNoProgress || !w.LostCompletion || w.IterationsSaved != 4 {
 			t.Fatalf("replay = %+v, want a no_progress stop at 2 losing the completion", w)
 		}
 	})
 
 	t.Run("stops the rules do not govern stand as recorded", func(t *testing.T) {
 		iters := recorded(t, [3]string{"continue", "", "a"}, [3]string{"stop", StopStuck, "b"})
-		w := ReplayRun(stopped(StopStuck), cfg, iters, WhatIfRules{Breakers: spec.Breakers{NoProgress: 50}})
-		if w.Outcome != WhatIfSame || w.StopsAt != 2 || w.Reason != StopStuck {
+		w := ReplayRun(stopped(StopStuck), cfg, iters, spec.WhatIfRules{Breakers: spec.Breakers{NoProgress: 50}})
+		if w.Outcome != spec.WhatIfSame || w.StopsAt != 2 || w.Reason != StopStuck {
 			t.Fatalf("replay = %+v, want the recorded stuck stop", w)
 		}
 	})
@@ -60,12 +60,12 @@ func TestReplayRun(t *testing.T) {
 		iters := recorded(t, [3]string{"continue", "", "a"}, [3]string{"stop", StopMaxIterations, "b"})
 		c := *cfg
 		c.Budgets.MaxIterations = 2
-		w := ReplayRun(stopped(StopMaxIterations), &c, iters, WhatIfRules{Budgets: WhatIfBudgets{MaxIterations: 5}})
-		if w.Outcome != WhatIfContinues || w.StopsAt != 0 {
+		w := ReplayRun(stopped(StopMaxIterations), &c, iters, spec.WhatIfRules{Budgets: spec.WhatIfBudgets{MaxIterations: 5}})
+		if w.Outcome != spec.WhatIfContinues || w.StopsAt != 0 {
 			t.Fatalf("replay = %+v, want continues", w)
 		}
-		w = ReplayRun(stopped(StopMaxIterations), &c, iters, WhatIfRules{Budgets: WhatIfBudgets{MaxCostUSD: 0.1}})
-		if w.Outcome != WhatIfEarlier || w.StopsAt != 1 || w.Reason != StopBudgetCost || w.CostSavedUSD != 0.1 {
+		w = ReplayRun(stopped(StopMaxIterations), &c, iters, spec.WhatIfRules{Budgets: spec.WhatIfBudgets{MaxCostUSD: 0.1}})
+		if w.Outcome != spec.WhatIfEarlier || w.StopsAt != 1 || w.Reason != StopBudgetCost || w.CostSavedUSD != 0.1 {
 			t.Fatalf("replay = %+v, want a cost stop at 1", w)
 		}
 	})
@@ -73,8 +73,8 @@ func TestReplayRun(t *testing.T) {
 	t.Run("a running run the rules do not stop is unfinished", func(t *testing.T) {
 		iters := recorded(t, [3]string{"continue", "", "a"})
 		iters = append(iters, &spec.Iteration{Iteration: 2}) // in progress: no gate record yet
-		w := ReplayRun(&spec.Run{ID: "r", Status: spec.StatusRunning}, cfg, iters, WhatIfRules{})
-		if w.Outcome != WhatIfUnfinished || w.RecordedIterations != 1 {
+		w := ReplayRun(&spec.Run{ID: "r", Status: spec.StatusRunning}, cfg, iters, spec.WhatIfRules{})
+		if w.Outcome != spec.WhatIfUnfinished || w.RecordedIterations != 1 {
 			t.Fatalf("replay = %+v, want unfinished", w)
 		}
 	})

@@ -215,15 +215,15 @@ func csvSafe(s string) string {
 // WhatIfRequest is the body of POST /api/whatif: the runs to replay (by id,
 // or the report selection of GET /api/stats) and the alternative rules.
 type WhatIfRequest struct {
-	RunIDs   []string             `json:"run_ids"`
-	Since    string               `json:"since"`
-	Until    string               `json:"until"`
-	Executor string               `json:"executor"`
-	Model    string               `json:"model"`
-	Mode     string               `json:"mode"`
-	Tag      string               `json:"tag"`
-	Budgets  engine.WhatIfBudgets `json:"budgets"`
-	Breakers spec.Breakers        `json:"breakers"`
+	RunIDs   []string           `json:"run_ids"`
+	Since    string             `json:"since"`
+	Until    string             `json:"until"`
+	Executor string             `json:"executor"`
+	Model    string             `json:"model"`
+	Mode     string             `json:"mode"`
+	Tag      string             `json:"tag"`
+	Budgets  spec.WhatIfBudgets `json:"budgets"`
+	Breakers spec.Breakers      `json:"breakers"`
 }
 
 // selection returns the request's run selection.
@@ -244,7 +244,7 @@ func (s *Server) apiWhatIf(c *fiber.Ctx) error {
 		return s.jsonError(c, err)
 	}
 	res, err := s.engine.WhatIf(c.UserContext(), userOf(c).ID, req.RunIDs,
-		q.Filter, engine.WhatIfRules{Budgets: req.Budgets, Breakers: req.Breakers})
+		q.Filter, spec.WhatIfRules{Budgets: req.Budgets, Breakers: req.Breakers})
 	if err != nil {
 		return s.jsonError(c, err)
 	}

@@ -4,8 +4,8 @@ import (
 	"net/http"
 	"testing"
 
-	"homework/engine"
 	"homework/engine/scripted"
+	"homework/engine/spec"
 )
 
 func TestWhatIf(t *testing.T) {
@@ -30,9 +30,9 @@ func TestWhatIf(t *testing.T) {
 		t.Fatalf("recorded run: iteration %d stop %+v, want a no_progress stop after 4", before.Iteration, before.StopReason)
 	}
 
-	whatIf := func(body map[string]any) engine.WhatIfResult {
+	whatIf := func(body map[string]any) spec.WhatIfResult {
 		t.Helper()
-		var out engine.WhatIfResult
+		var out spec.WhatIfResult
 		ts.expect(t, alice, "POST", "/api/whatif", body, http.StatusOK, &out)
 		return out
 	}
@@ -40,7 +40,7 @@ func TestWhatIf(t *testing.T) {
 	t.Run("a stricter no-progress threshold stops the run earlier and saves the rest", func(t *testing.T) {
 		out := whatIf(map[string]any{"run_ids": []string{stalled}, "breakers": map[string]any{"no_progress": 2}})
 		r := out.Runs[0]
-		if r.Outcome != engine.WhatIfEarlier || r.StopsAt != 2 || r.Reason != "no_progress" || r.IterationsSaved != 2 {
+		if r.Outcome != spec.WhatIfEarlier || r.StopsAt != 2 || r.Reason != "no_progress" || r.IterationsSaved != 2 {
 			t.Fatalf("replay = %+v, want stopped_earlier at 2 for no_progress saving 2", r)
 		}
 		if !near(r.CostSavedUSD, 0.2) || r.TokensSaved != 300 || r.LostCompletion {
@@ -53,7 +53,7 @@ func TestWhatIf(t *testing.T) {
 
 	t.Run("the recorded threshold replays to the recorded stop", func(t *testing.T) {
 		r := whatIf(map[string]any{"run_ids": []string{stalled}}).Runs[0]
-		if r.Outcome != engine.WhatIfSame || r.StopsAt != 4 || r.Reason != "no_progress" || r.IterationsSaved != 0 {
+		if r.Outcome != spec.WhatIfSame || r.StopsAt != 4 || r.Reason != "no_progress" || r.IterationsSaved != 0 {
 			t.Fatalf("replay = %+v, want the same stop at 4", r)
 		}
 	})
@@ -61,7 +61,7 @@ func TestWhatIf(t *testing.T) {
 	t.Run("a looser threshold would have let the run go on", func(t *testing.T) {
 		out := whatIf(map[string]any{"run_ids": []string{stalled}, "breakers": map[string]any{"no_progress": 6}})
 		r := out.Runs[0]
-		if r.Outcome != engine.WhatIfContinues || r.StopsAt != 0 || r.IterationsSaved != 0 || out.Totals.Continues != 1 {
+		if r.Outcome != spec.WhatIfContinues || r.StopsAt != 0 || r.IterationsSaved != 0 || out.Totals.Continues != 1 {
 			t.Fatalf("replay = %+v, want continues", r)
 		}
 	})
@@ -71,13 +71,13 @@ func TestWhatIf(t *testing.T) {
 		if out.Totals.Runs != 2 {
 			t.Fatalf("selection by window replayed %d runs, want 2", out.Totals.Runs)
 		}
-		var c engine.WhatIfRun
+		var c spec.WhatIfRun
 		for _, r := range out.Runs {
 			if r.RunID == completed {
 				c = r
 			}
 		}
-		if c.Outcome != engine.WhatIfEarlier || c.StopsAt != 2 || c.Reason != "max_iterations" || !c.LostCompletion || c.IterationsSaved != 1 {
+		if c.Outcome != spec.WhatIfEarlier || c.StopsAt != 2 || c.Reason != "max_iterations" || !c.LostCompletion || c.IterationsSaved != 1 {
 			t.Fatalf("completed run replay = %+v, want a lost completion at 2", c)
 		}
 		if out.Totals.LostCompletions != 1 || out.Totals.StoppedEarlier != 2 || out.Totals.IterationsSaved != 3 {
@@ -101,7 +101,7 @@ func TestWhatIf(t *testing.T) {
 		ts.expectError(t, alice, "POST", "/api/whatif", map[string]any{"since": "soon"}, http.StatusBadRequest, "invalid", "since")
 		ts.expectError(t, alice, "POST", "/api/whatif", map[string]any{"budget": map[string]any{}}, http.StatusBadRequest, "invalid", "")
 		ts.expectError(t, bob, "POST", "/api/whatif", map[string]any{"run_ids": []string{stalled}}, http.StatusBadRequest, "invalid", "run_ids")
-		var out engine.WhatIfResult
+		var out spec.WhatIfResult
 		ts.expect(t, bob, "POST", "/api/whatif", map[string]any{}, http.StatusOK, &out)
 		if out.Totals.Runs != 0 || out.Runs == nil {
 			t.Fatalf("bob's what-if = %+v, want no runs", out)

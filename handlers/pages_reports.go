@@ -10,7 +10,6 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 
-	"homework/engine"
 	"homework/views"
 )
 
@@ -166,8 +165,8 @@ func exportQuery(f spec.StatsFilter) string {
 }
 
 // whatIfRulesFromForm reads the what-if rules of the page's form.
-func whatIfRulesFromForm(f views.EffectForm) (engine.WhatIfRules, error) {
-	var r engine.WhatIfRules
+func whatIfRulesFromForm(f views.EffectForm) (spec.WhatIfRules, error) {
+	var r spec.WhatIfRules
 	num := func(field, v string) (int64, error) {
 		if v == "" {
 			return 0, nil
