@@ -7,6 +7,7 @@ import (
 
 	"homework/db"
 	"homework/db/storetest"
+	"homework/engine/spec"
 )
 
 // TestConformance runs the store conformance suite against SQLite.
@@ -52,7 +53,7 @@ func TestSharedWritersSeeEachOthersSeqs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	run := &db.Run{ID: "r", UserID: u.ID, Objective: "o", Mode: "auto", Executor: "script", Config: []byte(`{}`), Status: db.StatusQueued}
+	run := &spec.Run{ID: "r", UserID: u.ID, Objective: "o", Mode: "auto", Executor: "script", Config: []byte(`{}`), Status: spec.StatusQueued}
 	if err := a.WriteTx(ctx, func(tx *db.Tx) error { return tx.InsertRun(ctx, run) }); err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"homework/engine/spec"
 	"io/fs"
 	"net/url"
 	"os"
@@ -46,7 +47,7 @@ type Options struct {
 	// OnEvents, when set, receives the events of every committed write
 	// transaction, in commit order, before the next writer starts. It must not
 	// block.
-	OnEvents func([]*Event)
+	OnEvents func([]*spec.Event)
 	// Lock takes an exclusive lock on Path+".lock" so that a second server on
 	// the same file refuses to start. Short-lived commands leave it false.
 	// It is the store's single-process guard: with it, this process is the
@@ -63,7 +64,7 @@ type Options struct {
 type DB struct {
 	path     string
 	now      func() time.Time
-	onEvents func([]*Event)
+	onEvents func([]*spec.Event)
 
 	writer   *sql.DB
 	reader   *sql.DB
@@ -276,7 +277,7 @@ type Tx struct {
 	*sql.Tx
 	db     *DB
 	now    time.Time
-	events []*Event
+	events []*spec.Event
 	seqs   map[string]*seqState // runs whose seq this transaction read or advanced
 }
 
@@ -341,7 +342,7 @@ func nullString(s string) any {
 // notFound maps sql.ErrNoRows to an ENOTFOUND *Error naming what was missing.
 func notFound(err error, what string) error {
 	if errors.Is(err, sql.ErrNoRows) {
-		return Errorf(ENOTFOUND, "%s not found.", what)
+		return spec.Errorf(spec.ENOTFOUND, "%s not found.", what)
 	}
 	return err
 }

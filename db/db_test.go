@@ -25,9 +25,9 @@ func openTest(t testing.TB, path string, opts ...func(*Options)) *DB {
 	return d
 }
 
-func newRun(t testing.TB, d *DB, userID int64, id string) *Run {
+func newRun(t testing.TB, d *DB, userID int64, id string) *spec.Run {
 	t.Helper()
-	r := &Run{ID: id, UserID: userID, Objective: "obj " + id, Mode: "auto", Executor: "script", Config: json.RawMessage(`{}`), Status: StatusQueued}
+	r := &spec.Run{ID: id, UserID: userID, Objective: "obj " + id, Mode: "auto", Executor: "script", Config: json.RawMessage(`{}`), Status: spec.StatusQueued}
 	if err := d.WriteTx(context.Background(), func(tx *Tx) error { return tx.InsertRun(context.Background(), r) }); err != nil {
 		t.Fatal(err)
 	}
@@ -107,13 +107,13 @@ func TestUsersTokensAndSessions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := d.CreateUser(ctx, "a@example.com", "hash", false); ErrorCode(err) != ECONFLICT {
+	if _, err := d.CreateUser(ctx, "a@example.com", "hash", false); spec.ErrorCode(err) != spec.ECONFLICT {
 		t.Fatalf("duplicate email (case-insensitive): %v", err)
 	}
 	if got, err := d.FindUserByEmail(ctx, "a@EXAMPLE.com"); err != nil || got.ID != u.ID {
 		t.Fatalf("find by email: %v", err)
 	}
-	if _, err := d.CreateFirstUser(ctx, "c@example.com", "h"); ErrorCode(err) != ECONFLICT {
+	if _, err := d.CreateFirstUser(ctx, "c@example.com", "h"); spec.ErrorCode(err) != spec.ECONFLICT {
 		t.Fatalf("first user when users exist: %v", err)
 	}
 	secret, tok, err := d.CreateAPIToken(ctx, u.ID, "laptop")
@@ -128,13 +128,13 @@ func TestUsersTokensAndSessions(t *testing.T) {
 	if got, err := d.FindUserByToken(ctx, secret); err != nil || got.ID != u.ID {
 		t.Fatalf("good token: %v", err)
 	}
-	if _, err := d.FindUserByToken(ctx, secret+"x"); ErrorCode(err) != EUNAUTHORIZED {
+	if _, err := d.FindUserByToken(ctx, secret+"x"); spec.ErrorCode(err) != spec.EUNAUTHORIZED {
 		t.Fatalf("wrong token: %v", err)
 	}
 	if err := d.RevokeAPIToken(ctx, u.ID, tok.ID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := d.FindUserByToken(ctx, secret); ErrorCode(err) != EUNAUTHORIZED {
+	if _, err := d.FindUserByToken(ctx, secret); spec.ErrorCode(err) != spec.EUNAUTHORIZED {
 		t.Fatalf("revoked token: %v", err)
 	}
 	sec, sess, err := d.CreateSession(ctx, u.ID, time.Hour)
@@ -145,7 +145,7 @@ func TestUsersTokensAndSessions(t *testing.T) {
 		t.Fatalf("session: %v", err)
 	}
 	now = now.Add(2 * time.Hour)
-	if _, _, err := d.FindSession(ctx, sec); ErrorCode(err) != EUNAUTHORIZED {
+	if _, _, err := d.FindSession(ctx, sec); spec.ErrorCode(err) != spec.EUNAUTHORIZED {
 		t.Fatalf("expired session: %v", err)
 	}
 }
@@ -156,34 +156,34 @@ func TestStoreRoundTripsAndCrossUserReadsAreNotFound(t *testing.T) {
 	a, _ := d.CreateUser(ctx, "a@example.com", "h", false)
 	b, _ := d.CreateUser(ctx, "b@example.com", "h", false)
 	r := newRun(t, d, a.ID, "run-a")
-	r.Status = StatusStopped
-	r.StopReason = &StopReason{Type: "no_progress", Detail: "d", Evidence: json.RawMessage(`{"x":1}`)}
-	r.Waiting = &Waiting{Reason: "blocked", Questions: []string{"q"}}
+	r.Status = spec.StatusStopped
+	r.StopReason = &spec.StopReason{Type: "no_progress", Detail: "d", Evidence: json.RawMessage(`{"x":1}`)}
+	r.Waiting = &spec.Waiting{Reason: "blocked", Questions: []string{"q"}}
 	r.Metrics.AddCall("m", 10, 5, 0.5, true)
 	r.Report = &spec.Report{Title: "t", Metrics: spec.ReportMetrics{Iterations: 2}}
-	var doc *Document
+	var doc *spec.Document
 	err := d.WriteTx(ctx, func(tx *Tx) error {
 		if err := tx.UpdateRun(ctx, r); err != nil {
 			return err
 		}
-		if err := tx.UpsertIteration(ctx, &Iteration{RunID: r.ID, Iteration: 1, Attempt: 1, Status: IterSucceeded, StartedAt: tx.Now(),
-			Summary: "s", Gate: json.RawMessage(`{"decision":"continue"}`), Metrics: Metrics{Iterations: 1}}); err != nil {
+		if err := tx.UpsertIteration(ctx, &spec.Iteration{RunID: r.ID, Iteration: 1, Attempt: 1, Status: spec.IterSucceeded, StartedAt: tx.Now(),
+			Summary: "s", Gate: json.RawMessage(`{"decision":"continue"}`), Metrics: spec.Metrics{Iterations: 1}}); err != nil {
 			return err
 		}
-		doc = &Document{RunID: r.ID, Path: "notes/sqlite drivers.md", Title: "SQLite drivers", Content: "modernc is pure Go", Tags: []string{"go"}}
+		doc = &spec.Document{RunID: r.ID, Path: "notes/sqlite drivers.md", Title: "SQLite drivers", Content: "modernc is pure Go", Tags: []string{"go"}}
 		if _, err := tx.PutDocument(ctx, doc); err != nil {
 			return err
 		}
-		if err := tx.InsertTask(ctx, &Task{RunID: r.ID, Title: "compare"}); err != nil {
+		if err := tx.InsertTask(ctx, &spec.Task{RunID: r.ID, Title: "compare"}); err != nil {
 			return err
 		}
-		if err := tx.InsertInbox(ctx, &InboxItem{RunID: r.ID, Kind: InboxAnswer, Body: "yes"}); err != nil {
+		if err := tx.InsertInbox(ctx, &spec.InboxItem{RunID: r.ID, Kind: spec.InboxAnswer, Body: "yes"}); err != nil {
 			return err
 		}
-		if err := tx.InsertLLMCall(ctx, &LLMCall{RunID: r.ID, Iteration: 1, Role: "planner", Model: "m", PromptTokens: 10, Priced: true}); err != nil {
+		if err := tx.InsertLLMCall(ctx, &spec.LLMCall{RunID: r.ID, Iteration: 1, Role: "planner", Model: "m", PromptTokens: 10, Priced: true}); err != nil {
 			return err
 		}
-		if err := tx.InsertNotification(ctx, &Notification{UserID: a.ID, RunID: r.ID, Kind: "run_stopped", Title: "t", ActionURL: "/runs/run-a"}); err != nil {
+		if err := tx.InsertNotification(ctx, &spec.Notification{UserID: a.ID, RunID: r.ID, Kind: "run_stopped", Title: "t", ActionURL: "/runs/run-a"}); err != nil {
 			return err
 		}
 		_, err := tx.AppendEvent(ctx, r.ID, "run_stopped", map[string]string{"k": "v"})
@@ -209,7 +209,7 @@ func TestStoreRoundTripsAndCrossUserReadsAreNotFound(t *testing.T) {
 	if hits, err := d.SearchDocuments(ctx, a.ID, "", `"unbalanced AND (`, 10); err != nil || len(hits) != 0 {
 		t.Fatalf("hostile search text: %v", err)
 	}
-	if tasks, err := d.ListTasks(ctx, a.ID, r.ID); err != nil || len(tasks) != 1 || tasks[0].Status != TaskTodo {
+	if tasks, err := d.ListTasks(ctx, a.ID, r.ID); err != nil || len(tasks) != 1 || tasks[0].Status != spec.TaskTodo {
 		t.Fatalf("tasks: %v", err)
 	}
 	if inbox, err := d.ListInbox(ctx, a.ID, r.ID); err != nil || len(inbox) != 1 {
@@ -227,25 +227,25 @@ func TestStoreRoundTripsAndCrossUserReadsAreNotFound(t *testing.T) {
 	}
 
 	// b sees none of a's objects.
-	if _, err := d.FindRun(ctx, b.ID, r.ID); ErrorCode(err) != ENOTFOUND {
+	if _, err := d.FindRun(ctx, b.ID, r.ID); spec.ErrorCode(err) != spec.ENOTFOUND {
 		t.Errorf("run: %v", err)
 	}
-	if _, err := d.ListRunEvents(ctx, b.ID, r.ID, 0, 10); ErrorCode(err) != ENOTFOUND {
+	if _, err := d.ListRunEvents(ctx, b.ID, r.ID, 0, 10); spec.ErrorCode(err) != spec.ENOTFOUND {
 		t.Errorf("events: %v", err)
 	}
-	if _, err := d.FindDocument(ctx, b.ID, doc.ID); ErrorCode(err) != ENOTFOUND {
+	if _, err := d.FindDocument(ctx, b.ID, doc.ID); spec.ErrorCode(err) != spec.ENOTFOUND {
 		t.Errorf("document: %v", err)
 	}
-	if _, err := d.ListRunDocuments(ctx, b.ID, r.ID); ErrorCode(err) != ENOTFOUND {
+	if _, err := d.ListRunDocuments(ctx, b.ID, r.ID); spec.ErrorCode(err) != spec.ENOTFOUND {
 		t.Errorf("documents: %v", err)
 	}
-	if _, err := d.ListIterations(ctx, b.ID, r.ID); ErrorCode(err) != ENOTFOUND {
+	if _, err := d.ListIterations(ctx, b.ID, r.ID); spec.ErrorCode(err) != spec.ENOTFOUND {
 		t.Errorf("iterations: %v", err)
 	}
 	if hits, _ := d.SearchDocuments(ctx, b.ID, "", "pure", 10); len(hits) != 0 {
 		t.Errorf("search leaks another user's documents")
 	}
-	if err := d.MarkNotificationRead(ctx, b.ID, ns[0].ID); ErrorCode(err) != ENOTFOUND {
+	if err := d.MarkNotificationRead(ctx, b.ID, ns[0].ID); spec.ErrorCode(err) != spec.ENOTFOUND {
 		t.Errorf("notification: %v", err)
 	}
 	if evs, _ := d.ListUserEvents(ctx, b.ID, 0, 10); len(evs) != 0 {
@@ -270,7 +270,7 @@ func TestListRunsPaginatesWithACursor(t *testing.T) {
 	var seen []string
 	cursor := ""
 	for {
-		p, err := d.ListRuns(ctx, u.ID, RunFilter{Limit: 3, Cursor: cursor})
+		p, err := d.ListRuns(ctx, u.ID, spec.RunFilter{Limit: 3, Cursor: cursor})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -285,7 +285,7 @@ func TestListRunsPaginatesWithACursor(t *testing.T) {
 	if len(seen) != 7 || seen[0] != "g" || seen[6] != "a" {
 		t.Fatalf("pages: %v", seen)
 	}
-	if _, err := d.ListRuns(ctx, u.ID, RunFilter{Cursor: "garbage"}); ErrorField(err) != "cursor" {
+	if _, err := d.ListRuns(ctx, u.ID, spec.RunFilter{Cursor: "garbage"}); spec.ErrorField(err) != "cursor" {
 		t.Fatalf("bad cursor: %v", err)
 	}
 }
@@ -295,7 +295,7 @@ func TestConcurrentEventAppendsAreGapFreeAndPublishedInOrder(t *testing.T) {
 	var mu sync.Mutex
 	published := map[string][]int64{}
 	d := openTest(t, filepath.Join(t.TempDir(), "h.db"), func(o *Options) {
-		o.OnEvents = func(evs []*Event) {
+		o.OnEvents = func(evs []*spec.Event) {
 			mu.Lock()
 			for _, e := range evs {
 				published[e.RunID] = append(published[e.RunID], e.Seq)
@@ -322,7 +322,7 @@ func TestConcurrentEventAppendsAreGapFreeAndPublishedInOrder(t *testing.T) {
 		}(g)
 	}
 	wg.Wait()
-	if _, err := d.AppendEvent(ctx, "missing", "x", nil); ErrorCode(err) != ENOTFOUND {
+	if _, err := d.AppendEvent(ctx, "missing", "x", nil); spec.ErrorCode(err) != spec.ENOTFOUND {
 		t.Fatalf("append to a missing run: %v", err)
 	}
 	total := 0

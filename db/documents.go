@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"homework/engine/spec"
 	"strings"
 	"time"
 
@@ -12,8 +13,8 @@ import (
 
 const docCols = `id, run_id, user_id, parent_id, path, kind, title, description, content, tags, iteration, created_at, updated_at`
 
-func scanDocument(s rowScanner) (*Document, error) {
-	var d Document
+func scanDocument(s rowScanner) (*spec.Document, error) {
+	var d spec.Document
 	var parent sql.NullString
 	var tags string
 	var created, updated int64
@@ -27,9 +28,9 @@ func scanDocument(s rowScanner) (*Document, error) {
 	return &d, nil
 }
 
-func scanDocuments(rows *sql.Rows) ([]*Document, error) {
+func scanDocuments(rows *sql.Rows) ([]*spec.Document, error) {
 	defer rows.Close()
-	var out []*Document
+	var out []*spec.Document
 	for rows.Next() {
 		d, err := scanDocument(rows)
 		if err != nil {
@@ -43,9 +44,9 @@ func scanDocuments(rows *sql.Rows) ([]*Document, error) {
 // PutDocument creates the document at (run, path) or updates its content,
 // title, description, tags and iteration. It reports whether it was created.
 // The document's ID, UserID, CreatedAt and UpdatedAt are filled in.
-func (tx *Tx) PutDocument(ctx context.Context, doc *Document) (created bool, err error) {
+func (tx *Tx) PutDocument(ctx context.Context, doc *spec.Document) (created bool, err error) {
 	existing, err := tx.FindDocumentByPath(ctx, doc.RunID, doc.Path)
-	if err != nil && ErrorCode(err) != ENOTFOUND {
+	if err != nil && spec.ErrorCode(err) != spec.ENOTFOUND {
 		return false, err
 	}
 	tags, _ := json.Marshal(doc.Tags)
@@ -69,7 +70,7 @@ func (tx *Tx) PutDocument(ctx context.Context, doc *Document) (created bool, err
 		doc.ID = uuid.Must(uuid.NewV7()).String()
 	}
 	if doc.Kind == "" {
-		doc.Kind = DocNote
+		doc.Kind = spec.DocNote
 	}
 	doc.CreatedAt, doc.UpdatedAt = tx.now, tx.now
 	err = tx.QueryRowContext(ctx, `INSERT INTO documents (`+docCols+`)
@@ -83,13 +84,13 @@ func (tx *Tx) PutDocument(ctx context.Context, doc *Document) (created bool, err
 }
 
 // FindDocumentByPath returns the run's document at path inside tx.
-func (tx *Tx) FindDocumentByPath(ctx context.Context, runID, path string) (*Document, error) {
+func (tx *Tx) FindDocumentByPath(ctx context.Context, runID, path string) (*spec.Document, error) {
 	d, err := scanDocument(tx.QueryRowContext(ctx, `SELECT `+docCols+` FROM documents WHERE run_id = ? AND path = ?`, runID, path))
 	return d, notFound(err, "Document")
 }
 
 // ListRunDocumentsTx returns the run's documents inside tx, by path.
-func (tx *Tx) ListRunDocuments(ctx context.Context, runID string) ([]*Document, error) {
+func (tx *Tx) ListRunDocuments(ctx context.Context, runID string) ([]*spec.Document, error) {
 	rows, err := tx.QueryContext(ctx, `SELECT `+docCols+` FROM documents WHERE run_id = ? ORDER BY path`, runID)
 	if err != nil {
 		return nil, err
@@ -98,20 +99,20 @@ func (tx *Tx) ListRunDocuments(ctx context.Context, runID string) ([]*Document, 
 }
 
 // FindDocument returns the user's document. Another user's is ENOTFOUND.
-func (d reads) FindDocument(ctx context.Context, userID int64, id string) (*Document, error) {
+func (d reads) FindDocument(ctx context.Context, userID int64, id string) (*spec.Document, error) {
 	doc, err := scanDocument(d.q.QueryRowContext(ctx, `SELECT `+docCols+` FROM documents WHERE id = ? AND user_id = ?`, id, userID))
 	return doc, notFound(err, "Document")
 }
 
 // FindRunDocumentByPath returns the document at path in the user's run.
-func (d *DB) FindRunDocumentByPath(ctx context.Context, userID int64, runID, path string) (*Document, error) {
+func (d *DB) FindRunDocumentByPath(ctx context.Context, userID int64, runID, path string) (*spec.Document, error) {
 	doc, err := scanDocument(d.reader.QueryRowContext(ctx, `SELECT `+docCols+` FROM documents WHERE run_id = ? AND path = ? AND user_id = ?`,
 		runID, path, userID))
 	return doc, notFound(err, "Document")
 }
 
 // ListRunDocuments returns the documents of the user's run, ordered by path.
-func (d reads) ListRunDocuments(ctx context.Context, userID int64, runID string) ([]*Document, error) {
+func (d reads) ListRunDocuments(ctx context.Context, userID int64, runID string) ([]*spec.Document, error) {
 	if err := d.checkRunOwner(ctx, userID, runID); err != nil {
 		return nil, err
 	}
@@ -124,10 +125,10 @@ func (d reads) ListRunDocuments(ctx context.Context, userID int64, runID string)
 
 // SearchDocuments runs a full-text query over the user's documents (all runs,
 // or one run when runID is set), best matches first.
-func (d *DB) SearchDocuments(ctx context.Context, userID int64, runID, query string, limit int) ([]SearchHit, error) {
+func (d *DB) SearchDocuments(ctx context.Context, userID int64, runID, query string, limit int) ([]spec.SearchHit, error) {
 	q := ftsQuery(query)
 	if q == "" {
-		return nil, FieldError("q", "Search query is empty.")
+		return nil, spec.FieldError("q", "Search query is empty.")
 	}
 	if limit <= 0 || limit > 100 {
 		limit = 20
@@ -148,10 +149,10 @@ func (d *DB) SearchDocuments(ctx context.Context, userID int64, runID, query str
 		return nil, err
 	}
 	defer rows.Close()
-	var out []SearchHit
+	var out []spec.SearchHit
 	for rows.Next() {
-		var h SearchHit
-		var doc Document
+		var h spec.SearchHit
+		var doc spec.Document
 		var parent sql.NullString
 		var tags string
 		var created, updated int64

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"homework/engine/spec"
 	"strings"
 	"time"
 )
@@ -29,13 +30,13 @@ func marshalData(data any) (json.RawMessage, error) {
 
 // AppendEvent appends an event of typ with data (marshalled to JSON) to the
 // run's log inside tx and returns it. It is published after tx commits.
-func (tx *Tx) AppendEvent(ctx context.Context, runID, typ string, data any) (*Event, error) {
+func (tx *Tx) AppendEvent(ctx context.Context, runID, typ string, data any) (*spec.Event, error) {
 	b, err := marshalData(data)
 	if err != nil {
 		return nil, err
 	}
-	e := &Event{RunID: runID, Type: typ, Data: b, CreatedAt: tx.now}
-	if err := tx.insertEvents(ctx, []*Event{e}); err != nil {
+	e := &spec.Event{RunID: runID, Type: typ, Data: b, CreatedAt: tx.now}
+	if err := tx.insertEvents(ctx, []*spec.Event{e}); err != nil {
 		return nil, err
 	}
 	tx.events = append(tx.events, e)
@@ -97,7 +98,7 @@ func (tx *Tx) nextSeq(ctx context.Context, runID string) (*seqState, error) {
 		err := tx.QueryRowContext(ctx, `SELECT r.user_id, COALESCE((SELECT MAX(seq) FROM events WHERE run_id = r.id), 0) + 1
 			FROM runs r WHERE r.id = ?`, runID).Scan(&st.userID, &st.next)
 		if err == sql.ErrNoRows {
-			return nil, Errorf(ENOTFOUND, "Run not found.")
+			return nil, spec.Errorf(spec.ENOTFOUND, "Run not found.")
 		} else if err != nil {
 			return nil, fmt.Errorf("load event seq: %w", err)
 		}
@@ -124,7 +125,7 @@ var insertEventsQueries = func() map[int]string {
 // insertEvents inserts evs, filling in their seq, user id and id, with as
 // few statements as possible: multi-row inserts in power-of-two chunks, so a
 // handful of prepared statements serve every batch size.
-func (tx *Tx) insertEvents(ctx context.Context, evs []*Event) error {
+func (tx *Tx) insertEvents(ctx context.Context, evs []*spec.Event) error {
 	for len(evs) > 0 {
 		n := 1
 		for n*2 <= len(evs) && n < maxEventChunk {
@@ -136,9 +137,9 @@ func (tx *Tx) insertEvents(ctx context.Context, evs []*Event) error {
 			runID string
 			seq   int64
 		}
-		var byKey map[key]*Event // for more than one row: RETURNING's order is not promised
+		var byKey map[key]*spec.Event // for more than one row: RETURNING's order is not promised
 		if n > 1 {
-			byKey = make(map[key]*Event, n)
+			byKey = make(map[key]*spec.Event, n)
 		}
 		args := make([]any, 0, 6*n)
 		for _, e := range chunk {
@@ -180,7 +181,7 @@ func (tx *Tx) insertEvents(ctx context.Context, evs []*Event) error {
 }
 
 type appendReq struct {
-	ev   *Event
+	ev   *spec.Event
 	done chan error
 }
 
@@ -189,12 +190,12 @@ type appendReq struct {
 // commits every pending append in one transaction, looping until none is
 // left, while the others just wait for their result. Throughput grows with
 // concurrency instead of paying one commit per event.
-func (d *DB) AppendEvent(ctx context.Context, runID, typ string, data any) (*Event, error) {
+func (d *DB) AppendEvent(ctx context.Context, runID, typ string, data any) (*spec.Event, error) {
 	b, err := marshalData(data)
 	if err != nil {
 		return nil, err
 	}
-	req := &appendReq{ev: &Event{RunID: runID, Type: typ, Data: b}, done: make(chan error, 1)}
+	req := &appendReq{ev: &spec.Event{RunID: runID, Type: typ, Data: b}, done: make(chan error, 1)}
 	d.pendingMu.Lock()
 	d.pending = append(d.pending, req)
 	if d.leading {
@@ -229,11 +230,11 @@ func (d *DB) commitBatch(ctx context.Context, batch []*appendReq) {
 	ctx = context.WithoutCancel(ctx)
 	results := make([]error, len(batch))
 	err := d.writeTxLocked(ctx, func(tx *Tx) error {
-		var evs []*Event
+		var evs []*spec.Event
 		for i, r := range batch {
 			r.ev.CreatedAt = tx.now
 			if _, err := tx.nextSeq(ctx, r.ev.RunID); err != nil {
-				if ErrorCode(err) == ENOTFOUND {
+				if spec.ErrorCode(err) == spec.ENOTFOUND {
 					results[i] = err
 					continue
 				}
@@ -258,11 +259,11 @@ func (d *DB) commitBatch(ctx context.Context, batch []*appendReq) {
 
 const eventCols = `id, run_id, user_id, seq, type, data, created_at`
 
-func scanEvents(rows *sql.Rows) ([]*Event, error) {
+func scanEvents(rows *sql.Rows) ([]*spec.Event, error) {
 	defer rows.Close()
-	var out []*Event
+	var out []*spec.Event
 	for rows.Next() {
-		var e Event
+		var e spec.Event
 		var data string
 		var created int64
 		if err := rows.Scan(&e.ID, &e.RunID, &e.UserID, &e.Seq, &e.Type, &data, &created); err != nil {
@@ -277,14 +278,14 @@ func scanEvents(rows *sql.Rows) ([]*Event, error) {
 
 // ListRunEvents returns up to limit events of the user's run with seq >
 // afterSeq, in seq order. Another user's run is ENOTFOUND.
-func (d reads) ListRunEvents(ctx context.Context, userID int64, runID string, afterSeq int64, limit int) ([]*Event, error) {
+func (d reads) ListRunEvents(ctx context.Context, userID int64, runID string, afterSeq int64, limit int) ([]*spec.Event, error) {
 	if err := d.checkRunOwner(ctx, userID, runID); err != nil {
 		return nil, err
 	}
 	return d.listRunEvents(ctx, runID, afterSeq, limit)
 }
 
-func (d reads) listRunEvents(ctx context.Context, runID string, afterSeq int64, limit int) ([]*Event, error) {
+func (d reads) listRunEvents(ctx context.Context, runID string, afterSeq int64, limit int) ([]*spec.Event, error) {
 	if limit <= 0 {
 		limit = 1000
 	}
@@ -299,7 +300,7 @@ func (d reads) listRunEvents(ctx context.Context, runID string, afterSeq int64, 
 // ListRunEventsByType returns the run's events of the given types in seq
 // order, for building views without replaying everything. The caller must
 // have checked ownership.
-func (d *DB) ListRunEventsByType(ctx context.Context, runID string, types ...string) ([]*Event, error) {
+func (d *DB) ListRunEventsByType(ctx context.Context, runID string, types ...string) ([]*spec.Event, error) {
 	if len(types) == 0 {
 		return nil, nil
 	}
@@ -317,7 +318,7 @@ func (d *DB) ListRunEventsByType(ctx context.Context, runID string, types ...str
 
 // ListUserEvents returns up to limit events of all the user's runs with id >
 // afterID, in id order (the dashboard feed).
-func (d *DB) ListUserEvents(ctx context.Context, userID, afterID int64, limit int) ([]*Event, error) {
+func (d *DB) ListUserEvents(ctx context.Context, userID, afterID int64, limit int) ([]*spec.Event, error) {
 	if limit <= 0 {
 		limit = 1000
 	}

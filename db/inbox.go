@@ -3,27 +3,28 @@ package db
 import (
 	"context"
 	"database/sql"
+	"homework/engine/spec"
 	"time"
 )
 
 // InsertInbox queues an item for the run's next iteration.
-func (tx *Tx) InsertInbox(ctx context.Context, it *InboxItem) error {
+func (tx *Tx) InsertInbox(ctx context.Context, it *spec.InboxItem) error {
 	it.CreatedAt = tx.now
 	return tx.QueryRowContext(ctx, `INSERT INTO inbox (run_id, kind, body, created_at) VALUES (?,?,?,?) RETURNING id`,
 		it.RunID, it.Kind, it.Body, tx.now.UnixMilli()).Scan(&it.ID)
 }
 
 // PendingInbox returns the run's unconsumed items, oldest first.
-func (tx *Tx) PendingInbox(ctx context.Context, runID string) ([]*InboxItem, error) {
+func (tx *Tx) PendingInbox(ctx context.Context, runID string) ([]*spec.InboxItem, error) {
 	rows, err := tx.QueryContext(ctx, `SELECT id, run_id, kind, body, created_at FROM inbox
 		WHERE run_id = ? AND consumed_at IS NULL ORDER BY id`, runID)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var out []*InboxItem
+	var out []*spec.InboxItem
 	for rows.Next() {
-		var it InboxItem
+		var it spec.InboxItem
 		var created int64
 		if err := rows.Scan(&it.ID, &it.RunID, &it.Kind, &it.Body, &created); err != nil {
 			return nil, err
@@ -43,7 +44,7 @@ func (tx *Tx) ConsumeInbox(ctx context.Context, runID string, maxID int64, itera
 }
 
 // ListInbox returns all of the user's run's inbox items, oldest first.
-func (d *DB) ListInbox(ctx context.Context, userID int64, runID string) ([]*InboxItem, error) {
+func (d *DB) ListInbox(ctx context.Context, userID int64, runID string) ([]*spec.InboxItem, error) {
 	if err := d.checkRunOwner(ctx, userID, runID); err != nil {
 		return nil, err
 	}
@@ -53,9 +54,9 @@ func (d *DB) ListInbox(ctx context.Context, userID int64, runID string) ([]*Inbo
 		return nil, err
 	}
 	defer rows.Close()
-	var out []*InboxItem
+	var out []*spec.InboxItem
 	for rows.Next() {
-		var it InboxItem
+		var it spec.InboxItem
 		var created int64
 		var consumed, iter sql.NullInt64
 		if err := rows.Scan(&it.ID, &it.RunID, &it.Kind, &it.Body, &created, &consumed, &iter); err != nil {

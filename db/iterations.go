@@ -12,8 +12,8 @@ import (
 const iterCols = `run_id, iteration, attempt, status, started_at, ended_at, summary, gate, checks,
 	fingerprint, error, error_fingerprint, metrics, artifacts`
 
-func scanIteration(s rowScanner) (*Iteration, error) {
-	var it Iteration
+func scanIteration(s rowScanner) (*spec.Iteration, error) {
+	var it spec.Iteration
 	var started, ended sql.NullInt64
 	var gate, checks sql.NullString
 	var metrics, artifacts string
@@ -33,7 +33,7 @@ func scanIteration(s rowScanner) (*Iteration, error) {
 
 // decodeIterationJSON decodes the gate, checks and artifacts columns into
 // their typed fields, once, at the store boundary; the raw JSON is kept too.
-func decodeIterationJSON(it *Iteration, gate, checks sql.NullString, artifacts string) error {
+func decodeIterationJSON(it *spec.Iteration, gate, checks sql.NullString, artifacts string) error {
 	if gate.Valid && gate.String != "" && gate.String != "null" {
 		it.Gate = json.RawMessage(gate.String)
 		it.GateRecord = &spec.GateRecord{}
@@ -59,7 +59,7 @@ func decodeIterationJSON(it *Iteration, gate, checks sql.NullString, artifacts s
 // encodeIterationJSON returns the gate, checks and artifacts columns. Raw
 // JSON set by the writer wins (the row it read may carry stale typed fields);
 // otherwise the typed fields are encoded.
-func encodeIterationJSON(it *Iteration) (gate, checks any, artifacts string, err error) {
+func encodeIterationJSON(it *spec.Iteration) (gate, checks any, artifacts string, err error) {
 	enc := func(raw json.RawMessage, typed any, set bool) (any, error) {
 		if len(raw) > 0 {
 			return string(raw), nil
@@ -84,7 +84,7 @@ func encodeIterationJSON(it *Iteration) (gate, checks any, artifacts string, err
 }
 
 // UpsertIteration inserts or replaces the row of (run, iteration).
-func (tx *Tx) UpsertIteration(ctx context.Context, it *Iteration) error {
+func (tx *Tx) UpsertIteration(ctx context.Context, it *spec.Iteration) error {
 	metrics, err := json.Marshal(it.Metrics)
 	if err != nil {
 		return err
@@ -107,13 +107,13 @@ func (tx *Tx) UpsertIteration(ctx context.Context, it *Iteration) error {
 }
 
 // FindIteration returns one iteration row inside tx.
-func (tx *Tx) FindIteration(ctx context.Context, runID string, n int) (*Iteration, error) {
+func (tx *Tx) FindIteration(ctx context.Context, runID string, n int) (*spec.Iteration, error) {
 	it, err := scanIteration(tx.QueryRowContext(ctx, `SELECT `+iterCols+` FROM iterations WHERE run_id = ? AND iteration = ?`, runID, n))
 	return it, notFound(err, "Iteration")
 }
 
 // RecentIterations returns the run's last n finished iterations, newest first.
-func (tx *Tx) RecentIterations(ctx context.Context, runID string, n int) ([]*Iteration, error) {
+func (tx *Tx) RecentIterations(ctx context.Context, runID string, n int) ([]*spec.Iteration, error) {
 	rows, err := tx.QueryContext(ctx, `SELECT `+iterCols+` FROM iterations WHERE run_id = ? AND status != 'running'
 		ORDER BY iteration DESC LIMIT ?`, runID, n)
 	if err != nil {
@@ -152,9 +152,9 @@ func (tx *Tx) PastIterations(ctx context.Context, runID string, before, n int) (
 	return out, rows.Err()
 }
 
-func scanIterations(rows *sql.Rows) ([]*Iteration, error) {
+func scanIterations(rows *sql.Rows) ([]*spec.Iteration, error) {
 	defer rows.Close()
-	var out []*Iteration
+	var out []*spec.Iteration
 	for rows.Next() {
 		it, err := scanIteration(rows)
 		if err != nil {
@@ -166,7 +166,7 @@ func scanIterations(rows *sql.Rows) ([]*Iteration, error) {
 }
 
 // ListIterations returns the user's run's iterations in order.
-func (d reads) ListIterations(ctx context.Context, userID int64, runID string) ([]*Iteration, error) {
+func (d reads) ListIterations(ctx context.Context, userID int64, runID string) ([]*spec.Iteration, error) {
 	if err := d.checkRunOwner(ctx, userID, runID); err != nil {
 		return nil, err
 	}
@@ -178,21 +178,21 @@ func (d reads) ListIterations(ctx context.Context, userID int64, runID string) (
 }
 
 // SumIterationMetrics returns the sum of the metrics of the run's iterations.
-func (tx *Tx) SumIterationMetrics(ctx context.Context, runID string) (Metrics, error) {
+func (tx *Tx) SumIterationMetrics(ctx context.Context, runID string) (spec.Metrics, error) {
 	rows, err := tx.QueryContext(ctx, `SELECT metrics FROM iterations WHERE run_id = ?`, runID)
 	if err != nil {
-		return Metrics{}, err
+		return spec.Metrics{}, err
 	}
 	defer rows.Close()
-	var m Metrics
+	var m spec.Metrics
 	for rows.Next() {
 		var raw []byte
 		if err := rows.Scan(&raw); err != nil {
-			return Metrics{}, err
+			return spec.Metrics{}, err
 		}
-		var it Metrics
+		var it spec.Metrics
 		if err := json.Unmarshal(raw, &it); err != nil {
-			return Metrics{}, fmt.Errorf("iteration metrics: %w", err)
+			return spec.Metrics{}, fmt.Errorf("iteration metrics: %w", err)
 		}
 		m.Add(it)
 	}

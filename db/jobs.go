@@ -15,15 +15,15 @@ func (d *DB) QueueDepth(ctx context.Context) (int, error) {
 
 // RunningRunIDs returns the ids of runs in status running with their lease
 // owner and lease end.
-func (d *DB) RunningRuns(ctx context.Context) ([]RunLease, error) {
+func (d *DB) RunningRuns(ctx context.Context) ([]spec.RunLease, error) {
 	rows, err := d.reader.QueryContext(ctx, `SELECT id, COALESCE(lease_owner, ''), COALESCE(lease_until, 0) FROM runs WHERE status = 'running' ORDER BY id`)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var out []RunLease
+	var out []spec.RunLease
 	for rows.Next() {
-		var l RunLease
+		var l spec.RunLease
 		var until int64
 		if err := rows.Scan(&l.RunID, &l.Owner, &until); err != nil {
 			return nil, err
@@ -35,6 +35,3 @@ func (d *DB) RunningRuns(ctx context.Context) ([]RunLease, error) {
 	}
 	return out, rows.Err()
 }
-
-// RunLease is a running run's lease.
-type RunLease = spec.RunLease

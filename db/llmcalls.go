@@ -3,11 +3,12 @@ package db
 import (
 	"context"
 	"database/sql"
+	"homework/engine/spec"
 	"time"
 )
 
 // InsertLLMCall stores a call's usage.
-func (tx *Tx) InsertLLMCall(ctx context.Context, c *LLMCall) error {
+func (tx *Tx) InsertLLMCall(ctx context.Context, c *spec.LLMCall) error {
 	c.CreatedAt = tx.now
 	return tx.QueryRowContext(ctx, `INSERT INTO llm_calls (run_id, iteration, role, model, prompt_tokens, completion_tokens,
 		cost_usd, priced, latency_ms, error, created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?) RETURNING id`,
@@ -16,7 +17,7 @@ func (tx *Tx) InsertLLMCall(ctx context.Context, c *LLMCall) error {
 }
 
 // ListLLMCalls returns the user's run's model calls in order.
-func (d *DB) ListLLMCalls(ctx context.Context, userID int64, runID string) ([]*LLMCall, error) {
+func (d *DB) ListLLMCalls(ctx context.Context, userID int64, runID string) ([]*spec.LLMCall, error) {
 	if err := d.checkRunOwner(ctx, userID, runID); err != nil {
 		return nil, err
 	}
@@ -26,9 +27,9 @@ func (d *DB) ListLLMCalls(ctx context.Context, userID int64, runID string) ([]*L
 		return nil, err
 	}
 	defer rows.Close()
-	var out []*LLMCall
+	var out []*spec.LLMCall
 	for rows.Next() {
-		var c LLMCall
+		var c spec.LLMCall
 		var created int64
 		if err := rows.Scan(&c.ID, &c.RunID, &c.Iteration, &c.Role, &c.Model, &c.PromptTokens, &c.CompletionTokens,
 			&c.CostUSD, &c.Priced, &c.LatencyMS, &c.Error, &created); err != nil {
@@ -44,34 +45,34 @@ const sumLLMCallsSQL = `SELECT model, prompt_tokens, completion_tokens, cost_usd
 	WHERE run_id = ? AND iteration = ?`
 
 // SumLLMCalls returns the usage of the run's calls made in iteration.
-func (tx *Tx) SumLLMCalls(ctx context.Context, runID string, iteration int) (Metrics, error) {
+func (tx *Tx) SumLLMCalls(ctx context.Context, runID string, iteration int) (spec.Metrics, error) {
 	rows, err := tx.QueryContext(ctx, sumLLMCallsSQL, runID, iteration)
 	if err != nil {
-		return Metrics{}, err
+		return spec.Metrics{}, err
 	}
 	return sumCalls(rows)
 }
 
 // SumLLMCalls returns the usage of the run's calls made in iteration, read
 // from the reader pool.
-func (d *DB) SumLLMCalls(ctx context.Context, runID string, iteration int) (Metrics, error) {
+func (d *DB) SumLLMCalls(ctx context.Context, runID string, iteration int) (spec.Metrics, error) {
 	rows, err := d.reader.QueryContext(ctx, sumLLMCallsSQL, runID, iteration)
 	if err != nil {
-		return Metrics{}, err
+		return spec.Metrics{}, err
 	}
 	return sumCalls(rows)
 }
 
-func sumCalls(rows *sql.Rows) (Metrics, error) {
+func sumCalls(rows *sql.Rows) (spec.Metrics, error) {
 	defer rows.Close()
-	var m Metrics
+	var m spec.Metrics
 	for rows.Next() {
 		var model string
 		var p, c int64
 		var cost float64
 		var priced bool
 		if err := rows.Scan(&model, &p, &c, &cost, &priced); err != nil {
-			return Metrics{}, err
+			return spec.Metrics{}, err
 		}
 		m.AddCall(model, p, c, cost, priced)
 	}

@@ -4,11 +4,12 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"homework/engine/spec"
 	"time"
 )
 
 // InsertNotification stores a notification.
-func (tx *Tx) InsertNotification(ctx context.Context, n *Notification) error {
+func (tx *Tx) InsertNotification(ctx context.Context, n *spec.Notification) error {
 	n.CreatedAt = tx.now
 	data := string(n.Data)
 	if data == "" {
@@ -21,7 +22,7 @@ func (tx *Tx) InsertNotification(ctx context.Context, n *Notification) error {
 
 // ListNotifications returns up to limit of the user's notifications newest
 // first, with id < beforeID when beforeID > 0.
-func (d reads) ListNotifications(ctx context.Context, userID int64, beforeID int64, limit int) ([]*Notification, error) {
+func (d reads) ListNotifications(ctx context.Context, userID int64, beforeID int64, limit int) ([]*spec.Notification, error) {
 	if limit <= 0 || limit > 200 {
 		limit = 50
 	}
@@ -34,9 +35,9 @@ func (d reads) ListNotifications(ctx context.Context, userID int64, beforeID int
 		return nil, err
 	}
 	defer rows.Close()
-	var out []*Notification
+	var out []*spec.Notification
 	for rows.Next() {
-		var n Notification
+		var n spec.Notification
 		var runID sql.NullString
 		var data string
 		var read, resolved sql.NullInt64
@@ -72,7 +73,7 @@ func (d *DB) MarkNotificationRead(ctx context.Context, userID, id int64) error {
 			return err
 		}
 		if n, _ := res.RowsAffected(); n == 0 {
-			return Errorf(ENOTFOUND, "Notification not found.")
+			return spec.Errorf(spec.ENOTFOUND, "Notification not found.")
 		}
 		return nil
 	})

@@ -3,13 +3,14 @@ package db
 import (
 	"context"
 	"fmt"
+	"homework/engine/spec"
 	"strconv"
 	"strings"
 )
 
 // ListReports returns the user's runs that have a report, most recently
 // finished first, one page at a time. The cursor is opaque.
-func (d reads) ListReports(ctx context.Context, userID int64, cursor string, limit int) (*RunPage, error) {
+func (d reads) ListReports(ctx context.Context, userID int64, cursor string, limit int) (*spec.RunPage, error) {
 	if limit <= 0 || limit > 200 {
 		limit = 50
 	}
@@ -19,7 +20,7 @@ func (d reads) ListReports(ctx context.Context, userID int64, cursor string, lim
 		at, id, ok := strings.Cut(cursor, "_")
 		atMS, err := strconv.ParseInt(at, 10, 64)
 		if !ok || err != nil || id == "" {
-			return nil, FieldError("cursor", "Invalid cursor.")
+			return nil, spec.FieldError("cursor", "Invalid cursor.")
 		}
 		where = append(where, "(COALESCE(completed_at, updated_at) < ? OR (COALESCE(completed_at, updated_at) = ? AND id < ?))")
 		args = append(args, atMS, atMS, id)
@@ -34,7 +35,7 @@ func (d reads) ListReports(ctx context.Context, userID int64, cursor string, lim
 	if err != nil {
 		return nil, err
 	}
-	page := &RunPage{Runs: runs}
+	page := &spec.RunPage{Runs: runs}
 	if len(page.Runs) > limit {
 		page.Runs = page.Runs[:limit]
 		last := page.Runs[len(page.Runs)-1]
@@ -48,7 +49,7 @@ func (d reads) ListReports(ctx context.Context, userID int64, cursor string, lim
 }
 
 // ListChildRuns returns the user's follow-up runs of parentID, oldest first.
-func (d reads) ListChildRuns(ctx context.Context, userID int64, parentID string) ([]*Run, error) {
+func (d reads) ListChildRuns(ctx context.Context, userID int64, parentID string) ([]*spec.Run, error) {
 	rows, err := d.q.QueryContext(ctx, `SELECT `+runCols+` FROM runs WHERE user_id = ? AND parent_run_id = ?
 		ORDER BY created_at, id LIMIT 50`, userID, parentID)
 	if err != nil {

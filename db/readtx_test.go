@@ -18,7 +18,7 @@ func TestReadTxCountsAndCachesItsStatements(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	run := &Run{ID: "rt", UserID: u.ID, Objective: "o", Mode: "auto", Executor: "script", Config: []byte(`{}`), Status: StatusQueued}
+	run := &spec.Run{ID: "rt", UserID: u.ID, Objective: "o", Mode: "auto", Executor: "script", Config: []byte(`{}`), Status: spec.StatusQueued}
 	if err := d.WriteTx(ctx, func(tx *Tx) error { return tx.InsertRun(ctx, run) }); err != nil {
 		t.Fatal(err)
 	}

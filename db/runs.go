@@ -19,8 +19,8 @@ const runCols = `id, user_id, parent_run_id, objective, mode, executor, config, 
 
 type rowScanner interface{ Scan(dest ...any) error }
 
-func scanRun(s rowScanner) (*Run, error) {
-	var r Run
+func scanRun(s rowScanner) (*spec.Run, error) {
+	var r spec.Run
 	var parent, stop, waiting, report, ws, leaseOwner sql.NullString
 	var config, metrics string
 	var leaseUntil, runningSince, created, started, updated, completed sql.NullInt64
@@ -32,13 +32,13 @@ func scanRun(s rowScanner) (*Run, error) {
 	r.ParentRunID, r.WorkspaceDocID, r.LeaseOwner = parent.String, ws.String, leaseOwner.String
 	r.Config = json.RawMessage(config)
 	if stop.Valid && stop.String != "" {
-		r.StopReason = &StopReason{}
+		r.StopReason = &spec.StopReason{}
 		if err := json.Unmarshal([]byte(stop.String), r.StopReason); err != nil {
 			return nil, fmt.Errorf("run %s stop_reason: %w", r.ID, err)
 		}
 	}
 	if waiting.Valid && waiting.String != "" {
-		r.Waiting = &Waiting{}
+		r.Waiting = &spec.Waiting{}
 		if err := json.Unmarshal([]byte(waiting.String), r.Waiting); err != nil {
 			return nil, fmt.Errorf("run %s waiting: %w", r.ID, err)
 		}
@@ -59,11 +59,11 @@ func scanRun(s rowScanner) (*Run, error) {
 
 func jsonOrNil(v any) (any, error) {
 	switch x := v.(type) {
-	case *StopReason:
+	case *spec.StopReason:
 		if x == nil {
 			return nil, nil
 		}
-	case *Waiting:
+	case *spec.Waiting:
 		if x == nil {
 			return nil, nil
 		}
@@ -84,7 +84,7 @@ func jsonOrNil(v any) (any, error) {
 	return string(b), nil
 }
 
-func runArgs(r *Run) ([]any, error) {
+func runArgs(r *spec.Run) ([]any, error) {
 	stop, err := jsonOrNil(r.StopReason)
 	if err != nil {
 		return nil, err
@@ -109,7 +109,7 @@ func runArgs(r *Run) ([]any, error) {
 
 // InsertRun stores a new run. CreatedAt and UpdatedAt default to the
 // transaction's time.
-func (tx *Tx) InsertRun(ctx context.Context, r *Run) error {
+func (tx *Tx) InsertRun(ctx context.Context, r *spec.Run) error {
 	if r.CreatedAt.IsZero() {
 		r.CreatedAt = tx.now
 	}
@@ -120,13 +120,13 @@ func (tx *Tx) InsertRun(ctx context.Context, r *Run) error {
 	}
 	_, err = tx.ExecContext(ctx, `INSERT INTO runs (`+runCols+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`, args...)
 	if isForeignKeyViolation(err) {
-		return FieldError("parent_run_id", "Parent run not found.")
+		return spec.FieldError("parent_run_id", "Parent run not found.")
 	}
 	return err
 }
 
 // UpdateRun writes every mutable column of r and stamps UpdatedAt.
-func (tx *Tx) UpdateRun(ctx context.Context, r *Run) error {
+func (tx *Tx) UpdateRun(ctx context.Context, r *spec.Run) error {
 	r.UpdatedAt = tx.now
 	args, err := runArgs(r)
 	if err != nil {
@@ -140,13 +140,13 @@ func (tx *Tx) UpdateRun(ctx context.Context, r *Run) error {
 		return fmt.Errorf("update run: %w", err)
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
-		return Errorf(ENOTFOUND, "Run not found.")
+		return spec.Errorf(spec.ENOTFOUND, "Run not found.")
 	}
 	return nil
 }
 
 // SetLease sets the run's lease owner and end, and nothing else.
-func (tx *Tx) SetLease(ctx context.Context, r *Run, owner string, until time.Time) error {
+func (tx *Tx) SetLease(ctx context.Context, r *spec.Run, owner string, until time.Time) error {
 	r.LeaseOwner, r.LeaseUntil, r.UpdatedAt = owner, until, tx.now
 	_, err := tx.ExecContext(ctx, `UPDATE runs SET lease_owner = ?, lease_until = ?, updated_at = ? WHERE id = ?`,
 		nullString(owner), ms(until), tx.now.UnixMilli(), r.ID)
@@ -154,7 +154,7 @@ func (tx *Tx) SetLease(ctx context.Context, r *Run, owner string, until time.Tim
 }
 
 // SetRunMetrics writes the run's metrics, and nothing else.
-func (tx *Tx) SetRunMetrics(ctx context.Context, r *Run) error {
+func (tx *Tx) SetRunMetrics(ctx context.Context, r *spec.Run) error {
 	b, err := json.Marshal(r.Metrics)
 	if err != nil {
 		return err
@@ -165,19 +165,19 @@ func (tx *Tx) SetRunMetrics(ctx context.Context, r *Run) error {
 }
 
 // FindRun returns the run inside tx, whoever owns it (engine use).
-func (tx *Tx) FindRun(ctx context.Context, id string) (*Run, error) {
+func (tx *Tx) FindRun(ctx context.Context, id string) (*spec.Run, error) {
 	r, err := scanRun(tx.QueryRowContext(ctx, `SELECT `+runCols+` FROM runs WHERE id = ?`, id))
 	return r, notFound(err, "Run")
 }
 
 // FindRun returns the user's run. Another user's run is ENOTFOUND.
-func (d reads) FindRun(ctx context.Context, userID int64, id string) (*Run, error) {
+func (d reads) FindRun(ctx context.Context, userID int64, id string) (*spec.Run, error) {
 	r, err := scanRun(d.q.QueryRowContext(ctx, `SELECT `+runCols+` FROM runs WHERE id = ? AND user_id = ?`, id, userID))
 	return r, notFound(err, "Run")
 }
 
 // FindRunByID returns the run whoever owns it (engine use only).
-func (d *DB) FindRunByID(ctx context.Context, id string) (*Run, error) {
+func (d *DB) FindRunByID(ctx context.Context, id string) (*spec.Run, error) {
 	r, err := scanRun(d.reader.QueryRowContext(ctx, `SELECT `+runCols+` FROM runs WHERE id = ?`, id))
 	return r, notFound(err, "Run")
 }
@@ -212,7 +212,7 @@ func sortKey(sort string) (runSortKey, bool) {
 // f.Sort's order (ties broken by id) with keyset paging, so that a page
 // costs the same after thousands of runs. A bad cursor or sort is
 // EINVALID on its field.
-func (d reads) ListRuns(ctx context.Context, userID int64, f RunFilter) (*RunPage, error) {
+func (d reads) ListRuns(ctx context.Context, userID int64, f spec.RunFilter) (*spec.RunPage, error) {
 	if f.Limit <= 0 {
 		f.Limit = 50
 	}
@@ -221,7 +221,7 @@ func (d reads) ListRuns(ctx context.Context, userID int64, f RunFilter) (*RunPag
 	}
 	key, ok := sortKey(f.Sort)
 	if !ok {
-		return nil, FieldError("sort", "Unknown sort order.")
+		return nil, spec.FieldError("sort", "Unknown sort order.")
 	}
 	where := []string{"user_id = ?"}
 	args := []any{userID}
@@ -256,7 +256,7 @@ func (d reads) ListRuns(ctx context.Context, userID int64, f RunFilter) (*RunPag
 		k, id, ok := strings.Cut(f.Cursor, "_")
 		kv, err := strconv.ParseFloat(k, 64)
 		if !ok || err != nil || id == "" || math.IsNaN(kv) || math.IsInf(kv, 0) {
-			return nil, FieldError("cursor", "Invalid cursor.")
+			return nil, spec.FieldError("cursor", "Invalid cursor.")
 		}
 		var cursorKey any = kv
 		if key.col == "created_at" {
@@ -279,7 +279,7 @@ func (d reads) ListRuns(ctx context.Context, userID int64, f RunFilter) (*RunPag
 		return nil, err
 	}
 	defer rows.Close()
-	page := &RunPage{}
+	page := &spec.RunPage{}
 	var costs []float64
 	for rows.Next() {
 		var cost float64
@@ -377,7 +377,7 @@ func (tx *Tx) QueuedUsers(ctx context.Context) ([]int64, error) {
 }
 
 // OldestQueued returns up to n of the user's queued runs, oldest first.
-func (tx *Tx) OldestQueued(ctx context.Context, userID int64, n int) ([]*Run, error) {
+func (tx *Tx) OldestQueued(ctx context.Context, userID int64, n int) ([]*spec.Run, error) {
 	rows, err := tx.QueryContext(ctx, `SELECT `+runCols+` FROM runs WHERE user_id = ? AND status = 'queued'
 		ORDER BY created_at, id LIMIT ?`, userID, n)
 	if err != nil {
@@ -387,9 +387,9 @@ func (tx *Tx) OldestQueued(ctx context.Context, userID int64, n int) ([]*Run, er
 }
 
 // scanRuns reads every run of rows and closes them.
-func scanRuns(rows *sql.Rows) ([]*Run, error) {
+func scanRuns(rows *sql.Rows) ([]*spec.Run, error) {
 	defer rows.Close()
-	var out []*Run
+	var out []*spec.Run
 	for rows.Next() {
 		r, err := scanRun(rows)
 		if err != nil {

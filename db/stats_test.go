@@ -68,9 +68,9 @@ func TestGroupRows(t *testing.T) {
 }
 
 func TestScanMetrics(t *testing.T) {
-	full := Metrics{Iterations: 7, RunningMS: 123456, PromptTokens: 5, CompletionTokens: 6, TokensTotal: 11, CostTotalUSD: 0.125,
+	full := spec.Metrics{Iterations: 7, RunningMS: 123456, PromptTokens: 5, CompletionTokens: 6, TokensTotal: 11, CostTotalUSD: 0.125,
 		ToolCallsTotal: 9, FalseCompletionsBlocked: 2,
-		ByModel: map[string]ModelUsage{`we"ird {model}`: {Calls: 1, CostUSD: 0.5}, "b": {Calls: 2}}}
+		ByModel: map[string]spec.ModelUsage{`we"ird {model}`: {Calls: 1, CostUSD: 0.5}, "b": {Calls: 2}}}
 	raw, _ := json.Marshal(full)
 	for _, doc := range []string{
 		string(raw),

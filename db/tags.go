@@ -3,6 +3,7 @@ package db
 import (
 	"context"
 	"fmt"
+	"homework/engine/spec"
 )
 
 // InsertRunTags records the run's tags for filtering and grouping. The tags
@@ -18,16 +19,16 @@ func (tx *Tx) InsertRunTags(ctx context.Context, runID string, userID int64, tag
 
 // ListUserTags returns every tag on the user's runs with its run count,
 // most used first.
-func (d reads) ListUserTags(ctx context.Context, userID int64) ([]TagCount, error) {
+func (d reads) ListUserTags(ctx context.Context, userID int64) ([]spec.TagCount, error) {
 	rows, err := d.q.QueryContext(ctx, `SELECT tag, COUNT(*) FROM run_tags WHERE user_id = ?
 		GROUP BY tag ORDER BY COUNT(*) DESC, tag LIMIT 200`, userID)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var out []TagCount
+	var out []spec.TagCount
 	for rows.Next() {
-		var t TagCount
+		var t spec.TagCount
 		if err := rows.Scan(&t.Tag, &t.Runs); err != nil {
 			return nil, err
 		}

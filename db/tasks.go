@@ -3,6 +3,7 @@ package db
 import (
 	"context"
 	"database/sql"
+	"homework/engine/spec"
 	"time"
 
 	"github.com/google/uuid"
@@ -10,11 +11,11 @@ import (
 
 const taskCols = `id, run_id, title, detail, status, passes, position, created_at, updated_at`
 
-func scanTasks(rows *sql.Rows) ([]*Task, error) {
+func scanTasks(rows *sql.Rows) ([]*spec.Task, error) {
 	defer rows.Close()
-	var out []*Task
+	var out []*spec.Task
 	for rows.Next() {
-		var t Task
+		var t spec.Task
 		var created, updated int64
 		if err := rows.Scan(&t.ID, &t.RunID, &t.Title, &t.Detail, &t.Status, &t.Passes, &t.Position, &created, &updated); err != nil {
 			return nil, err
@@ -26,12 +27,12 @@ func scanTasks(rows *sql.Rows) ([]*Task, error) {
 }
 
 // InsertTask adds a task at the end of the run's checklist.
-func (tx *Tx) InsertTask(ctx context.Context, t *Task) error {
+func (tx *Tx) InsertTask(ctx context.Context, t *spec.Task) error {
 	if t.ID == "" {
 		t.ID = uuid.Must(uuid.NewV7()).String()
 	}
 	if t.Status == "" {
-		t.Status = TaskTodo
+		t.Status = spec.TaskTodo
 	}
 	t.CreatedAt, t.UpdatedAt = tx.now, tx.now
 	err := tx.QueryRowContext(ctx, `INSERT INTO tasks (`+taskCols+`)
@@ -41,7 +42,7 @@ func (tx *Tx) InsertTask(ctx context.Context, t *Task) error {
 }
 
 // UpdateTask writes a task's title, detail, status and passes.
-func (tx *Tx) UpdateTask(ctx context.Context, t *Task) error {
+func (tx *Tx) UpdateTask(ctx context.Context, t *spec.Task) error {
 	t.UpdatedAt = tx.now
 	res, err := tx.ExecContext(ctx, `UPDATE tasks SET title=?, detail=?, status=?, passes=?, updated_at=? WHERE id=? AND run_id=?`,
 		t.Title, t.Detail, t.Status, t.Passes, tx.now.UnixMilli(), t.ID, t.RunID)
@@ -49,13 +50,13 @@ func (tx *Tx) UpdateTask(ctx context.Context, t *Task) error {
 		return err
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
-		return Errorf(ENOTFOUND, "Task not found.")
+		return spec.Errorf(spec.ENOTFOUND, "Task not found.")
 	}
 	return nil
 }
 
 // ListTasks returns the run's checklist in order, inside tx.
-func (tx *Tx) ListTasks(ctx context.Context, runID string) ([]*Task, error) {
+func (tx *Tx) ListTasks(ctx context.Context, runID string) ([]*spec.Task, error) {
 	rows, err := tx.QueryContext(ctx, `SELECT `+taskCols+` FROM tasks WHERE run_id = ? ORDER BY position`, runID)
 	if err != nil {
 		return nil, err
@@ -64,7 +65,7 @@ func (tx *Tx) ListTasks(ctx context.Context, runID string) ([]*Task, error) {
 }
 
 // ListTasks returns the user's run's checklist in order.
-func (d reads) ListTasks(ctx context.Context, userID int64, runID string) ([]*Task, error) {
+func (d reads) ListTasks(ctx context.Context, userID int64, runID string) ([]*spec.Task, error) {
 	if err := d.checkRunOwner(ctx, userID, runID); err != nil {
 		return nil, err
 	}

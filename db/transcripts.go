@@ -13,8 +13,8 @@ import (
 
 const transcriptInfoCols = `run_id, iteration, lines, bytes, dropped_bytes, dropped_lines, cap_bytes`
 
-func scanTranscriptInfo(s rowScanner) (*TranscriptInfo, error) {
-	var t TranscriptInfo
+func scanTranscriptInfo(s rowScanner) (*spec.TranscriptInfo, error) {
+	var t spec.TranscriptInfo
 	err := s.Scan(&t.RunID, &t.Iteration, &t.Lines, &t.Bytes, &t.DroppedBytes, &t.DroppedLines, &t.CapBytes)
 	return &t, err
 }
@@ -26,11 +26,11 @@ func scanTranscriptInfo(s rowScanner) (*TranscriptInfo, error) {
 // iteration's TranscriptInfo, with dropped more bytes the caller refused
 // itself once the cap was reached. It fills in the stored lines' Seq, RunID,
 // Iteration and CreatedAt and returns them with the updated info.
-func (tx *Tx) AppendTranscript(ctx context.Context, runID string, iteration int, capBytes int64, lines []*TranscriptLine, dropped int64) ([]*TranscriptLine, *TranscriptInfo, error) {
+func (tx *Tx) AppendTranscript(ctx context.Context, runID string, iteration int, capBytes int64, lines []*spec.TranscriptLine, dropped int64) ([]*spec.TranscriptLine, *spec.TranscriptInfo, error) {
 	info, err := scanTranscriptInfo(tx.QueryRowContext(ctx, `SELECT `+transcriptInfoCols+` FROM transcripts
 		WHERE run_id = ? AND iteration = ?`, runID, iteration))
 	if err == sql.ErrNoRows {
-		info = &TranscriptInfo{RunID: runID, Iteration: iteration}
+		info = &spec.TranscriptInfo{RunID: runID, Iteration: iteration}
 	} else if err != nil {
 		return nil, nil, fmt.Errorf("load transcript info: %w", err)
 	}
@@ -64,7 +64,7 @@ func (tx *Tx) AppendTranscript(ctx context.Context, runID string, iteration int,
 // afterSeq, at most limit of them (all when limit <= 0), read in one
 // transaction. A run of another user is ENOTFOUND; an iteration without a
 // transcript has an empty one.
-func (d reads) FindTranscript(ctx context.Context, userID int64, runID string, iteration int, afterSeq int64, limit int) (*Transcript, error) {
+func (d reads) FindTranscript(ctx context.Context, userID int64, runID string, iteration int, afterSeq int64, limit int) (*spec.Transcript, error) {
 	rtx, done, err := d.begin(ctx)
 	if err != nil {
 		return nil, err
@@ -74,7 +74,7 @@ func (d reads) FindTranscript(ctx context.Context, userID int64, runID string, i
 	if err := rtx.QueryRowContext(ctx, `SELECT 1 FROM runs WHERE id = ? AND user_id = ?`, runID, userID).Scan(&n); err != nil {
 		return nil, notFound(err, "Run")
 	}
-	t := &Transcript{Info: TranscriptInfo{RunID: runID, Iteration: iteration}}
+	t := &spec.Transcript{Info: spec.TranscriptInfo{RunID: runID, Iteration: iteration}}
 	info, err := scanTranscriptInfo(rtx.QueryRowContext(ctx, `SELECT `+transcriptInfoCols+` FROM transcripts
 		WHERE run_id = ? AND iteration = ?`, runID, iteration))
 	switch {
@@ -96,7 +96,7 @@ func (d reads) FindTranscript(ctx context.Context, userID int64, runID string, i
 	}
 	defer rows.Close()
 	for rows.Next() {
-		l := &TranscriptLine{RunID: runID}
+		l := &spec.TranscriptLine{RunID: runID}
 		var data sql.NullString
 		var at int64
 		if err := rows.Scan(&l.Iteration, &l.Seq, &l.Attempt, &l.Kind, &l.Name, &l.Role, &l.Text, &data, &at); err != nil {
@@ -119,14 +119,14 @@ func (d reads) FindTranscript(ctx context.Context, userID int64, runID string, i
 
 // transcriptInfos returns the transcript info of the run's iterations in
 // [from, to], keyed by iteration.
-func transcriptInfos(ctx context.Context, q queryer, runID string, from, to int) (map[int]*TranscriptInfo, error) {
+func transcriptInfos(ctx context.Context, q queryer, runID string, from, to int) (map[int]*spec.TranscriptInfo, error) {
 	rows, err := q.QueryContext(ctx, `SELECT `+transcriptInfoCols+` FROM transcripts
 		WHERE run_id = ? AND iteration BETWEEN ? AND ?`, runID, from, to)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	out := map[int]*TranscriptInfo{}
+	out := map[int]*spec.TranscriptInfo{}
 	for rows.Next() {
 		t, err := scanTranscriptInfo(rows)
 		if err != nil {
@@ -147,7 +147,7 @@ type queryer interface {
 // first, or newest first when desc is set, read in one transaction. The
 // cursor is the previous page's NextCursor. A run of another user is
 // ENOTFOUND; a bad cursor is EINVALID on field cursor.
-func (d reads) PageIterations(ctx context.Context, userID int64, runID, cursor string, limit int, desc bool) (*IterationPage, error) {
+func (d reads) PageIterations(ctx context.Context, userID int64, runID, cursor string, limit int, desc bool) (*spec.IterationPage, error) {
 	if limit <= 0 || limit > 200 {
 		limit = 50
 	}
@@ -183,7 +183,7 @@ func (d reads) PageIterations(ctx context.Context, userID int64, runID, cursor s
 	if err != nil {
 		return nil, err
 	}
-	page := &IterationPage{Iterations: its}
+	page := &spec.IterationPage{Iterations: its}
 	if len(its) > limit {
 		page.Iterations = its[:limit]
 		page.NextCursor = spec.IterationCursor(page.Iterations[limit-1].Iteration)
@@ -203,7 +203,7 @@ func (d reads) PageIterations(ctx context.Context, userID int64, runID, cursor s
 // SearchTranscripts returns up to limit lines of the user's run's
 // transcripts whose text contains q (case-insensitive for ASCII), oldest
 // first. A run of another user is ENOTFOUND.
-func (d *DB) SearchTranscripts(ctx context.Context, userID int64, runID, q string, limit int) ([]*TranscriptLine, error) {
+func (d *DB) SearchTranscripts(ctx context.Context, userID int64, runID, q string, limit int) ([]*spec.TranscriptLine, error) {
 	if err := d.checkRunOwner(ctx, userID, runID); err != nil {
 		return nil, err
 	}
@@ -215,9 +215,9 @@ func (d *DB) SearchTranscripts(ctx context.Context, userID int64, runID, q strin
 		return nil, err
 	}
 	defer rows.Close()
-	var out []*TranscriptLine
+	var out []*spec.TranscriptLine
 	for rows.Next() {
-		l := &TranscriptLine{RunID: runID}
+		l := &spec.TranscriptLine{RunID: runID}
 		var at int64
 		if err := rows.Scan(&l.Iteration, &l.Seq, &l.Attempt, &l.Kind, &l.Name, &l.Role, &l.Text, &at); err != nil {
 			return nil, err
@@ -231,25 +231,13 @@ func (d *DB) SearchTranscripts(ctx context.Context, userID int64, runID, q strin
 // ListRunActions returns the run's action events (ActionEventTypes) created
 // at or after since, in order, at most 2,000. The caller must have checked
 // ownership.
-func (d reads) ListRunActions(ctx context.Context, runID string, since time.Time) ([]*Event, error) {
+func (d reads) ListRunActions(ctx context.Context, runID string, since time.Time) ([]*spec.Event, error) {
 	rows, err := d.q.QueryContext(ctx, runActionsQuery, runID, since.UnixMilli())
 	if err != nil {
 		return nil, err
 	}
 	return scanEvents(rows)
 }
-
-// Transcript vocabulary, kept here for older callers.
-type (
-	// Deprecated: use spec.TranscriptLine.
-	TranscriptLine = spec.TranscriptLine
-	// Deprecated: use spec.TranscriptInfo.
-	TranscriptInfo = spec.TranscriptInfo
-	// Deprecated: use spec.Transcript.
-	Transcript = spec.Transcript
-	// Deprecated: use spec.IterationPage.
-	IterationPage = spec.IterationPage
-)
 
 // actionPredicate is the predicate of the partial index events_run_actions
 // (migration 0032), verbatim: SQLite uses a partial index only for a query
@@ -260,7 +248,3 @@ const actionPredicate = `type = 'iteration_started' OR type = 'run_waiting_on_us
 
 const runActionsQuery = `SELECT ` + eventCols + ` FROM events
 	WHERE run_id = ? AND (` + actionPredicate + `) AND created_at >= ? ORDER BY seq LIMIT 2000`
-
-// ActionEventTypes are the events the run page's timeline shows beside the
-// iterations. Deprecated: use spec.ActionEventTypes.
-var ActionEventTypes = spec.ActionEventTypes

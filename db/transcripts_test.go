@@ -12,9 +12,9 @@ import (
 	"homework/engine/spec"
 )
 
-func appendLines(t *testing.T, d *DB, runID string, iteration int, capBytes int64, dropped int64, lines ...*TranscriptLine) *TranscriptInfo {
+func appendLines(t *testing.T, d *DB, runID string, iteration int, capBytes int64, dropped int64, lines ...*spec.TranscriptLine) *spec.TranscriptInfo {
 	t.Helper()
-	var info *TranscriptInfo
+	var info *spec.TranscriptInfo
 	err := d.WriteTx(context.Background(), func(tx *Tx) error {
 		var err error
 		_, info, err = tx.AppendTranscript(context.Background(), runID, iteration, capBytes, lines, dropped)
@@ -34,11 +34,11 @@ func TestTranscriptKeepsLinesInOrderPerIteration(t *testing.T) {
 	newRun(t, d, u.ID, "r1")
 
 	appendLines(t, d, "r1", 1, 1<<20, 0,
-		&TranscriptLine{Kind: "assistant", Role: "executor", Text: "I will list the documents."},
-		&TranscriptLine{Kind: "tool_call", Name: "workspace_list", Text: `{"path":"/"}`})
+		&spec.TranscriptLine{Kind: "assistant", Role: "executor", Text: "I will list the documents."},
+		&spec.TranscriptLine{Kind: "tool_call", Name: "workspace_list", Text: `{"path":"/"}`})
 	appendLines(t, d, "r1", 1, 1<<20, 0,
-		&TranscriptLine{Kind: "tool_result", Name: "workspace_list", Text: "scratchpad.md", Data: json.RawMessage(`{"ok":true}`)})
-	appendLines(t, d, "r1", 2, 1<<20, 0, &TranscriptLine{Kind: "assistant", Text: "second iteration"})
+		&spec.TranscriptLine{Kind: "tool_result", Name: "workspace_list", Text: "scratchpad.md", Data: json.RawMessage(`{"ok":true}`)})
+	appendLines(t, d, "r1", 2, 1<<20, 0, &spec.TranscriptLine{Kind: "assistant", Text: "second iteration"})
 
 	tr, err := d.FindTranscript(ctx, u.ID, "r1", 1, 0, 0)
 	if err != nil {
@@ -66,7 +66,7 @@ func TestTranscriptKeepsLinesInOrderPerIteration(t *testing.T) {
 		}
 	})
 	t.Run("another user's run is not found", func(t *testing.T) {
-		if _, err := d.FindTranscript(ctx, other.ID, "r1", 1, 0, 0); ErrorCode(err) != ENOTFOUND {
+		if _, err := d.FindTranscript(ctx, other.ID, "r1", 1, 0, 0); spec.ErrorCode(err) != spec.ENOTFOUND {
 			t.Fatalf("err = %v, want ENOTFOUND", err)
 		}
 	})
@@ -86,10 +86,10 @@ func TestTranscriptCapCutsAndCountsWhatItDrops(t *testing.T) {
 	const capBytes = 100
 	// 60 bytes fit; of the next 60 only 40 (cut at a rune boundary: "é" is
 	// two bytes and must not be split); the third line has no room.
-	appendLines(t, d, "r1", 1, capBytes, 0, &TranscriptLine{Kind: "output", Text: strings.Repeat("a", 60)})
+	appendLines(t, d, "r1", 1, capBytes, 0, &spec.TranscriptLine{Kind: "output", Text: strings.Repeat("a", 60)})
 	info := appendLines(t, d, "r1", 1, capBytes, 0,
-		&TranscriptLine{Kind: "output", Text: strings.Repeat("b", 39) + "é" + strings.Repeat("c", 19)},
-		&TranscriptLine{Kind: "output", Text: "dropped entirely"})
+		&spec.TranscriptLine{Kind: "output", Text: strings.Repeat("b", 39) + "é" + strings.Repeat("c", 19)},
+		&spec.TranscriptLine{Kind: "output", Text: "dropped entirely"})
 	info = appendLines(t, d, "r1", 1, capBytes, 1000) // bytes the writer refused itself
 	if info.Bytes != 99 || info.DroppedBytes != 21+16+1000 || info.DroppedLines != 1 || info.CapBytes != capBytes {
 		t.Fatalf("info = %+v", info)
@@ -111,7 +111,7 @@ func TestPageIterationsWalksBothWays(t *testing.T) {
 	newRun(t, d, u.ID, "r1")
 	err := d.WriteTx(ctx, func(tx *Tx) error {
 		for i := 1; i <= 7; i++ {
-			if err := tx.UpsertIteration(ctx, &Iteration{RunID: "r1", Iteration: i, Attempt: 1, Status: IterSucceeded, StartedAt: tx.Now(), Summary: fmt.Sprint("it ", i)}); err != nil {
+			if err := tx.UpsertIteration(ctx, &spec.Iteration{RunID: "r1", Iteration: i, Attempt: 1, Status: spec.IterSucceeded, StartedAt: tx.Now(), Summary: fmt.Sprint("it ", i)}); err != nil {
 				return err
 			}
 		}
@@ -120,7 +120,7 @@ func TestPageIterationsWalksBothWays(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	appendLines(t, d, "r1", 6, 1<<20, 0, &TranscriptLine{Kind: "note", Text: "hello"})
+	appendLines(t, d, "r1", 6, 1<<20, 0, &spec.TranscriptLine{Kind: "note", Text: "hello"})
 
 	walk := func(desc bool) []int {
 		var seen []int
@@ -148,10 +148,10 @@ func TestPageIterationsWalksBothWays(t *testing.T) {
 	if got := fmt.Sprint(walk(true)); got != "[7 6 5 4 3 2 1]" {
 		t.Fatalf("descending = %s", got)
 	}
-	if _, err := d.PageIterations(ctx, u.ID, "r1", "garbage", 3, false); ErrorCode(err) != EINVALID || ErrorField(err) != "cursor" {
+	if _, err := d.PageIterations(ctx, u.ID, "r1", "garbage", 3, false); spec.ErrorCode(err) != spec.EINVALID || spec.ErrorField(err) != "cursor" {
 		t.Fatalf("bad cursor: %v", err)
 	}
-	if _, err := d.PageIterations(ctx, other.ID, "r1", "", 3, false); ErrorCode(err) != ENOTFOUND {
+	if _, err := d.PageIterations(ctx, other.ID, "r1", "", 3, false); spec.ErrorCode(err) != spec.ENOTFOUND {
 		t.Fatalf("other user: %v", err)
 	}
 }

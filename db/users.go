@@ -8,6 +8,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"homework/engine/spec"
 	"strings"
 	"time"
 )
@@ -25,8 +26,8 @@ func NewSecret(prefix string) string {
 	return prefix + base64.RawURLEncoding.EncodeToString(b)
 }
 
-func scanUser(s rowScanner) (*User, error) {
-	var u User
+func scanUser(s rowScanner) (*spec.User, error) {
+	var u spec.User
 	var created int64
 	if err := s.Scan(&u.ID, &u.Email, &u.PasswordHash, &u.IsAdmin, &created); err != nil {
 		return nil, err
@@ -38,31 +39,31 @@ func scanUser(s rowScanner) (*User, error) {
 const userCols = `id, email, password_hash, is_admin, created_at`
 
 // CreateUser stores a new account. A taken email is ECONFLICT.
-func (d *DB) CreateUser(ctx context.Context, email, passwordHash string, admin bool) (*User, error) {
+func (d *DB) CreateUser(ctx context.Context, email, passwordHash string, admin bool) (*spec.User, error) {
 	email = strings.TrimSpace(email)
-	u := &User{Email: email, PasswordHash: passwordHash, IsAdmin: admin}
+	u := &spec.User{Email: email, PasswordHash: passwordHash, IsAdmin: admin}
 	err := d.WriteTx(ctx, func(tx *Tx) error {
 		u.CreatedAt = tx.now
 		return tx.QueryRowContext(ctx, `INSERT INTO users (email, password_hash, is_admin, created_at) VALUES (?,?,?,?) RETURNING id`,
 			email, passwordHash, admin, tx.now.UnixMilli()).Scan(&u.ID)
 	})
 	if isUniqueViolation(err) {
-		return nil, &Error{Code: ECONFLICT, Field: "email", Message: "A user with this email already exists."}
+		return nil, &spec.Error{Code: spec.ECONFLICT, Field: "email", Message: "A user with this email already exists."}
 	}
 	return u, err
 }
 
 // CreateFirstUser creates an admin account only when there is no account
 // yet; otherwise it returns ECONFLICT. It is what /setup uses.
-func (d *DB) CreateFirstUser(ctx context.Context, email, passwordHash string) (*User, error) {
-	u := &User{Email: strings.TrimSpace(email), PasswordHash: passwordHash, IsAdmin: true}
+func (d *DB) CreateFirstUser(ctx context.Context, email, passwordHash string) (*spec.User, error) {
+	u := &spec.User{Email: strings.TrimSpace(email), PasswordHash: passwordHash, IsAdmin: true}
 	err := d.WriteTx(ctx, func(tx *Tx) error {
 		var n int
 		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM users`).Scan(&n); err != nil {
 			return err
 		}
 		if n > 0 {
-			return Errorf(ECONFLICT, "Setup is already done.")
+			return spec.Errorf(spec.ECONFLICT, "Setup is already done.")
 		}
 		u.CreatedAt = tx.now
 		return tx.QueryRowContext(ctx, `INSERT INTO users (email, password_hash, is_admin, created_at) VALUES (?,?,1,?) RETURNING id`,
@@ -82,22 +83,22 @@ func (d *DB) CountUsers(ctx context.Context) (int, error) {
 }
 
 // FindUserByEmail returns the account with email (case-insensitive).
-func (d *DB) FindUserByEmail(ctx context.Context, email string) (*User, error) {
+func (d *DB) FindUserByEmail(ctx context.Context, email string) (*spec.User, error) {
 	u, err := scanUser(d.reader.QueryRowContext(ctx, `SELECT `+userCols+` FROM users WHERE email = ?`, strings.TrimSpace(email)))
 	return u, notFound(err, "User")
 }
 
 // FindUserByID returns the account with id.
-func (d *DB) FindUserByID(ctx context.Context, id int64) (*User, error) {
+func (d *DB) FindUserByID(ctx context.Context, id int64) (*spec.User, error) {
 	u, err := scanUser(d.reader.QueryRowContext(ctx, `SELECT `+userCols+` FROM users WHERE id = ?`, id))
 	return u, notFound(err, "User")
 }
 
 // CreateAPIToken creates a token for the user and returns its secret, which
 // is shown once and stored only as a hash.
-func (d *DB) CreateAPIToken(ctx context.Context, userID int64, name string) (string, *APIToken, error) {
+func (d *DB) CreateAPIToken(ctx context.Context, userID int64, name string) (string, *spec.APIToken, error) {
 	secret := NewSecret("hw_")
-	t := &APIToken{UserID: userID, Name: name}
+	t := &spec.APIToken{UserID: userID, Name: name}
 	err := d.WriteTx(ctx, func(tx *Tx) error {
 		t.CreatedAt = tx.now
 		return tx.QueryRowContext(ctx, `INSERT INTO api_tokens (user_id, name, token_hash, created_at) VALUES (?,?,?,?) RETURNING id`,
@@ -110,16 +111,16 @@ func (d *DB) CreateAPIToken(ctx context.Context, userID int64, name string) (str
 }
 
 // ListAPITokens returns the user's tokens (never their secrets), newest first.
-func (d reads) ListAPITokens(ctx context.Context, userID int64) ([]*APIToken, error) {
+func (d reads) ListAPITokens(ctx context.Context, userID int64) ([]*spec.APIToken, error) {
 	rows, err := d.q.QueryContext(ctx, `SELECT id, user_id, name, created_at, last_used_at, revoked_at
 		FROM api_tokens WHERE user_id = ? ORDER BY id DESC`, userID)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var out []*APIToken
+	var out []*spec.APIToken
 	for rows.Next() {
-		var t APIToken
+		var t spec.APIToken
 		var created int64
 		var used, revoked sql.NullInt64
 		if err := rows.Scan(&t.ID, &t.UserID, &t.Name, &created, &used, &revoked); err != nil {
@@ -140,7 +141,7 @@ func (d *DB) RevokeAPIToken(ctx context.Context, userID, tokenID int64) error {
 			return err
 		}
 		if n, _ := res.RowsAffected(); n == 0 {
-			return Errorf(ENOTFOUND, "Token not found.")
+			return spec.Errorf(spec.ENOTFOUND, "Token not found.")
 		}
 		return nil
 	})
@@ -148,16 +149,16 @@ func (d *DB) RevokeAPIToken(ctx context.Context, userID, tokenID int64) error {
 
 // FindUserByToken returns the owner of an unrevoked API token secret, or
 // EUNAUTHORIZED. last_used_at is refreshed at most once a minute.
-func (d *DB) FindUserByToken(ctx context.Context, secret string) (*User, error) {
+func (d *DB) FindUserByToken(ctx context.Context, secret string) (*spec.User, error) {
 	var tokenID int64
 	var lastUsed sql.NullInt64
 	row := d.reader.QueryRowContext(ctx, `SELECT u.id, u.email, u.password_hash, u.is_admin, u.created_at, t.id, t.last_used_at
 		FROM api_tokens t JOIN users u ON u.id = t.user_id WHERE t.token_hash = ? AND t.revoked_at IS NULL`, HashToken(secret))
-	var u User
+	var u spec.User
 	var created int64
 	if err := row.Scan(&u.ID, &u.Email, &u.PasswordHash, &u.IsAdmin, &created, &tokenID, &lastUsed); err != nil {
 		if err == sql.ErrNoRows {
-			return nil, Errorf(EUNAUTHORIZED, "Invalid or revoked API token.")
+			return nil, spec.Errorf(spec.EUNAUTHORIZED, "Invalid or revoked API token.")
 		}
 		return nil, err
 	}
@@ -173,9 +174,9 @@ func (d *DB) FindUserByToken(ctx context.Context, secret string) (*User, error) 
 }
 
 // CreateSession creates a browser session and returns its secret.
-func (d *DB) CreateSession(ctx context.Context, userID int64, ttl time.Duration) (string, *Session, error) {
+func (d *DB) CreateSession(ctx context.Context, userID int64, ttl time.Duration) (string, *spec.Session, error) {
 	secret := NewSecret("")
-	s := &Session{UserID: userID, CSRFToken: NewSecret("")}
+	s := &spec.Session{UserID: userID, CSRFToken: NewSecret("")}
 	err := d.WriteTx(ctx, func(tx *Tx) error {
 		s.ExpiresAt = tx.now.Add(ttl)
 		if _, err := tx.ExecContext(ctx, `DELETE FROM sessions WHERE expires_at < ?`, tx.now.UnixMilli()); err != nil {
@@ -193,15 +194,15 @@ func (d *DB) CreateSession(ctx context.Context, userID int64, ttl time.Duration)
 
 // FindSession returns the unexpired session with secret and its user, or
 // EUNAUTHORIZED.
-func (d *DB) FindSession(ctx context.Context, secret string) (*Session, *User, error) {
-	var s Session
-	var u User
+func (d *DB) FindSession(ctx context.Context, secret string) (*spec.Session, *spec.User, error) {
+	var s spec.Session
+	var u spec.User
 	var created, expires int64
 	err := d.reader.QueryRowContext(ctx, `SELECT s.user_id, s.csrf_token, s.expires_at, u.id, u.email, u.password_hash, u.is_admin, u.created_at
 		FROM sessions s JOIN users u ON u.id = s.user_id WHERE s.token_hash = ? AND s.expires_at > ?`,
 		HashToken(secret), d.now().UnixMilli()).Scan(&s.UserID, &s.CSRFToken, &expires, &u.ID, &u.Email, &u.PasswordHash, &u.IsAdmin, &created)
 	if err == sql.ErrNoRows {
-		return nil, nil, Errorf(EUNAUTHORIZED, "Not signed in.")
+		return nil, nil, spec.Errorf(spec.EUNAUTHORIZED, "Not signed in.")
 	} else if err != nil {
 		return nil, nil, err
 	}
@@ -269,13 +270,13 @@ func nonNil(s []string) []string {
 }
 
 // ListUsers returns every account, oldest first.
-func (d *DB) ListUsers(ctx context.Context) ([]*User, error) {
+func (d *DB) ListUsers(ctx context.Context) ([]*spec.User, error) {
 	rows, err := d.reader.QueryContext(ctx, `SELECT `+userCols+` FROM users ORDER BY id`)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var out []*User
+	var out []*spec.User
 	for rows.Next() {
 		u, err := scanUser(rows)
 		if err != nil {
@@ -289,8 +290,8 @@ func (d *DB) ListUsers(ctx context.Context) ([]*User, error) {
 // SetPassword replaces the password hash of the account with email and
 // signs out its browser sessions, so a leaked password stops working
 // everywhere at once. An unknown email is ENOTFOUND.
-func (d *DB) SetPassword(ctx context.Context, email, passwordHash string) (*User, error) {
-	var u *User
+func (d *DB) SetPassword(ctx context.Context, email, passwordHash string) (*spec.User, error) {
+	var u *spec.User
 	err := d.WriteTx(ctx, func(tx *Tx) error {
 		var err error
 		u, err = scanUser(tx.QueryRowContext(ctx, `UPDATE users SET password_hash = ? WHERE email = ? RETURNING `+userCols,

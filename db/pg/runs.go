@@ -448,21 +448,18 @@ func (d *DB) RenewLease(ctx context.Context, runID, owner string, until time.Tim
 	return tag.RowsAffected() == 1, nil
 }
 
-// RunLease is a running run's lease.
-type RunLease = spec.RunLease
-
 // RunningRuns returns the runs in status running with their lease owner and
 // lease end.
-func (d *DB) RunningRuns(ctx context.Context) ([]RunLease, error) {
+func (d *DB) RunningRuns(ctx context.Context) ([]spec.RunLease, error) {
 	rows, err := d.pool.Query(ctx, `SELECT id, COALESCE(lease_owner, ''), COALESCE(lease_until, 0) FROM runs
 		WHERE status = 'running' ORDER BY id`)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var out []RunLease
+	var out []spec.RunLease
 	for rows.Next() {
-		var l RunLease
+		var l spec.RunLease
 		var until int64
 		if err := rows.Scan(&l.RunID, &l.Owner, &until); err != nil {
 			return nil, err
