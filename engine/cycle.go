@@ -61,7 +61,7 @@ func detectCycle(fps []string, minPeriod, maxPeriod, cycles int) (period int, ok
 // directory's diff hash and the failing-check set; for LLM runs the
 // workspace, task and check state). It returns the stop reason, the detail
 // and the evidence, or "".
-func cycleBreaker(in gateInput) (string, string, *Evidence) {
+func cycleBreaker(in gateInput) (string, string, *spec.Evidence) {
 	cycles := in.Config.Breakers.Cycles
 	if cycles < 0 {
 		return "", "", nil
@@ -69,7 +69,7 @@ func cycleBreaker(in gateInput) (string, string, *Evidence) {
 	if cycles == 0 {
 		cycles = DefaultCycles
 	}
-	all := append([]Signals{in.Signals}, in.History...)
+	all := append([]spec.Signals{in.Signals}, in.History...)
 	fps := make([]string, len(all))
 	for i, s := range all {
 		fps[i] = s.Progress
@@ -78,7 +78,7 @@ func cycleBreaker(in gateInput) (string, string, *Evidence) {
 	if !ok {
 		return "", "", nil
 	}
-	ev := &Evidence{Breaker: "cycle", Threshold: cycles, Fingerprints: fps[:p*cycles],
+	ev := &spec.Evidence{Breaker: "cycle", Threshold: cycles, Fingerprints: fps[:p*cycles],
 		LastOutputHash: in.Signals.OutputHash, LastDiffHash: in.Signals.DiffHash,
 		Pattern: fmt.Sprintf("period %d repeated %d times", p, cycles)}
 	for i := 0; i < p; i++ {
@@ -89,7 +89,7 @@ func cycleBreaker(in gateInput) (string, string, *Evidence) {
 			ev.LastFailures = append(ev.LastFailures, all[i].Failure)
 		}
 	}
-	return StopNoProgress, fmt.Sprintf("going in circles: the last %d iterations repeat the same %d states %d times", p*cycles, p, cycles), ev
+	return spec.StopNoProgress, fmt.Sprintf("going in circles: the last %d iterations repeat the same %d states %d times", p*cycles, p, cycles), ev
 }
 
 // validateCycles checks breakers.cycles: 0 (the default), -1 (off) or

@@ -54,13 +54,13 @@ func TestCycleBreakerInTheGate(t *testing.T) {
 
 func testCycleBreaker(t *testing.T, executor string) {
 	cfg := &spec.Config{Executor: executor, Mode: spec.ModeAuto}
-	sig := func(fp, summary string) Signals {
-		return Signals{Progress: fp, Summary: summary, Failure: "check " + fp + " failing"}
+	sig := func(fp, summary string) spec.Signals {
+		return spec.Signals{Progress: fp, Summary: summary, Failure: "check " + fp + " failing"}
 	}
-	history := []Signals{sig("B", "broke b"), sig("A", "fixed b"), sig("B", "broke b"), sig("A", "fixed b"), sig("B", "broke b")}
+	history := []spec.Signals{sig("B", "broke b"), sig("A", "fixed b"), sig("B", "broke b"), sig("A", "fixed b"), sig("B", "broke b")}
 	in := gateInput{Config: cfg, Iteration: 6, Result: &spec.Result{}, Signals: sig("A", "fixed b"), History: history}
 	d := decide(in)
-	if d.Decision != spec.DecisionStop || d.StopReason != StopNoProgress {
+	if d.Decision != spec.DecisionStop || d.StopReason != spec.StopNoProgress {
 		t.Fatalf("decision %+v, want stop for no_progress", d)
 	}
 	if !strings.Contains(strings.Join(d.Reasons, "\n"), "going in circles") || !strings.Contains(string(d.Evidence), `"breaker":"cycle"`) ||

@@ -9,8 +9,8 @@ import (
 
 func TestEndpointFailureNamesRetryableEndpointErrors(t *testing.T) {
 	for fp, want := range map[string]string{
-		"model:http_429": StopRateLimited, "model:http_503": StopModelUnavailable, "model:network": StopModelUnavailable,
-		"model:timeout": StopModelUnavailable, "model:http_404": "", "model:http_401": "", "tool:x:internal:y": "", "": "",
+		"model:http_429": spec.StopRateLimited, "model:http_503": spec.StopModelUnavailable, "model:network": spec.StopModelUnavailable,
+		"model:timeout": spec.StopModelUnavailable, "model:http_404": "", "model:http_401": "", "tool:x:internal:y": "", "": "",
 	} {
 		if got := endpointFailure(fp); got != want {
 			t.Errorf("endpointFailure(%q) = %q, want %q", fp, got, want)
@@ -21,8 +21,8 @@ func TestEndpointFailureNamesRetryableEndpointErrors(t *testing.T) {
 func TestEndpointBackoffGrowsIsCappedAndHonoursRetryAfter(t *testing.T) {
 	e := &Engine{opts: Options{EndpointBackoffBase: time.Second, EndpointBackoffMax: 10 * time.Second}}
 	failed := &outcome{res: &spec.Result{ErrorFingerprint: "model:http_503"}}
-	history := func(n int) []Signals {
-		h := make([]Signals, n)
+	history := func(n int) []spec.Signals {
+		h := make([]spec.Signals, n)
 		for i := range h {
 			h[i].ErrorFP = "model:http_429"
 		}
@@ -41,7 +41,7 @@ func TestEndpointBackoffGrowsIsCappedAndHonoursRetryAfter(t *testing.T) {
 		}
 	}
 	// A success in between starts over.
-	mixed := append([]Signals{{ErrorFP: ""}}, history(5)...)
+	mixed := append([]spec.Signals{{ErrorFP: ""}}, history(5)...)
 	if d := e.endpointBackoff(failed, mixed); d > 1500*time.Millisecond {
 		t.Fatalf("backoff after a success in between: %s", d)
 	}

@@ -43,7 +43,7 @@ func TestRunCompletesWithGapFreeEventsAndMetricsThatAddUp(t *testing.T) {
 			t.Errorf("%d %s events, want %d", got, typ, n)
 		}
 	}
-	if r.StopReason == nil || r.StopReason.Type != StopCompleted || r.CompletedAt.IsZero() {
+	if r.StopReason == nil || r.StopReason.Type != spec.StopCompleted || r.CompletedAt.IsZero() {
 		t.Fatalf("stop reason %+v", r.StopReason)
 	}
 	if rep := r.Report; rep == nil || rep.Status != spec.StatusCompleted || rep.Metrics.Iterations != 3 {
@@ -77,7 +77,7 @@ func TestFalseCompletionIsBlockedAndFedBack(t *testing.T) {
 		t.Fatalf("metrics %+v", r.Metrics)
 	}
 	its, _ := h.db.ListIterations(h.ctx, u.ID, r.ID)
-	var g GateRecord
+	var g spec.GateRecord
 	json.Unmarshal(its[0].Gate, &g)
 	if g.Decision.Decision != spec.DecisionContinue || !g.FalseCompletion || !strings.Contains(strings.Join(g.Reasons, " "), "report.md") {
 		t.Fatalf("first gate %+v", g)
@@ -188,7 +188,7 @@ func TestBudgetStopAndContinueCarryCountersOver(t *testing.T) {
 		done("4"),
 	)})
 	r = h.waitStatus(u, r.ID, spec.StatusStopped)
-	if r.StopReason.Type != StopMaxIterations || r.Metrics.Iterations != 2 {
+	if r.StopReason.Type != spec.StopMaxIterations || r.Metrics.Iterations != 2 {
 		t.Fatalf("stop %+v metrics %+v", r.StopReason, r.Metrics)
 	}
 	if _, err := h.e.Continue(h.ctx, u.ID, r.ID, nil); spec.ErrorCode(err) != spec.EINVALID || spec.ErrorField(err) != "budgets.max_iterations" {
@@ -211,13 +211,13 @@ func TestCostAndTokenBudgetsStop(t *testing.T) {
 	cost := h.create(u, spec.Config{Budgets: spec.Budgets{MaxCostUSD: 1}, Script: script(step)})
 	tokens := h.create(u, spec.Config{Budgets: spec.Budgets{MaxTotalTokens: 1500}, Script: script(step)})
 	tools := h.create(u, spec.Config{Budgets: spec.Budgets{MaxToolCalls: 5}, Script: script(scripted.Step{Status: &spec.Status{}, Tools: 3})})
-	if r := h.waitStatus(u, cost.ID, spec.StatusStopped); r.StopReason.Type != StopBudgetCost || r.Metrics.Iterations != 3 {
+	if r := h.waitStatus(u, cost.ID, spec.StatusStopped); r.StopReason.Type != spec.StopBudgetCost || r.Metrics.Iterations != 3 {
 		t.Fatalf("cost: %+v %+v", r.StopReason, r.Metrics)
 	}
-	if r := h.waitStatus(u, tokens.ID, spec.StatusStopped); r.StopReason.Type != StopBudgetTokens || r.Metrics.Iterations != 2 {
+	if r := h.waitStatus(u, tokens.ID, spec.StatusStopped); r.StopReason.Type != spec.StopBudgetTokens || r.Metrics.Iterations != 2 {
 		t.Fatalf("tokens: %+v %+v", r.StopReason, r.Metrics)
 	}
-	if r := h.waitStatus(u, tools.ID, spec.StatusStopped); r.StopReason.Type != StopBudgetToolCalls || r.Metrics.Iterations != 2 {
+	if r := h.waitStatus(u, tools.ID, spec.StatusStopped); r.StopReason.Type != spec.StopBudgetToolCalls || r.Metrics.Iterations != 2 {
 		t.Fatalf("tools: %+v %+v", r.StopReason, r.Metrics)
 	}
 }
@@ -229,10 +229,10 @@ func TestBreakersStopRunsWithEvidence(t *testing.T) {
 	errs := h.create(u, spec.Config{Breakers: spec.Breakers{RepeatedError: 2}, Script: script(scripted.Step{Fail: "connection refused to 10.0.0.1:5432 after 3012ms"})})
 	panics := h.create(u, spec.Config{Breakers: spec.Breakers{RepeatedError: 2}, Script: script(scripted.Step{Panic: "nil map"})})
 	r := h.waitStatus(u, stall.ID, spec.StatusStopped)
-	if r.StopReason.Type != StopNoProgress || r.Metrics.Iterations != 3 {
+	if r.StopReason.Type != spec.StopNoProgress || r.Metrics.Iterations != 3 {
 		t.Fatalf("stall: %+v", r.StopReason)
 	}
-	var ev Evidence
+	var ev spec.Evidence
 	if err := json.Unmarshal(r.StopReason.Evidence, &ev); err != nil || len(ev.Fingerprints) != 3 || len(ev.LastSummaries) == 0 {
 		t.Fatalf("evidence %s: %v", r.StopReason.Evidence, err)
 	}
@@ -240,12 +240,12 @@ func TestBreakersStopRunsWithEvidence(t *testing.T) {
 		t.Fatalf("no run_stalled event")
 	}
 	r = h.waitStatus(u, errs.ID, spec.StatusStopped)
-	if r.StopReason.Type != StopRepeatedError {
+	if r.StopReason.Type != spec.StopRepeatedError {
 		t.Fatalf("errors: %+v", r.StopReason)
 	}
 	r = h.waitStatus(u, panics.ID, spec.StatusStopped)
 	its, _ := h.db.ListIterations(h.ctx, u.ID, r.ID)
-	if r.StopReason.Type != StopRepeatedError || its[0].Status != spec.IterFailed || !strings.Contains(its[0].Error, "panicked") {
+	if r.StopReason.Type != spec.StopRepeatedError || its[0].Status != spec.IterFailed || !strings.Contains(its[0].Error, "panicked") {
 		t.Fatalf("panics: %+v %+v", r.StopReason, its[0])
 	}
 	// Continue after a breaker trip gets a fresh window.
@@ -263,7 +263,7 @@ func TestFatalErrorStopsTheRun(t *testing.T) {
 	u := h.user("a@example.com")
 	r := h.create(u, spec.Config{Script: script(scripted.Step{Fatal: &spec.Fatal{Type: "error", Detail: "The model endpoint refused the API key (401)."}})})
 	r = h.waitStatus(u, r.ID, spec.StatusStopped)
-	if r.StopReason.Type != StopError || !strings.Contains(r.StopReason.Detail, "API key") || r.Metrics.Iterations != 1 {
+	if r.StopReason.Type != spec.StopError || !strings.Contains(r.StopReason.Detail, "API key") || r.Metrics.Iterations != 1 {
 		t.Fatalf("%+v", r.StopReason)
 	}
 }
@@ -489,7 +489,7 @@ func TestShutdownLeavesInFlightRunsRecoverable(t *testing.T) {
 		e2.Stop(ctx)
 	})
 	got = h.waitStatus(u, r.ID, spec.StatusStopped)
-	if got.StopReason.Type != StopMaxIterations || got.Metrics.Iterations != 2 {
+	if got.StopReason.Type != spec.StopMaxIterations || got.Metrics.Iterations != 2 {
 		t.Fatalf("after recovery: %+v, %d iterations", got.StopReason, got.Metrics.Iterations)
 	}
 	h.checkMetricsAddUp(u, r.ID)

@@ -16,29 +16,6 @@ import (
 	"homework/engine/text"
 )
 
-// Stop reasons, re-exported from spec for the engine's own code; other
-// packages use spec.StopCompleted and its siblings.
-const (
-	StopCompleted         = spec.StopCompleted
-	StopMaxIterations     = spec.StopMaxIterations
-	StopBudgetTime        = spec.StopBudgetTime
-	StopBudgetTokens      = spec.StopBudgetTokens
-	StopBudgetCost        = spec.StopBudgetCost
-	StopBudgetToolCalls   = spec.StopBudgetToolCalls
-	StopNoProgress        = spec.StopNoProgress
-	StopRepeatedError     = spec.StopRepeatedError
-	StopQualityRegression = spec.StopQualityRegression
-	StopStuck             = spec.StopStuck
-	StopBlocked           = spec.StopBlocked
-	StopCanceled          = spec.StopCanceled
-	StopError             = spec.StopError
-	StopInterrupted       = spec.StopInterrupted
-	// StopModelUnavailable and StopRateLimited name a model endpoint that
-	// kept failing (5xx, network, timeouts; 429) until a breaker tripped.
-	StopModelUnavailable = spec.StopModelUnavailable
-	StopRateLimited      = spec.StopRateLimited
-)
-
 // endpointFailure returns the stop reason naming a retryable model endpoint
 // failure by its error fingerprint, or "" when fp is not one.
 func endpointFailure(fp string) string {
@@ -48,12 +25,12 @@ func endpointFailure(fp string) string {
 	}
 	switch rest {
 	case "http_429":
-		return StopRateLimited
+		return spec.StopRateLimited
 	case "http_408", "http_425", "network", "timeout", "truncated_response", "malformed_response", "no_choices":
-		return StopModelUnavailable
+		return spec.StopModelUnavailable
 	}
 	if code, ok := strings.CutPrefix(rest, "http_"); ok && len(code) == 3 && code[0] == '5' {
-		return StopModelUnavailable
+		return spec.StopModelUnavailable
 	}
 	return ""
 }
@@ -65,12 +42,6 @@ const (
 	DefaultStallRepeats  = 3
 )
 
-// Signals and GateRecord are the gate's vocabulary, kept in spec.
-type (
-	Signals    = spec.Signals
-	GateRecord = spec.GateRecord
-)
-
 // gateInput is everything the gate decides on.
 type gateInput struct {
 	Config    *spec.Config
@@ -78,8 +49,8 @@ type gateInput struct {
 	Result    *spec.Result
 	Checks    []spec.CheckResult
 	Metrics   spec.Metrics // run totals including this iteration
-	Signals   Signals
-	History   []Signals // earlier iterations, newest first
+	Signals   spec.Signals
+	History   []spec.Signals // earlier iterations, newest first
 }
 
 func hashStrings(parts ...string) string {
@@ -92,8 +63,8 @@ func hashStrings(parts ...string) string {
 }
 
 // computeSignals derives an iteration's signals from its result and checks.
-func computeSignals(res *spec.Result, checks []spec.CheckResult) Signals {
-	s := Signals{OutputHash: res.OutputHash, DiffHash: res.DiffHash, ErrorFP: res.ErrorFingerprint,
+func computeSignals(res *spec.Result, checks []spec.CheckResult) spec.Signals {
+	s := spec.Signals{OutputHash: res.OutputHash, DiffHash: res.DiffHash, ErrorFP: res.ErrorFingerprint,
 		Score: spec.Score(checks), HasChecks: len(checks) > 0, Summary: text.Truncate(res.Summary, 500)}
 	var failing []string
 	for _, c := range checks {
@@ -133,15 +104,15 @@ type budgetReason struct {
 func budgetExceeded(b spec.Budgets, m spec.Metrics) *budgetReason {
 	switch {
 	case b.MaxIterations > 0 && m.Iterations >= b.MaxIterations:
-		return &budgetReason{StopMaxIterations, "max_iterations", fmt.Sprintf("Reached the iteration budget (%d of %d).", m.Iterations, b.MaxIterations)}
+		return &budgetReason{spec.StopMaxIterations, "max_iterations", fmt.Sprintf("Reached the iteration budget (%d of %d).", m.Iterations, b.MaxIterations)}
 	case b.MaxRunningMS > 0 && m.RunningMS >= b.MaxRunningMS:
-		return &budgetReason{StopBudgetTime, "max_running_ms", fmt.Sprintf("Used the running-time budget (%s of %s).", fmtMS(m.RunningMS), fmtMS(b.MaxRunningMS))}
+		return &budgetReason{spec.StopBudgetTime, "max_running_ms", fmt.Sprintf("Used the running-time budget (%s of %s).", fmtMS(m.RunningMS), fmtMS(b.MaxRunningMS))}
 	case b.MaxTotalTokens > 0 && m.TokensTotal >= b.MaxTotalTokens:
-		return &budgetReason{StopBudgetTokens, "max_total_tokens", fmt.Sprintf("Used the token budget (%d of %d tokens).", m.TokensTotal, b.MaxTotalTokens)}
+		return &budgetReason{spec.StopBudgetTokens, "max_total_tokens", fmt.Sprintf("Used the token budget (%d of %d tokens).", m.TokensTotal, b.MaxTotalTokens)}
 	case b.MaxCostUSD > 0 && m.CostTotalUSD >= b.MaxCostUSD:
-		return &budgetReason{StopBudgetCost, "max_cost_usd", fmt.Sprintf("Used the cost budget ($%.4f of $%.2f).", m.CostTotalUSD, b.MaxCostUSD)}
+		return &budgetReason{spec.StopBudgetCost, "max_cost_usd", fmt.Sprintf("Used the cost budget ($%.4f of $%.2f).", m.CostTotalUSD, b.MaxCostUSD)}
 	case b.MaxToolCalls > 0 && m.ToolCallsTotal >= b.MaxToolCalls:
-		return &budgetReason{StopBudgetToolCalls, "max_tool_calls", fmt.Sprintf("Used the tool-call budget (%d of %d).", m.ToolCallsTotal, b.MaxToolCalls)}
+		return &budgetReason{spec.StopBudgetToolCalls, "max_tool_calls", fmt.Sprintf("Used the tool-call budget (%d of %d).", m.ToolCallsTotal, b.MaxToolCalls)}
 	}
 	return nil
 }
@@ -165,7 +136,7 @@ func decide(in gateInput) spec.Decision {
 		}
 	}
 	if res.Fatal != nil {
-		return spec.Decision{Decision: spec.DecisionStop, StopReason: cmp.Or(res.Fatal.Type, StopError),
+		return spec.Decision{Decision: spec.DecisionStop, StopReason: cmp.Or(res.Fatal.Type, spec.StopError),
 			Reasons: []string{res.Fatal.Detail}, Evidence: res.Fatal.Evidence}
 	}
 	claimed, complete, refused := judgeCompletion(in, failing)
@@ -186,7 +157,7 @@ func decide(in gateInput) spec.Decision {
 			Reasons: append(reasons, b.detail)}
 	}
 	if stop, detail, evidence := breakers(in); stop != "" {
-		if named := endpointFailure(in.Signals.ErrorFP); named != "" && (stop == StopNoProgress || stop == StopRepeatedError) {
+		if named := endpointFailure(in.Signals.ErrorFP); named != "" && (stop == spec.StopNoProgress || stop == spec.StopRepeatedError) {
 			// The endpoint, not the work, is what kept failing: say so,
 			// with its last status and message (in the iteration error).
 			stop = named
@@ -246,7 +217,7 @@ func judgeCompletion(in gateInput, failing []spec.CheckResult) (claimed bool, co
 		if len(in.Checks) > 0 {
 			r = append(r, fmt.Sprintf("all %d checks passed", len(in.Checks)))
 		}
-		return true, &spec.Decision{Decision: spec.DecisionComplete, StopReason: StopCompleted, Reasons: r}, ""
+		return true, &spec.Decision{Decision: spec.DecisionComplete, StopReason: spec.StopCompleted, Reasons: r}, ""
 	}
 	return true, nil, "completion claim refused: " + strings.Join(why, "; ")
 }
@@ -294,16 +265,13 @@ func notDoneReasons(in gateInput, failing []spec.CheckResult, claimed bool) []st
 	return reasons
 }
 
-// Evidence is what a tripped breaker saw; see spec.Evidence.
-type Evidence = spec.Evidence
-
 // breakers returns the stop reason of the first tripped breaker with its
 // evidence, or "".
-func breakers(in gateInput) (string, string, *Evidence) {
+func breakers(in gateInput) (string, string, *spec.Evidence) {
 	cfg := in.Config
-	all := append([]Signals{in.Signals}, in.History...) // newest first
-	ev := func(name string, n int, fps []string) *Evidence {
-		e := &Evidence{Breaker: name, Threshold: n, Fingerprints: fps,
+	all := append([]spec.Signals{in.Signals}, in.History...) // newest first
+	ev := func(name string, n int, fps []string) *spec.Evidence {
+		e := &spec.Evidence{Breaker: name, Threshold: n, Fingerprints: fps,
 			LastOutputHash: in.Signals.OutputHash, LastDiffHash: in.Signals.DiffHash}
 		for i := 0; i < len(all) && i < 3; i++ {
 			if all[i].Summary != "" {
@@ -318,9 +286,9 @@ func breakers(in gateInput) (string, string, *Evidence) {
 	if in.Result.Stuck != "" {
 		e := ev("stuck", 1, nil)
 		e.Pattern = in.Result.Stuck
-		return StopStuck, "stuck: " + in.Result.Stuck, e
+		return spec.StopStuck, "stuck: " + in.Result.Stuck, e
 	}
-	same := func(n int, get func(Signals) string) ([]string, bool) {
+	same := func(n int, get func(spec.Signals) string) ([]string, bool) {
 		if n <= 0 || len(all) < n {
 			return nil, false
 		}
@@ -338,22 +306,22 @@ func breakers(in gateInput) (string, string, *Evidence) {
 		return fps, true
 	}
 	if n := orInt(cfg.Breakers.RepeatedError, DefaultRepeatedError); n > 0 {
-		if fps, ok := same(n, func(s Signals) string { return s.ErrorFP }); ok {
-			return StopRepeatedError, repeatedErrorDetail(n, in.Signals.Failure), ev("repeated_error", n, fps)
+		if fps, ok := same(n, func(s spec.Signals) string { return s.ErrorFP }); ok {
+			return spec.StopRepeatedError, repeatedErrorDetail(n, in.Signals.Failure), ev("repeated_error", n, fps)
 		}
 	}
 	if cfg.Executor == spec.ExecutorCommand {
 		n := orInt(cfg.Breakers.StallRepeats, DefaultStallRepeats)
 		for _, k := range []struct {
 			name string
-			get  func(Signals) string
+			get  func(spec.Signals) string
 		}{
-			{"output hash", func(s Signals) string { return s.OutputHash }},
-			{"diff hash", func(s Signals) string { return s.DiffHash }},
-			{"failing checks", func(s Signals) string { return s.FailingChecks }},
+			{"output hash", func(s spec.Signals) string { return s.OutputHash }},
+			{"diff hash", func(s spec.Signals) string { return s.DiffHash }},
+			{"failing checks", func(s spec.Signals) string { return s.FailingChecks }},
 		} {
 			if fps, ok := same(n, k.get); ok {
-				return StopNoProgress, fmt.Sprintf("stalled: the same %s %d times in a row", k.name, n), ev("stall_"+strings.ReplaceAll(k.name, " ", "_"), n, fps)
+				return spec.StopNoProgress, fmt.Sprintf("stalled: the same %s %d times in a row", k.name, n), ev("stall_"+strings.ReplaceAll(k.name, " ", "_"), n, fps)
 			}
 		}
 	}
@@ -361,8 +329,8 @@ func breakers(in gateInput) (string, string, *Evidence) {
 		return stop, detail, e
 	}
 	if n := orInt(cfg.Breakers.NoProgress, DefaultNoProgress); n > 0 {
-		if fps, ok := same(n, func(s Signals) string { return s.Progress }); ok {
-			return StopNoProgress, fmt.Sprintf("no progress for %d iterations in a row", n), ev("no_progress", n, fps)
+		if fps, ok := same(n, func(s spec.Signals) string { return s.Progress }); ok {
+			return spec.StopNoProgress, fmt.Sprintf("no progress for %d iterations in a row", n), ev("no_progress", n, fps)
 		}
 	}
 	if cfg.Breakers.QualityRegression == nil || *cfg.Breakers.QualityRegression {
@@ -371,7 +339,7 @@ func breakers(in gateInput) (string, string, *Evidence) {
 			if b < a && c < b && a-c > 10 {
 				e := ev("quality_regression", 3, nil)
 				e.Scores = []float64{a, b, c}
-				return StopQualityRegression, fmt.Sprintf("check score fell three iterations in a row (%.0f → %.0f → %.0f)", a, b, c), e
+				return spec.StopQualityRegression, fmt.Sprintf("check score fell three iterations in a row (%.0f → %.0f → %.0f)", a, b, c), e
 			}
 		}
 	}
@@ -418,7 +386,7 @@ const maxRetryAfter = 15 * time.Minute
 // the n-1 before it) failed on a retryable model endpoint error: jittered
 // exponential from EndpointBackoffBase, capped at EndpointBackoffMax, and
 // never shorter than the endpoint's Retry-After. 0 when this one did not.
-func (e *Engine) endpointBackoff(out *outcome, history []Signals) time.Duration {
+func (e *Engine) endpointBackoff(out *outcome, history []spec.Signals) time.Duration {
 	if endpointFailure(out.res.ErrorFingerprint) == "" {
 		return 0
 	}

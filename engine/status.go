@@ -46,7 +46,7 @@ func (e *Engine) setStatus(ctx context.Context, tx StoreTx, run *spec.Run, statu
 		}
 	}
 	typ := spec.StatusEvent(status)
-	if status == spec.StatusStopped && stop != nil && (stop.Type == StopNoProgress || stop.Type == StopStuck) {
+	if status == spec.StatusStopped && stop != nil && (stop.Type == spec.StopNoProgress || stop.Type == spec.StopStuck) {
 		typ = spec.EventRunStalled
 	}
 	// The notification commits with the status; its event goes first so the
@@ -232,7 +232,7 @@ func (e *Engine) narrate(ctx context.Context, it *iteration, d spec.Decision, re
 		if err != nil {
 			return err
 		}
-		report, err = e.buildReport(ctx, tx, run, status, &spec.StopReason{Type: cmp.Or(d.StopReason, StopCompleted), Detail: joinReasons(d.Reasons)}, &res.Artifacts)
+		report, err = e.buildReport(ctx, tx, run, status, &spec.StopReason{Type: cmp.Or(d.StopReason, spec.StopCompleted), Detail: joinReasons(d.Reasons)}, &res.Artifacts)
 		if err != nil {
 			return err
 		}

@@ -75,8 +75,8 @@ func (e *Engine) WhatIf(ctx context.Context, userID int64, ids []string, f spec.
 // (budgets and the threshold breakers). Other stops (cancel, stuck tool
 // loops, fatal errors) are kept as recorded.
 var ruleStops = map[string]bool{
-	StopMaxIterations: true, StopBudgetTime: true, StopBudgetTokens: true, StopBudgetCost: true,
-	StopBudgetToolCalls: true, StopNoProgress: true, StopRepeatedError: true, StopQualityRegression: true,
+	spec.StopMaxIterations: true, spec.StopBudgetTime: true, spec.StopBudgetTokens: true, spec.StopBudgetCost: true,
+	spec.StopBudgetToolCalls: true, spec.StopNoProgress: true, spec.StopRepeatedError: true, spec.StopQualityRegression: true,
 }
 
 // ReplayRun replays rules over one run's recorded iterations (in order).
@@ -95,7 +95,7 @@ func ReplayRun(run *spec.Run, cfg *spec.Config, iters []*spec.Iteration, rules s
 		r.w.RecordedStop = run.StopReason.Type
 	}
 	var total spec.Metrics
-	var history []Signals // newest first, since the last wait or stop
+	var history []spec.Signals // newest first, since the last wait or stop
 	for i, s := range r.steps {
 		total.Add(s.metrics)
 		d := s.gate.Decision
@@ -114,7 +114,7 @@ func ReplayRun(run *spec.Run, cfg *spec.Config, iters []*spec.Iteration, rules s
 		}
 		switch d.Decision {
 		case spec.DecisionContinue:
-			history = append([]Signals{s.gate.Signals}, history...)
+			history = append([]spec.Signals{s.gate.Signals}, history...)
 		case spec.DecisionWait:
 			history = nil
 		case spec.DecisionComplete, spec.DecisionFail:
@@ -139,14 +139,14 @@ func ReplayRun(run *spec.Run, cfg *spec.Config, iters []*spec.Iteration, rules s
 type replayStep struct {
 	n       int
 	metrics spec.Metrics
-	gate    GateRecord
+	gate    spec.GateRecord
 }
 
 // replaySteps returns the iterations that have a gate decision to replay.
 func replaySteps(iters []*spec.Iteration) []replayStep {
 	var steps []replayStep
 	for _, it := range iters {
-		var g GateRecord
+		var g spec.GateRecord
 		if len(it.Gate) == 0 || json.Unmarshal(it.Gate, &g) != nil || g.Decision.Decision == "" {
 			continue // running or interrupted: no decision to replay
 		}

@@ -13,8 +13,8 @@ func recorded(t *testing.T, steps ...[3]string) []*spec.Iteration {
 	t.Helper()
 	var out []*spec.Iteration
 	for i, s := range steps {
-		g := GateRecord{Decision: spec.Decision{Decision: s[0], StopReason: s[1], Reasons: []string{"recorded " + s[0]}},
-			Signals: Signals{Progress: s[2]}}
+		g := spec.GateRecord{Decision: spec.Decision{Decision: s[0], StopReason: s[1], Reasons: []string{"recorded " + s[0]}},
+			Signals: spec.Signals{Progress: s[2]}}
 		raw, err := json.Marshal(g)
 		if err != nil {
 			t.Fatal(err)
@@ -43,29 +43,29 @@ func TestReplayRun(t *testing.T) {
 			t.Fatalf("replay = %+v, want the recorded completion", w)
 		}
 		w = ReplayRun(run, cfg, iters, spec.WhatIfRules{Breakers: spec.Breakers{NoProgress: 2}})
-		if w.Outcome != spec.WhatIfEarlier || w.StopsAt != 2 || w.Reason != StopNoProgress || !w.LostCompletion || w.IterationsSaved != 4 {
+		if w.Outcome != spec.WhatIfEarlier || w.StopsAt != 2 || w.Reason != spec.StopNoProgress || !w.LostCompletion || w.IterationsSaved != 4 {
 			t.Fatalf("replay = %+v, want a no_progress stop at 2 losing the completion", w)
 		}
 	})
 
 	t.Run("stops the rules do not govern stand as recorded", func(t *testing.T) {
-		iters := recorded(t, [3]string{"continue", "", "a"}, [3]string{"stop", StopStuck, "b"})
-		w := ReplayRun(stopped(StopStuck), cfg, iters, spec.WhatIfRules{Breakers: spec.Breakers{NoProgress: 50}})
-		if w.Outcome != spec.WhatIfSame || w.StopsAt != 2 || w.Reason != StopStuck {
+		iters := recorded(t, [3]string{"continue", "", "a"}, [3]string{"stop", spec.StopStuck, "b"})
+		w := ReplayRun(stopped(spec.StopStuck), cfg, iters, spec.WhatIfRules{Breakers: spec.Breakers{NoProgress: 50}})
+		if w.Outcome != spec.WhatIfSame || w.StopsAt != 2 || w.Reason != spec.StopStuck {
 			t.Fatalf("replay = %+v, want the recorded stuck stop", w)
 		}
 	})
 
 	t.Run("a looser budget lets a budget-stopped run go on", func(t *testing.T) {
-		iters := recorded(t, [3]string{"continue", "", "a"}, [3]string{"stop", StopMaxIterations, "b"})
+		iters := recorded(t, [3]string{"continue", "", "a"}, [3]string{"stop", spec.StopMaxIterations, "b"})
 		c := *cfg
 		c.Budgets.MaxIterations = 2
-		w := ReplayRun(stopped(StopMaxIterations), &c, iters, spec.WhatIfRules{Budgets: spec.WhatIfBudgets{MaxIterations: 5}})
+		w := ReplayRun(stopped(spec.StopMaxIterations), &c, iters, spec.WhatIfRules{Budgets: spec.WhatIfBudgets{MaxIterations: 5}})
 		if w.Outcome != spec.WhatIfContinues || w.StopsAt != 0 {
 			t.Fatalf("replay = %+v, want continues", w)
 		}
-		w = ReplayRun(stopped(StopMaxIterations), &c, iters, spec.WhatIfRules{Budgets: spec.WhatIfBudgets{MaxCostUSD: 0.1}})
-		if w.Outcome != spec.WhatIfEarlier || w.StopsAt != 1 || w.Reason != StopBudgetCost || w.CostSavedUSD != 0.1 {
+		w = ReplayRun(stopped(spec.StopMaxIterations), &c, iters, spec.WhatIfRules{Budgets: spec.WhatIfBudgets{MaxCostUSD: 0.1}})
+		if w.Outcome != spec.WhatIfEarlier || w.StopsAt != 1 || w.Reason != spec.StopBudgetCost || w.CostSavedUSD != 0.1 {
 			t.Fatalf("replay = %+v, want a cost stop at 1", w)
 		}
 	})

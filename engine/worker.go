@@ -50,7 +50,7 @@ type iteration struct {
 	row      *spec.Iteration
 	input    *spec.Input
 	maxInbox int64
-	history  []Signals
+	history  []spec.Signals
 }
 
 // outcome is what one attempt of an iteration came to: what the executor
@@ -58,7 +58,7 @@ type iteration struct {
 type outcome struct {
 	res          *spec.Result
 	checks       []spec.CheckResult
-	sig          Signals
+	sig          spec.Signals
 	decision     spec.Decision
 	metrics      spec.Metrics
 	status       string
@@ -232,7 +232,7 @@ func (e *Engine) decideOutcome(ctx context.Context, it *iteration, out *outcome,
 	case ending(out.decision) && res.Fatal != nil:
 		// The endpoint refused the run; asking it for a summary would fail too.
 		out.narrativeErr = "No summary was written: " + res.Fatal.Detail
-	case out.cut != nil && out.cut.stop != StopBudgetToolCalls:
+	case out.cut != nil && out.cut.stop != spec.StopBudgetToolCalls:
 		// Asking the model for a summary would spend past the budget.
 		out.narrativeErr = "No summary was written: the run's budget was used up during its last iteration."
 	case ending(out.decision) && endpointFailure(res.ErrorFingerprint) != "":
@@ -315,7 +315,7 @@ func (e *Engine) executorFor(cfg *spec.Config) Executor {
 func (e *Engine) execute(ctx context.Context, it *iteration) (res *spec.Result, err error) {
 	x, ok := e.executor(it.cfg.Executor)
 	if !ok {
-		return &spec.Result{Fatal: &spec.Fatal{Type: StopError,
+		return &spec.Result{Fatal: &spec.Fatal{Type: spec.StopError,
 			Detail: fmt.Sprintf("The %s executor is not available on this server any more.", it.cfg.Executor)}}, nil
 	}
 	defer func() {
@@ -413,7 +413,7 @@ func (e *Engine) beginIteration(ctx context.Context, args IterateArgs) (*iterati
 
 // feedbackOf returns what the gate said after iteration r.
 func feedbackOf(r *spec.PastIteration) *spec.Feedback {
-	var g GateRecord
+	var g spec.GateRecord
 	if len(r.Gate) > 0 {
 		json.Unmarshal(r.Gate, &g)
 	}
@@ -431,13 +431,13 @@ func feedbackOf(r *spec.PastIteration) *spec.Feedback {
 // historySinceResume returns the signals of the iterations before n, newest
 // first, back to (not including) the last one that ended a stretch with a
 // wait or a stop, so breakers start afresh after the person steps in.
-func historySinceResume(recent []*spec.PastIteration, n int) []Signals {
-	var out []Signals
+func historySinceResume(recent []*spec.PastIteration, n int) []spec.Signals {
+	var out []spec.Signals
 	for _, r := range recent {
 		if r.Iteration >= n {
 			continue
 		}
-		var g GateRecord
+		var g spec.GateRecord
 		if len(r.Gate) == 0 || json.Unmarshal(r.Gate, &g) != nil {
 			break
 		}
@@ -550,7 +550,7 @@ func (e *Engine) finishIteration(ctx context.Context, it *iteration, out *outcom
 // the finishing transaction).
 func (e *Engine) outcomeRow(it *iteration, out *outcome) *spec.Iteration {
 	res, d := out.res, out.decision
-	rec := GateRecord{Decision: d, Signals: out.sig}
+	rec := spec.GateRecord{Decision: d, Signals: out.sig}
 	if res.Status != nil {
 		rec.RemainingWork = res.Status.RemainingWork
 	}
@@ -619,7 +619,7 @@ func (e *Engine) recordIteration(ctx context.Context, tx StoreTx, run *spec.Run,
 // applyDecision enqueues the next iteration or moves the run to its new
 // status (report, notification, status event last), then promotes queued
 // runs when a slot freed.
-func (e *Engine) applyDecision(ctx context.Context, tx StoreTx, run *spec.Run, out *outcome, history []Signals) error {
+func (e *Engine) applyDecision(ctx context.Context, tx StoreTx, run *spec.Run, out *outcome, history []spec.Signals) error {
 	d := out.decision
 	run.RunningSince = time.Time{}
 	switch d.Decision {
@@ -635,7 +635,7 @@ func (e *Engine) applyDecision(ctx context.Context, tx StoreTx, run *spec.Run, o
 		st, sr := spec.StatusStopped, &spec.StopReason{Type: d.StopReason, Detail: joinReasons(d.Reasons), Evidence: d.Evidence}
 		switch d.Decision {
 		case spec.DecisionComplete:
-			st, sr = spec.StatusCompleted, &spec.StopReason{Type: StopCompleted, Detail: joinReasons(d.Reasons)}
+			st, sr = spec.StatusCompleted, &spec.StopReason{Type: spec.StopCompleted, Detail: joinReasons(d.Reasons)}
 		case spec.DecisionFail:
 			st = spec.StatusFailed
 		}

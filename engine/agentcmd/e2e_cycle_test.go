@@ -4,7 +4,6 @@ import (
 	"strings"
 	"testing"
 
-	"homework/engine"
 	"homework/engine/agentcmd"
 	"homework/engine/spec"
 )
@@ -24,7 +23,7 @@ fi`)
 		spec.CheckSpec{Type: spec.CheckCommand, Name: "b", Argv: []string{"sh", "-c", "grep -qx b state.txt || { echo 'check b fails'; exit 1; }"}})
 	cfg.Budgets.MaxIterations = 20
 	run := h.settled(h.create(cfg).ID)
-	if run.Status != spec.StatusStopped || run.StopReason == nil || run.StopReason.Type != engine.StopNoProgress {
+	if run.Status != spec.StatusStopped || run.StopReason == nil || run.StopReason.Type != spec.StopNoProgress {
 		t.Fatalf("run is %s (%+v); want stopped for no_progress\n%s", run.Status, run.StopReason, h.eventDump(run.ID))
 	}
 	if run.Metrics.Iterations > 8 {
@@ -33,7 +32,7 @@ fi`)
 	if !strings.Contains(run.StopReason.Detail, "going in circles") {
 		t.Errorf("stop detail %q", run.StopReason.Detail)
 	}
-	ev := decode[engine.Evidence](t, run.StopReason.Evidence)
+	ev := decode[spec.Evidence](t, run.StopReason.Evidence)
 	if ev.Breaker != "cycle" || ev.Pattern != "period 2 repeated 3 times" || len(ev.Fingerprints) != 6 ||
 		ev.Fingerprints[0] == ev.Fingerprints[1] || ev.Fingerprints[0] != ev.Fingerprints[2] {
 		t.Errorf("evidence %+v", ev)
@@ -56,7 +55,7 @@ exit 1`)
 	cfg := commandRun(script, wd)
 	cfg.Breakers.RepeatedError = 2
 	run := h.settled(h.create(cfg).ID)
-	if run.Status != spec.StatusStopped || run.StopReason == nil || run.StopReason.Type != engine.StopRepeatedError {
+	if run.Status != spec.StatusStopped || run.StopReason == nil || run.StopReason.Type != spec.StopRepeatedError {
 		t.Fatalf("run is %s (%+v), want stopped for repeated_error\n%s", run.Status, run.StopReason, h.eventDump(run.ID))
 	}
 	if d := run.StopReason.Detail; !strings.Contains(d, "the same error repeated 2 times in a row: The agent failed (exit status 1): fatal: could not reach the model API (attempt 2)") {

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	"homework/engine"
 	"homework/engine/agentcmd"
 	"homework/engine/llm"
 	"homework/engine/spec"
@@ -140,7 +139,7 @@ func TestStructuredAgentOutput(t *testing.T) {
 		cfg.Agent.OutputFormat = agentcmd.FormatClaudeStreamJSON
 		cfg.Budgets.MaxIterations = 2
 		run := h.settled(h.create(cfg).ID)
-		if run.Status != spec.StatusStopped || run.StopReason.Type != engine.StopMaxIterations {
+		if run.Status != spec.StatusStopped || run.StopReason.Type != spec.StopMaxIterations {
 			t.Fatalf("run is %s (%+v), want stopped at max_iterations\n%s", run.Status, run.StopReason, h.eventDump(run.ID))
 		}
 		its := h.iterations(run.ID)
@@ -158,7 +157,7 @@ func TestStructuredAgentOutput(t *testing.T) {
 		cfg.Agent.OutputFormat = agentcmd.FormatClaudeJSON
 		cfg.Budgets.MaxCostUSD = 1.0
 		run := h.settled(h.create(cfg).ID)
-		if run.Status != spec.StatusStopped || run.StopReason.Type != engine.StopBudgetCost {
+		if run.Status != spec.StatusStopped || run.StopReason.Type != spec.StopBudgetCost {
 			t.Fatalf("run is %s (%+v), want stopped for budget_cost\n%s", run.Status, run.StopReason, h.eventDump(run.ID))
 		}
 		if run.Metrics.Iterations != 3 || math.Abs(run.Metrics.CostTotalUSD-1.2) > 1e-9 || run.Metrics.TokensTotal != 3300 {
@@ -231,7 +230,7 @@ func TestStructuredAgentOutput(t *testing.T) {
 		cfg.Agent.OutputFormat = agentcmd.FormatClaudeJSON
 		cfg.Budgets.MaxIterations = 2
 		run := h.settled(h.create(cfg).ID)
-		if run.Status != spec.StatusStopped || run.StopReason.Type != engine.StopMaxIterations {
+		if run.Status != spec.StatusStopped || run.StopReason.Type != spec.StopMaxIterations {
 			t.Fatalf("run is %s (%+v)\n%s", run.Status, run.StopReason, h.eventDump(run.ID))
 		}
 		evs := h.requireBasics(run.ID)

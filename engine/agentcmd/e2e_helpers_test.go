@@ -297,9 +297,9 @@ func decode[T any](t *testing.T, raw json.RawMessage) T {
 	return v
 }
 
-func gateOf(t *testing.T, it *spec.Iteration) engine.GateRecord {
+func gateOf(t *testing.T, it *spec.Iteration) spec.GateRecord {
 	t.Helper()
-	return decode[engine.GateRecord](t, it.Gate)
+	return decode[spec.GateRecord](t, it.Gate)
 }
 
 func checksOf(t *testing.T, it *spec.Iteration) []spec.CheckResult {

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"homework/engine"
 	"homework/engine/agentcmd"
 	"homework/engine/spec"
 )
@@ -82,14 +81,14 @@ func TestCommandRunsThroughTheEngine(t *testing.T) {
 		run := h.create(cfg)
 
 		run = h.settled(run.ID)
-		if run.Status != spec.StatusCompleted || run.StopReason == nil || run.StopReason.Type != engine.StopCompleted {
+		if run.Status != spec.StatusCompleted || run.StopReason == nil || run.StopReason.Type != spec.StopCompleted {
 			t.Fatalf("run is %s (%+v), want completed\n%s", run.Status, run.StopReason, h.eventDump(run.ID))
 		}
 		if run.Metrics.Iterations != 3 || run.Metrics.FalseCompletionsBlocked != 2 {
 			t.Fatalf("metrics: %d iterations, %d false completions blocked; want 3 and 2", run.Metrics.Iterations, run.Metrics.FalseCompletionsBlocked)
 		}
 		report := *run.Report
-		if report.Metrics.FalseCompletionsBlocked != 2 || report.StoppingReason.Type != engine.StopCompleted {
+		if report.Metrics.FalseCompletionsBlocked != 2 || report.StoppingReason.Type != spec.StopCompleted {
 			t.Errorf("report metrics %+v, stopping reason %+v", report.Metrics, report.StoppingReason)
 		}
 
@@ -243,11 +242,11 @@ fi`)
 		run := h.create(commandRun(script, wd, check))
 
 		run = h.settled(run.ID)
-		if run.Status != spec.StatusWaiting || run.Waiting == nil || run.Waiting.Reason != engine.StopBlocked ||
+		if run.Status != spec.StatusWaiting || run.Waiting == nil || run.Waiting.Reason != spec.StopBlocked ||
 			!slices.Equal(run.Waiting.Questions, []string{question}) {
 			t.Fatalf("run is %s waiting %+v; want waiting_on_user, blocked, with the question\n%s", run.Status, run.Waiting, h.eventDump(run.ID))
 		}
-		if g := gateOf(t, h.iterations(run.ID)[0]); g.Decision.Decision != spec.DecisionWait || g.WaitReason != engine.StopBlocked || g.FalseCompletion {
+		if g := gateOf(t, h.iterations(run.ID)[0]); g.Decision.Decision != spec.DecisionWait || g.WaitReason != spec.StopBlocked || g.FalseCompletion {
 			t.Errorf("iteration 1 gate: %+v", g.Decision)
 		}
 		evs := h.events(run.ID)
@@ -287,7 +286,7 @@ fi`)
 		run := h.create(cfg)
 		run = h.settled(run.ID)
 		if run.Status != spec.StatusStopped || run.StopReason == nil ||
-			(run.StopReason.Type != engine.StopNoProgress && run.StopReason.Type != engine.StopMaxIterations) {
+			(run.StopReason.Type != spec.StopNoProgress && run.StopReason.Type != spec.StopMaxIterations) {
 			t.Fatalf("run is %s (%+v); want stopped by the stall breaker or the budget\n%s", run.Status, run.StopReason, h.eventDump(run.ID))
 		}
 		if run.Metrics.FalseCompletionsBlocked != 0 {
@@ -317,7 +316,7 @@ echo "Still thinking about the problem."`)
 		check := spec.CheckSpec{Type: spec.CheckCommand, Name: "tests", Argv: []string{"sh", "-c", "echo 'FAIL: TestThing'; exit 1"}}
 		run := h.create(commandRun(script, wd, check))
 		run = h.settled(run.ID)
-		if run.Status != spec.StatusStopped || run.StopReason == nil || run.StopReason.Type != engine.StopNoProgress {
+		if run.Status != spec.StatusStopped || run.StopReason == nil || run.StopReason.Type != spec.StopNoProgress {
 			t.Fatalf("run is %s (%+v); want stopped for no_progress\n%s", run.Status, run.StopReason, h.eventDump(run.ID))
 		}
 		if run.Metrics.Iterations != 3 {
@@ -326,7 +325,7 @@ echo "Still thinking about the problem."`)
 		if !strings.Contains(run.StopReason.Detail, "stalled: the same output hash 3 times in a row") {
 			t.Errorf("stop detail %q", run.StopReason.Detail)
 		}
-		ev := decode[engine.Evidence](t, run.StopReason.Evidence)
+		ev := decode[spec.Evidence](t, run.StopReason.Evidence)
 		its := h.iterations(run.ID)
 		last := gateOf(t, its[len(its)-1])
 		if ev.Breaker != "stall_output_hash" || ev.Threshold != 3 || len(ev.Fingerprints) != 3 ||
@@ -347,7 +346,7 @@ echo "Still thinking about the problem."`)
 			t.Errorf("want one run_stalled and no run_stopped:\n%s", h.eventDump(run.ID))
 		}
 		gates := ofType(evs, "gate_decision")
-		if g := decode[gateEvent](t, gates[len(gates)-1].Data); g.Decision != spec.DecisionStop || g.StopReason != engine.StopNoProgress {
+		if g := decode[gateEvent](t, gates[len(gates)-1].Data); g.Decision != spec.DecisionStop || g.StopReason != spec.StopNoProgress {
 			t.Errorf("last gate_decision %+v", g)
 		}
 		if ns := h.notifications(run.ID); len(ns) != 1 || ns[0].Kind != "run_stopped" || !strings.Contains(ns[0].Message, "stalled") {
@@ -381,7 +380,7 @@ wait`)
 				pids = append(pids, pid)
 			}
 		}
-		if run.Status != spec.StatusStopped || run.StopReason == nil || run.StopReason.Type != engine.StopRepeatedError || run.Metrics.Iterations != 2 {
+		if run.Status != spec.StatusStopped || run.StopReason == nil || run.StopReason.Type != spec.StopRepeatedError || run.Metrics.Iterations != 2 {
 			t.Fatalf("run is %s (%+v) after %d iterations; want stopped for repeated_error after 2\n%s",
 				run.Status, run.StopReason, run.Metrics.Iterations, h.eventDump(run.ID))
 		}
@@ -398,7 +397,7 @@ wait`)
 				t.Errorf("iteration %d signals %+v", it.Iteration, g.Signals)
 			}
 		}
-		ev := decode[engine.Evidence](t, run.StopReason.Evidence)
+		ev := decode[spec.Evidence](t, run.StopReason.Evidence)
 		if ev.Breaker != "repeated_error" || !slices.Equal(ev.Fingerprints, []string{"timeout", "timeout"}) {
 			t.Errorf("evidence %+v", ev)
 		}
@@ -443,7 +442,7 @@ wait`)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if canceled.Status != spec.StatusCanceled || canceled.StopReason == nil || canceled.StopReason.Type != engine.StopCanceled {
+		if canceled.Status != spec.StatusCanceled || canceled.StopReason == nil || canceled.StopReason.Type != spec.StopCanceled {
 			t.Fatalf("Cancel returned a run %s (%+v)", canceled.Status, canceled.StopReason)
 		}
 		// The agent and its child sleep far longer than this guard; they are

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	"homework/engine"
 	"homework/engine/agentcmd"
 	"homework/engine/spec"
 )
@@ -57,7 +56,7 @@ echo "new" > extra.txt`)
 		cfg.Permissions.WriteMode = spec.WriteReadOnly
 		cfg.Budgets.MaxIterations = 2
 		run := h.settled(h.create(cfg).ID)
-		if run.Status != spec.StatusStopped || run.StopReason.Type != engine.StopMaxIterations {
+		if run.Status != spec.StatusStopped || run.StopReason.Type != spec.StopMaxIterations {
 			t.Fatalf("run is %s (%+v), want stopped at max_iterations\n%s", run.Status, run.StopReason, h.eventDump(run.ID))
 		}
 	})

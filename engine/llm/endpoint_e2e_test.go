@@ -32,7 +32,7 @@ func TestA429StormIsNamedBackedOffAndNotSummarized(t *testing.T) {
 	})
 	run := h.create(spec.Config{})
 	run = h.waitFor(run.ID, "stopped", func(r *spec.Run) bool { return r.Status == spec.StatusStopped || spec.IsTerminalStatus(r.Status) })
-	if run.Status != spec.StatusStopped || run.StopReason == nil || run.StopReason.Type != engine.StopRateLimited {
+	if run.Status != spec.StatusStopped || run.StopReason == nil || run.StopReason.Type != spec.StopRateLimited {
 		t.Fatalf("run %s, stop reason %+v; want stopped rate_limited", run.Status, run.StopReason)
 	}
 	if d := run.StopReason.Detail; !strings.Contains(d, "429") || !strings.Contains(d, "quota exceeded for this minute") {
@@ -84,9 +84,9 @@ func TestBudgetsBindInsideAnIteration(t *testing.T) {
 		requests int // planner requests before the cut
 	}{
 		// gpt-4o-mini: $0.15 per 1M input tokens; each call reads 1M.
-		{"cost", spec.Budgets{MaxCostUSD: 0.40}, engine.StopBudgetCost, 3},
-		{"tokens", spec.Budgets{MaxTotalTokens: 2_500_000}, engine.StopBudgetTokens, 3},
-		{"tool calls", spec.Budgets{MaxToolCalls: 4}, engine.StopBudgetToolCalls, 4},
+		{"cost", spec.Budgets{MaxCostUSD: 0.40}, spec.StopBudgetCost, 3},
+		{"tokens", spec.Budgets{MaxTotalTokens: 2_500_000}, spec.StopBudgetTokens, 3},
+		{"tool calls", spec.Budgets{MaxToolCalls: 4}, spec.StopBudgetToolCalls, 4},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newE2E(t, e2eOptions{})
@@ -118,7 +118,7 @@ func TestBudgetsBindInsideAnIteration(t *testing.T) {
 			}
 			// Spending budgets are not spent further on a summary; a
 			// tool-call budget does not forbid one.
-			if n := len(requestsOf(h.srv, reqSummarizer)); (n != 0) != (tc.stop == engine.StopBudgetToolCalls) {
+			if n := len(requestsOf(h.srv, reqSummarizer)); (n != 0) != (tc.stop == spec.StopBudgetToolCalls) {
 				t.Fatalf("the summarizer was called %d times (stop %s)", n, tc.stop)
 			}
 			if last := h.events(run.ID); last[len(last)-1].Type != "run_stopped" {
