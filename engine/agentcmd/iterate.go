@@ -11,11 +11,11 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 	"unicode/utf8"
 
 	"homework/engine/checks"
+	"homework/engine/proc"
 	"homework/engine/spec"
 )
 
@@ -89,7 +89,7 @@ func (e *Executor) Iterate(ctx context.Context, in *spec.Input) (*spec.Result, e
 	parsed := e.recordOutput(ctx, in, res, run, prompt)
 	describeOutcome(res, run, parsed, timeout)
 	e.emitExit(ctx, in, run)
-	if run.reason == checks.StopCanceled {
+	if run.reason == proc.StopCanceled {
 		return res, fmt.Errorf("agentcmd: iteration interrupted: %w", context.Cause(ctx))
 	}
 	e.recordWorkdir(ctx, in, wd, res, parsed, changes)
@@ -168,9 +168,9 @@ func (e *Executor) recordOutput(ctx context.Context, in *spec.Input, res *spec.R
 func describeOutcome(res *spec.Result, run *agentRun, parsed *ParsedOutput, timeout time.Duration) {
 	summary := Summarize(res.Output)
 	switch {
-	case run.reason == checks.StopCanceled:
+	case run.reason == proc.StopCanceled:
 		res.Error = "The iteration was interrupted and the agent's process group killed."
-	case run.reason == checks.StopTimeout:
+	case run.reason == proc.StopTimeout:
 		res.Error = fmt.Sprintf("The agent timed out after %s and its process group was killed.", timeout)
 		res.ErrorFingerprint = "timeout"
 	case !run.state.Success():
@@ -180,7 +180,7 @@ func describeOutcome(res *spec.Result, run *agentRun, parsed *ParsedOutput, time
 		}
 		res.ErrorFingerprint = ErrorFingerprint(run.state.ExitCode(), res.Output)
 	}
-	if parsed != nil && parsed.Error != "" && run.reason == checks.StopExited {
+	if parsed != nil && parsed.Error != "" && run.reason == proc.StopExited {
 		res.Error = "The agent reported an error: " + parsed.Error
 		res.ErrorFingerprint = "agent:" + ErrorFingerprint(0, parsed.Error)
 	}
@@ -199,7 +199,7 @@ func (e *Executor) emitExit(ctx context.Context, in *spec.Input, run *agentRun) 
 		"iteration":     in.Iteration,
 		"status":        checks.DescribeExit(run.state),
 		"exit_code":     run.state.ExitCode(),
-		"timed_out":     run.reason == checks.StopTimeout,
+		"timed_out":     run.reason == proc.StopTimeout,
 		"duration_ms":   run.duration.Milliseconds(),
 		"output_bytes":  run.total,
 		"dropped_bytes": run.dropped,
@@ -231,7 +231,7 @@ func (e *Executor) recordWorkdir(ctx context.Context, in *spec.Input, wd string,
 // agentRun is how one agent process went.
 type agentRun struct {
 	state    *os.ProcessState
-	reason   string // checks.StopExited, StopTimeout or StopCanceled
+	reason   string // proc.StopExited, StopTimeout or StopCanceled
 	output   string
 	total    int64
 	dropped  int64
@@ -243,7 +243,7 @@ type agentRun struct {
 // runAgent runs the agent process to its end. Every goroutine it starts has
 // exited when it returns.
 func (e *Executor) runAgent(ctx context.Context, in *spec.Input, wd, prompt string, timeout time.Duration, outCap int64) (*agentRun, error) {
-	p, startErr, err := e.startAgent(in, wd)
+	p, startErr, err := e.startAgent(ctx, in, wd)
 	if err != nil {
 		return nil, err
 	}
@@ -285,7 +285,7 @@ func (e *Executor) runAgent(ctx context.Context, in *spec.Input, wd, prompt stri
 		out.readFrom(p.out)
 	}()
 
-	state, reason := checks.WaitProcessGroup(ctx, p.cmd, timeout, e.opts.KillGrace)
+	state, reason := p.proc.Wait(ctx, timeout, e.opts.KillGrace)
 	duration := time.Since(p.start)
 	e.stopReading(p.out, readDone)
 	if out.live != nil {
@@ -302,7 +302,7 @@ func (e *Executor) runAgent(ctx context.Context, in *spec.Input, wd, prompt stri
 
 // agentProcess is a started agent and our ends of its pipes.
 type agentProcess struct {
-	cmd   *exec.Cmd
+	proc  *proc.Process
 	stdin *os.File // the write end of its stdin
 	out   *os.File // the read end of its combined stdout and stderr
 	start time.Time
@@ -311,7 +311,7 @@ type agentProcess struct {
 // startAgent starts the agent in wd in its own process group and records
 // the group, so that a crash cannot leave it running unseen. startErr is
 // why the agent could not be started; err is an infrastructure failure.
-func (e *Executor) startAgent(in *spec.Input, wd string) (p *agentProcess, startErr, err error) {
+func (e *Executor) startAgent(ctx context.Context, in *spec.Input, wd string) (p *agentProcess, startErr, err error) {
 	argv := agentArgv(in.Config.Agent, wd, in.RunID)
 	stdinR, stdinW, err := os.Pipe()
 	if err != nil {
@@ -328,26 +328,31 @@ func (e *Executor) startAgent(in *spec.Input, wd string) (p *agentProcess, start
 	cmd.Env = e.Environ(in)
 	cmd.Stdin = stdinR
 	cmd.Stdout, cmd.Stderr = outW, outW
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	start := time.Now()
-	err = cmd.Start()
+	// Under the attempt's leash (ctx): the agent ends with the server and
+	// with the attempt's hold on the run.
+	pr, err := proc.Start(ctx, cmd)
 	// The child has its own copies (or never started).
 	stdinR.Close()
 	outW.Close()
-	if err != nil {
+	if errors.Is(err, proc.ErrLeashClosed) {
+		stdinW.Close()
+		outR.Close()
+		return nil, nil, fmt.Errorf("agentcmd: %w", err)
+	} else if err != nil {
 		stdinW.Close()
 		outR.Close()
 		return nil, err, nil
 	}
-	if err := recordGroup(wd, cmd.Process.Pid); err != nil {
+	if err := recordGroup(wd, pr.Pgid); err != nil {
 		// Unrecorded, a crash could leave it running unseen: do not run it.
-		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		cmd.Wait()
+		pr.Kill()
+		pr.Wait(context.Background(), 0, 0)
 		stdinW.Close()
 		outR.Close()
 		return nil, nil, fmt.Errorf("agentcmd: record the agent's process group: %w", err)
 	}
-	return &agentProcess{cmd: cmd, stdin: stdinW, out: outR, start: start}, nil, nil
+	return &agentProcess{proc: pr, stdin: stdinW, out: outR, start: start}, nil, nil
 }
 
 // stopReading waits up to the kill grace for the reader of out to reach

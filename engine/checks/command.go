@@ -11,6 +11,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"homework/engine/proc"
 	"homework/engine/spec"
 )
 
@@ -42,13 +43,14 @@ func runCommand(ctx context.Context, c spec.CheckSpec, env Env) spec.CheckResult
 	cmd.Dir = env.Workdir
 	cmd.Env = env.Environ
 	cmd.Stdout, cmd.Stderr = w, w
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
+	// Under the attempt's leash (ctx): the check ends with the server and
+	// with the attempt's hold on the run.
+	p, err := proc.Start(ctx, cmd)
+	w.Close() // the child holds its own copy
+	if err != nil {
 		r.Close()
-		w.Close()
 		return errored("Cannot run %s: %v.", c.Argv[0], err)
 	}
-	w.Close() // the child holds its own copy
 
 	tail := NewTail(tailN)
 	readDone := make(chan struct{})
@@ -59,7 +61,7 @@ func runCommand(ctx context.Context, c spec.CheckSpec, env Env) spec.CheckResult
 		io.Copy(tail, r)
 	}()
 
-	status, reason := WaitProcessGroup(ctx, cmd, timeout, killGrace)
+	status, reason := p.Wait(ctx, timeout, killGrace)
 	select {
 	case <-readDone:
 	case <-time.After(killGrace):
@@ -70,9 +72,9 @@ func runCommand(ctx context.Context, c spec.CheckSpec, env Env) spec.CheckResult
 
 	res := spec.CheckResult{OutputTail: tail.String()}
 	switch reason {
-	case StopTimeout:
+	case proc.StopTimeout:
 		res.Message = fmt.Sprintf("%s timed out after %s.", strings.Join(c.Argv, " "), timeout)
-	case StopCanceled:
+	case proc.StopCanceled:
 		res.Errored = true
 		res.Message = fmt.Sprintf("%s was interrupted: %v.", strings.Join(c.Argv, " "), context.Cause(ctx))
 	default:
@@ -84,58 +86,6 @@ func runCommand(ctx context.Context, c spec.CheckSpec, env Env) spec.CheckResult
 		}
 	}
 	return res
-}
-
-// Why WaitProcessGroup stopped waiting.
-const (
-	StopExited   = ""         // the process exited by itself
-	StopTimeout  = "timeout"  // the timeout passed and the group was killed
-	StopCanceled = "canceled" // ctx was done and the group was killed
-)
-
-// WaitProcessGroup waits for cmd, started with Setpgid, to exit. When the
-// timeout passes (timeout > 0) or ctx is done first, it sends SIGTERM to the
-// whole process group and SIGKILL after grace. Once the leader has exited it
-// sends SIGKILL to the group again, so no child the command started in its
-// group outlives it. It returns the leader's exit status and why it stopped
-// waiting (StopExited, StopTimeout or StopCanceled).
-func WaitProcessGroup(ctx context.Context, cmd *exec.Cmd, timeout, grace time.Duration) (*os.ProcessState, string) {
-	pgid := cmd.Process.Pid
-	waitDone := make(chan struct{})
-	go func() {
-		// Exits when the leader exits; the group kill below guarantees it.
-		defer close(waitDone)
-		cmd.Wait()
-	}()
-	var timer <-chan time.Time
-	if timeout > 0 {
-		t := time.NewTimer(timeout)
-		defer t.Stop()
-		timer = t.C
-	}
-	reason := StopExited
-	select {
-	case <-waitDone:
-	case <-timer:
-		reason = StopTimeout
-	case <-ctx.Done():
-		reason = StopCanceled
-	}
-	if reason != StopExited {
-		syscall.Kill(-pgid, syscall.SIGTERM)
-		g := time.NewTimer(grace)
-		select {
-		case <-waitDone:
-		case <-g.C:
-		}
-		g.Stop()
-		syscall.Kill(-pgid, syscall.SIGKILL)
-		<-waitDone
-	}
-	// Sweep anything left in the group (a background child of a script
-	// that exited). ESRCH when the group is already empty.
-	syscall.Kill(-pgid, syscall.SIGKILL)
-	return cmd.ProcessState, reason
 }
 
 // DescribeExit describes a process's exit status in words: "exit status 2"
