@@ -14,9 +14,12 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/riverqueue/river"
+
+	"homework/engine/proc"
 )
 
 // Options configure an Engine. Zero values get the defaults noted.
@@ -41,6 +44,7 @@ type Options struct {
 	DefaultIterationTools  int           // per-iteration tool-call bound; default 50
 	LeaseTTL               time.Duration // default 15 s
 	RecoveryInterval       time.Duration // default 5 s
+	DeathWatchInterval     time.Duration // how often a Liveness store is asked for dead processes; default 200 ms
 	ShutdownGrace          time.Duration // in-flight iterations get this long on Stop; default 10 s
 	FetchPollInterval      time.Duration // River poll; default 50 ms
 	CommandRunsAllowed     bool          // whether command checks may run for admins
@@ -93,6 +97,7 @@ func (o *Options) setDefaults() {
 	defD(&o.MaxIterationTime, 2*time.Hour)
 	defD(&o.LeaseTTL, 15*time.Second)
 	defD(&o.RecoveryInterval, 5*time.Second)
+	defD(&o.DeathWatchInterval, 200*time.Millisecond)
 	defD(&o.ShutdownGrace, 10*time.Second)
 	defD(&o.FetchPollInterval, 50*time.Millisecond)
 	defD(&o.NarrateTimeout, 60*time.Second)
@@ -123,13 +128,29 @@ type Engine struct {
 	inflight map[string]*inflight // by run id
 	stopping bool
 
+	// noLiveness is set while this process's liveness session is lost
+	// (Liveness): no attempt may begin then.
+	noLiveness atomic.Bool
+
 	metrics *Metrics
 }
 
 type inflight struct {
 	cancel             context.CancelCauseFunc
+	leash              *proc.Leash // the attempt's processes
 	iteration, attempt int
 	done               chan struct{} // closed when the attempt has returned
+	// abandoned is set when the watchdog gave the attempt up: recovery may
+	// then take its run over although it has not returned.
+	abandoned atomic.Bool
+}
+
+// giveUp ends the attempt's hold on its run: its processes are killed at
+// once and its context is canceled with errLeaseLost, so that it returns
+// leaving no trace.
+func (f *inflight) giveUp() {
+	f.leash.Close()
+	f.cancel(errLeaseLost)
 }
 
 // errRunCanceled is the cancel cause of an iteration whose run was canceled.
@@ -190,16 +211,29 @@ func (e *Engine) Start(ctx context.Context) error {
 			return fmt.Errorf("recover runs: %w", err)
 		}
 	}
+	loopCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	watch, err := e.holdLiveness(loopCtx)
+	if err != nil {
+		cancel()
+		return fmt.Errorf("hold liveness: %w", err)
+	}
 	if err := e.queue.Start(ctx); err != nil {
+		cancel()
 		return fmt.Errorf("start river: %w", err)
 	}
-	loopCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	e.cancel = cancel
 	e.wg.Add(1)
 	go func() {
 		defer e.wg.Done()
 		e.recoveryLoop(loopCtx)
 	}()
+	if watch {
+		e.wg.Add(1)
+		go func() {
+			defer e.wg.Done()
+			e.deathWatch(loopCtx)
+		}()
+	}
 	return nil
 }
 

@@ -117,7 +117,13 @@ func (e *Engine) liveQueues(ctx context.Context) (map[string]bool, error) {
 	if !ok {
 		return nil, nil
 	}
-	return hs.LiveCommandQueues(ctx, e.now().Add(-e.opts.LeaseTTL))
+	live, err := hs.LiveCommandQueues(ctx, e.now().Add(-e.opts.LeaseTTL))
+	if err == nil && e.opts.isCommandHost() {
+		// This process serves its own queue, whatever its last heartbeat
+		// says (one cut off from the store could not record it).
+		live[commandQueue(e.opts.CommandHost, e.opts.CommandRoot)] = true
+	}
+	return live, err
 }
 
 // hostWaiting is the Waiting of a run whose host no live process serves.

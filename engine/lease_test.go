@@ -68,7 +68,7 @@ func TestStaleAttemptFinishWritesNothing(t *testing.T) {
 		keepLines int
 	}{
 		{"recovered", func(h *harness, u *spec.User, runID string) {
-			if ok, err := h.e.recoverRun(h.ctx, runID, h.e.id, false, nil); err != nil || !ok {
+			if ok, err := h.e.recoverRun(h.ctx, runID, h.e.id, false, true, nil); err != nil || !ok {
 				h.t.Fatalf("recover: %v %v", ok, err)
 			}
 		}, "run_recovered", 0},

@@ -18,7 +18,7 @@ func (e *Engine) recoveryLoop(ctx context.Context) {
 			return
 		case <-t.C:
 			e.heartbeat(ctx)
-			if _, err := e.recoverOnce(ctx, false); err != nil && ctx.Err() == nil {
+			if _, err := e.recoverOnce(ctx, false, nil); err != nil && ctx.Err() == nil {
 				e.log.Warn("lease recovery", "err", err)
 			}
 			if err := e.resumeHostRuns(ctx); err != nil && ctx.Err() == nil {
@@ -35,6 +35,90 @@ func (e *Engine) recoveryLoop(ctx context.Context) {
 type Heartbeats interface {
 	Heartbeat(ctx context.Context, id string, now time.Time) error
 	LiveProcesses(ctx context.Context, since time.Time) (map[string]bool, error)
+}
+
+// Liveness is implemented by stores shared by several processes that can
+// tie each process's liveness to a database session of its own (PostgreSQL:
+// a session-level advisory lock). The database ends a dead process's
+// session at once, so the others recover its runs within a poll
+// (DeathWatchInterval) instead of after its leases. The lease stays the
+// rule for a process that is alive but silent (paused, cut off).
+type Liveness interface {
+	// HoldLiveness holds id's liveness until ctx ends, telling changed when
+	// the session is lost (held false: others may take this process for
+	// dead) and held again. It returns once the liveness is first held.
+	HoldLiveness(ctx context.Context, id string, changed func(held bool, err error)) error
+	// DeadProcesses returns the processes other than self that hold a
+	// running run's lease but whose liveness is gone.
+	DeadProcesses(ctx context.Context, self string) (map[string]bool, error)
+}
+
+// livenessTx is implemented by the transactions of a Liveness store.
+type livenessTx interface {
+	// ProcessLive reports whether process id holds its liveness now.
+	ProcessLive(ctx context.Context, id string) (bool, error)
+}
+
+// holdLiveness ties this process's liveness to the store when it can
+// (Liveness); it reports whether it does.
+func (e *Engine) holdLiveness(ctx context.Context) (bool, error) {
+	lv, ok := e.store.(Liveness)
+	if !ok || !e.opts.SharedStore {
+		return false, nil
+	}
+	return true, lv.HoldLiveness(ctx, e.id, e.livenessChanged)
+}
+
+// livenessChanged is told when this process's liveness session is lost or
+// held again. Once lost, the others may take this process for dead and
+// recover its runs at any moment, so the processes of every attempt stop at
+// once, no attempt renews its lease and no new one begins until the
+// liveness is held again. Then each attempt's next renewal tells whether
+// its run is still its own (its processes go on) or was taken (they are
+// killed).
+func (e *Engine) livenessChanged(held bool, err error) {
+	e.noLiveness.Store(!held)
+	if held {
+		e.log.Info("liveness held again")
+		return
+	}
+	e.log.Warn("liveness lost: the runs in progress are held still until it is held again", "err", err)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, f := range e.inflight {
+		f.leash.Freeze()
+	}
+}
+
+// deathWatch recovers the runs of processes whose liveness is gone, every
+// DeathWatchInterval until ctx ends.
+func (e *Engine) deathWatch(ctx context.Context) {
+	lv := e.store.(Liveness)
+	t := time.NewTicker(e.opts.DeathWatchInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if e.noLiveness.Load() {
+			continue // cut off ourselves: not the one to judge others
+		}
+		dead, err := lv.DeadProcesses(ctx, e.id)
+		if err != nil {
+			if ctx.Err() == nil {
+				e.log.Warn("watch for dead processes", "err", err)
+			}
+			continue
+		}
+		if len(dead) == 0 {
+			continue
+		}
+		if _, err := e.recoverOnce(ctx, false, dead); err != nil && ctx.Err() == nil {
+			e.log.Warn("recover the runs of dead processes", "err", err)
+		}
+	}
 }
 
 func (e *Engine) heartbeat(ctx context.Context) {
@@ -56,13 +140,16 @@ func (e *Engine) heartbeat(ctx context.Context) {
 // by a previous process. Only one server uses the database (the lock), so any
 // lease not ours is stale.
 func (e *Engine) recoverAtStart(ctx context.Context) (int, error) {
-	return e.recoverOnce(ctx, true)
+	return e.recoverOnce(ctx, true, nil)
 }
 
 // recoverOnce recovers stale runs. At start every lease held by another
-// owner is stale; later only expired leases are. It returns how many runs it
-// recovered.
-func (e *Engine) recoverOnce(ctx context.Context, atStart bool) (int, error) {
+// owner is stale; later only expired leases are, and every lease of a
+// process in dead (its liveness is gone: see Liveness). A run this process
+// is executing right now is never stale to it, however late its renewal (a
+// pause past the lease): its attempt renews and goes on, or learns that
+// another process took the run. It returns how many runs it recovered.
+func (e *Engine) recoverOnce(ctx context.Context, atStart bool, dead map[string]bool) (int, error) {
 	leases, err := e.store.RunningRuns(ctx)
 	if err != nil {
 		return 0, err
@@ -77,11 +164,16 @@ func (e *Engine) recoverOnce(ctx context.Context, atStart bool) (int, error) {
 	var queues map[string]bool // command queues a live process serves, read once when needed
 	n := 0
 	for _, l := range leases {
-		if l.Owner != "" && l.Owner != e.id && live[l.Owner] {
+		if l.Owner != "" && l.Owner != e.id && live[l.Owner] && !dead[l.Owner] {
 			continue // its process is alive and renews, or recovers, it itself
+		}
+		if l.Owner == e.id && e.executing(l.RunID) {
+			continue
 		}
 		stale := false
 		switch {
+		case dead[l.Owner]:
+			stale = true
 		case l.Owner != "" && l.Owner != e.id && atStart:
 			stale = true
 		case l.Owner != "" && now.After(l.Until):
@@ -104,7 +196,7 @@ func (e *Engine) recoverOnce(ctx context.Context, atStart bool) (int, error) {
 				queues = map[string]bool{}
 			}
 		}
-		ok, err := e.recoverRun(ctx, l.RunID, l.Owner, atStart, queues)
+		ok, err := e.recoverRun(ctx, l.RunID, l.Owner, atStart, atStart || dead[l.Owner], queues)
 		if err != nil {
 			return n, err
 		}
@@ -117,9 +209,12 @@ func (e *Engine) recoverOnce(ctx context.Context, atStart bool) (int, error) {
 
 // recoverRun cancels the run's stale job and enqueues the same iteration
 // with attempt+1 in one transaction, recording the interrupted iteration.
-// A command run bound to a host whose queue no live process serves (not in
-// liveQueues) waits instead (parkOnHost).
-func (e *Engine) recoverRun(ctx context.Context, runID, owner string, atStart bool, liveQueues map[string]bool) (bool, error) {
+// Unless force (at start, or its owner is dead), the lease must still be
+// expired in that transaction, which locks the run: an owner that renewed
+// meanwhile (it woke from a pause) keeps its run. A command run bound to a
+// host whose queue no live process serves (not in liveQueues) waits
+// instead (parkOnHost).
+func (e *Engine) recoverRun(ctx context.Context, runID, owner string, atStart, force bool, liveQueues map[string]bool) (bool, error) {
 	recovered, parked := false, false
 	err := e.inTx(ctx, func(tx StoreTx) error {
 		run, err := tx.FindRun(ctx, runID)
@@ -129,11 +224,30 @@ func (e *Engine) recoverRun(ctx context.Context, runID, owner string, atStart bo
 		if run.Status != spec.StatusRunning || run.LeaseOwner != owner {
 			return nil // moved on meanwhile
 		}
+		if !force && !tx.Now().After(run.LeaseUntil) {
+			return nil // renewed meanwhile
+		}
+		if force && !atStart {
+			// Its owner was found dead outside this transaction; one that
+			// holds its liveness again (it was cut off, not dead) may have
+			// renewed since, before the run was locked here.
+			if lt, ok := tx.(livenessTx); ok {
+				if live, err := lt.ProcessLive(ctx, owner); err != nil {
+					return err
+				} else if live {
+					return nil
+				}
+			}
+		}
+		if owner == e.id && e.executing(runID) {
+			return nil // our attempt is at work: it renews, or learns it lost the run
+		}
 		if !atStart && owner == e.id {
-			// Our own worker missed its renewals: cancel it before retrying.
+			// Our own attempt was abandoned by its watchdog: make sure it
+			// and its processes are gone before the run is worked again.
 			e.mu.Lock()
 			if f := e.inflight[runID]; f != nil {
-				f.cancel(errLeaseLost)
+				f.giveUp()
 			}
 			e.mu.Unlock()
 		}
@@ -185,6 +299,15 @@ func (e *Engine) recoverRun(ctx context.Context, runID, owner string, atStart bo
 		e.log.Info("run waits for its host", "run", runID)
 	}
 	return recovered, err
+}
+
+// executing reports whether this process is working the run right now with
+// an attempt its watchdog has not abandoned.
+func (e *Engine) executing(runID string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	f := e.inflight[runID]
+	return f != nil && !f.abandoned.Load()
 }
 
 // interruptIteration records the run's running iteration, if any, as

@@ -13,6 +13,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"homework/engine/checks"
+	"homework/engine/proc"
 	"homework/engine/spec"
 )
 
@@ -75,6 +76,11 @@ var errLeaseLost = errors.New("lease lost: the attempt is no longer current")
 // decide, and commit the outcome with the next job or the new status. The
 // lease is held from begin until the outcome commits.
 func (e *Engine) iterate(ctx context.Context, args IterateArgs) error {
+	if e.noLiveness.Load() {
+		// Cut off from the store's liveness, this process may be taken
+		// for dead: it begins nothing until it is held again.
+		return river.JobSnooze(time.Second)
+	}
 	it, err := e.beginIteration(ctx, args)
 	if err != nil || it == nil {
 		return err
@@ -82,9 +88,15 @@ func (e *Engine) iterate(ctx context.Context, args IterateArgs) error {
 	start := e.now()
 	e.metrics.iterationsStarted.Inc()
 
-	iterCtx, cancel := context.WithCancelCause(ctx)
+	// The processes the attempt starts (agent, checks) live under its
+	// lease: the leash stops them when a renewal is overdue and kills them
+	// when the attempt gives the run up or ends. beginIteration just set
+	// the lease.
+	leash := proc.NewLeash(e.leaseGrace())
+	defer leash.Close()
+	iterCtx, cancel := context.WithCancelCause(proc.WithLeash(ctx, leash))
 	defer cancel(nil)
-	fl := &inflight{cancel: cancel, iteration: it.row.Iteration, attempt: it.row.Attempt, done: make(chan struct{})}
+	fl := &inflight{cancel: cancel, leash: leash, iteration: it.row.Iteration, attempt: it.row.Attempt, done: make(chan struct{})}
 	e.track(it.run.ID, fl)
 	defer e.untrack(it.run.ID, fl)
 	// Whatever of the transcript the finishing transaction did not store,
@@ -92,27 +104,42 @@ func (e *Engine) iterate(ctx context.Context, args IterateArgs) error {
 	defer hostOf(it).flushTranscript(ctx)
 
 	timeout := e.iterationTimeout(it.cfg)
-	stopRenew := e.holdLease(iterCtx, cancel, it, start.Add(e.attemptBound(it.cfg, timeout)))
+	stopRenew := e.holdLease(iterCtx, fl, it, start.Add(e.attemptBound(it.cfg, timeout)))
 	defer stopRenew()
 
 	out, err := e.work(ctx, iterCtx, it, start, timeout)
 	if err != nil || out == nil {
 		return err
 	}
-	// Final writes survive cancellation of the job context.
-	wctx, wcancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-	defer wcancel()
 	// The executor's own memory of the iteration (progress.txt, a git
 	// commit) is written before the outcome commits: committing enqueues the
 	// next iteration, which must see it and must not race the commit.
 	// Only an observer needs to know the attempt is still current first, so
 	// only it pays the read.
-	if obs, ok := e.executorFor(it.cfg).(GateObserver); ok && e.isCurrentAttempt(wctx, it) {
-		if err := obs.AfterGate(wctx, it.input, out.res, out.checks, out.decision); err != nil {
-			e.log.Warn("after-gate hook failed", "run", it.run.ID, "iteration", it.row.Iteration, "err", err)
+	if obs, ok := e.executorFor(it.cfg).(GateObserver); ok {
+		current := false
+		err := e.finalWrite(ctx, it, func(wctx context.Context) error {
+			var err error
+			current, err = e.isCurrentAttempt(wctx, it)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		if current {
+			wctx, wcancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			if err := obs.AfterGate(wctx, it.input, out.res, out.checks, out.decision); err != nil {
+				e.log.Warn("after-gate hook failed", "run", it.run.ID, "iteration", it.row.Iteration, "err", err)
+			}
+			wcancel()
 		}
 	}
-	committed, err := e.finishIteration(wctx, it, out)
+	committed := false
+	err = e.finalWrite(ctx, it, func(wctx context.Context) error {
+		var err error
+		committed, err = e.finishIteration(wctx, it, out)
+		return err
+	})
 	stopRenew()
 	if err != nil {
 		return err
@@ -154,7 +181,11 @@ func (e *Engine) work(ctx, iterCtx context.Context, it *iteration, start time.Ti
 			return nil, err
 		}
 	}
-	if err := e.decideOutcome(ctx, it, out, start); err != nil {
+	// What the executor did is done: a store briefly unreachable must not
+	// throw it away (the iteration would run again).
+	if err := e.finalWrite(ctx, it, func(wctx context.Context) error {
+		return e.decideOutcome(wctx, it, out, start)
+	}); err != nil {
 		return nil, err
 	}
 	return out, nil
@@ -291,10 +322,46 @@ func (e *Engine) untrack(runID string, f *inflight) {
 
 // isCurrentAttempt reports whether it is still the run's current attempt
 // under this process's lease.
-func (e *Engine) isCurrentAttempt(ctx context.Context, it *iteration) bool {
+func (e *Engine) isCurrentAttempt(ctx context.Context, it *iteration) (bool, error) {
 	run, err := e.store.FindRun(ctx, it.run.UserID, it.run.ID)
-	return err == nil && e.current(run, it.row)
+	if spec.ErrorCode(err) == spec.ENOTFOUND {
+		return false, nil
+	} else if err != nil {
+		return false, err
+	}
+	return e.current(run, it.row), nil
 }
+
+// finalWrite runs write, one of an attempt's final reads and writes, until
+// it succeeds: an attempt whose work is done must not lose it to a database
+// that is briefly unreachable (the iteration would run again). Every final
+// write checks in its transaction that the attempt is still current, so
+// retrying can never record it twice or over an attempt that took its
+// place; the reads before it change nothing. Each try survives the job context's cancellation; the retries end
+// when the job is canceled (shutdown, or recovery gave the run to another
+// attempt) or after finalWriteFor, and the last error is returned.
+func (e *Engine) finalWrite(ctx context.Context, it *iteration, write func(ctx context.Context) error) error {
+	giveUp := time.Now().Add(max(finalWriteFor, 4*e.opts.LeaseTTL))
+	wait := 50 * time.Millisecond
+	for {
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		err := write(wctx)
+		cancel()
+		if err == nil || ctx.Err() != nil || time.Now().After(giveUp) {
+			return err
+		}
+		e.log.Warn("final write of an iteration failed; retrying", "run", it.run.ID, "iteration", it.row.Iteration, "err", err)
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, time.Second)
+	}
+}
+
+// finalWriteFor bounds the retries of a final write (finalWrite).
+const finalWriteFor = 2 * time.Minute
 
 // current reports whether row's attempt is run's current one, leased by us.
 func (e *Engine) current(run *spec.Run, row *spec.Iteration) bool {
@@ -660,17 +727,33 @@ func joinReasons(r []string) string {
 	return out
 }
 
+// leaseGrace is how long an attempt's processes may run after a lease
+// renewal: the lease's TTL less a quarter, so that they are stopped before
+// the lease can be seen expired anywhere.
+func (e *Engine) leaseGrace() time.Duration { return e.opts.LeaseTTL - e.opts.LeaseTTL/4 }
+
 // holdLease renews the attempt's lease every third of its TTL from now
 // until the returned stop is called (after the outcome commits) or ctx ends.
-// Past deadline it stops renewing (the watchdog): the lease then expires and
-// recovery takes the run over. When the run moved on, it cancels the attempt
-// with errLeaseLost so its executor and checks stop at once.
-func (e *Engine) holdLease(ctx context.Context, cancel context.CancelCauseFunc, it *iteration, deadline time.Time) (stop func()) {
+// Each renewal is a compare-and-set on the attempt, and extends the leash
+// of the attempt's processes; without one they stop by themselves before
+// the lease can be seen expired (proc.Leash), so a paused or cut-off
+// attempt does nothing while another process may take its run over. The
+// attempt gives the run up at once (its processes killed, its context
+// canceled with errLeaseLost, its finish writing nothing) when a renewal
+// finds the run taken over or moved on, or when the store could not be
+// reached for unreachableFor. While this process's liveness is lost it does
+// not renew: it may have been taken for dead, and learns which when it
+// renews after holding its liveness again. Past deadline it stops renewing
+// and abandons the attempt (the watchdog): an executor that ignores its
+// context cannot hold a run, and recovery takes the run over once the
+// lease expires.
+func (e *Engine) holdLease(ctx context.Context, fl *inflight, it *iteration, deadline time.Time) (stop func()) {
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
+		renewed := time.Now()
 		t := time.NewTicker(e.opts.LeaseTTL / 3)
 		defer t.Stop()
 		for {
@@ -682,22 +765,42 @@ func (e *Engine) holdLease(ctx context.Context, cancel context.CancelCauseFunc, 
 			case <-t.C:
 			}
 			if e.now().After(deadline) {
-				e.log.Warn("attempt past its deadline: no longer renewing its lease", "run", it.run.ID, "iteration", it.row.Iteration)
+				e.log.Warn("attempt past its deadline: abandoned", "run", it.run.ID, "iteration", it.row.Iteration)
+				fl.abandoned.Store(true)
+				fl.giveUp()
 				return
 			}
-			ok, err := e.store.RenewAttemptLease(ctx, it.run.ID, e.id, it.row.Iteration, it.row.Attempt, e.now().Add(e.opts.LeaseTTL))
-			if err != nil {
-				if ctx.Err() == nil {
-					e.log.Warn("renew lease", "run", it.run.ID, "err", err)
-				}
-				continue
-			}
-			if !ok {
-				cancel(errLeaseLost)
+			if lost := time.Since(renewed); lost > e.unreachableFor() {
+				e.log.Warn("lease not renewed for too long: attempt given up", "run", it.run.ID, "iteration", it.row.Iteration, "for", lost.Round(time.Second))
+				fl.giveUp()
 				return
+			}
+			if e.noLiveness.Load() {
+				continue // frozen by livenessChanged until held again
+			}
+			sent := time.Now()
+			rctx, cancel := context.WithTimeout(ctx, e.opts.LeaseTTL/3)
+			ok, err := e.store.RenewAttemptLease(rctx, it.run.ID, e.id, it.row.Iteration, it.row.Attempt, e.now().Add(e.opts.LeaseTTL))
+			cancel()
+			switch {
+			case err != nil && ctx.Err() != nil:
+				return
+			case err != nil:
+				e.log.Warn("renew lease", "run", it.run.ID, "err", err)
+			case !ok:
+				fl.giveUp()
+				return
+			default:
+				renewed = sent
+				fl.leash.Extend(time.Until(sent.Add(e.leaseGrace())))
 			}
 		}
 	}()
 	var once sync.Once
 	return func() { once.Do(func() { close(done); wg.Wait() }) }
 }
+
+// unreachableFor is how long an attempt may go without renewing its lease
+// (the store unreachable, or this process's liveness lost) before it gives
+// its run up; its processes are stopped from the first lapse on.
+func (e *Engine) unreachableFor() time.Duration { return max(4*e.opts.LeaseTTL, time.Minute) }

@@ -44,10 +44,11 @@ func TestCommandRunStaysOnItsHost(t *testing.T) {
 		t.Fatal(err)
 	}
 	agentLog, finish := filepath.Join(root, "agent.log"), filepath.Join(root, "finish")
-	// Each iteration logs the pid of the server that started it ($PPID),
-	// changes the work directory (progress) and takes a moment, until the
-	// finish marker exists.
-	script := `echo "$PPID $HOMEWORK_ITERATION" >> ` + agentLog + `
+	// Each iteration logs the pid of the server that started it (the
+	// parent of its supervisor, $PPID), changes the work directory
+	// (progress) and takes a moment, until the finish marker exists.
+	script := `read -r _ _ _ server _ < /proc/$PPID/stat
+echo "$server $HOMEWORK_ITERATION" >> ` + agentLog + `
 echo "$HOMEWORK_ITERATION" > iter-$HOMEWORK_ITERATION.txt
 if [ -e ` + finish + ` ]; then echo 'all done <promise>COMPLETE</promise>'; exit 0; fi
 sleep 0.4

@@ -2,15 +2,11 @@ package main
 
 import (
 	"encoding/json"
-	"homework/engine/waitfor"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 )
 
 // adminToken adds an admin and returns a token for it.
@@ -105,87 +101,6 @@ func TestSlowCheckUnderAShortLeaseRunsTheAgentOnce(t *testing.T) {
 	evs := runEvents(t, s, token, created.RunID)
 	if strings.Contains(eventTypes(evs), "run_recovered") || strings.Count(eventTypes(evs), "iteration_started") != 1 {
 		t.Fatalf("the iteration was recovered while its check ran: %s", eventTypes(evs))
-	}
-	if last := evs[len(evs)-1].Type; last != "run_completed" {
-		t.Fatalf("last event %s: %s", last, eventTypes(evs))
-	}
-}
-
-// TestAgentOfAKilledServerIsEndedBeforeTheNextAttempt: SIGKILL the server
-// while its command agent runs; the restarted server kills the orphaned
-// agent's process group, and waits for it to be gone, before the recovered
-// attempt's agent starts, so the two never overlap in the work directory.
-func TestAgentOfAKilledServerIsEndedBeforeTheNextAttempt(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the real binary")
-	}
-	bin, err := binary()
-	if err != nil {
-		t.Fatal(err)
-	}
-	root := t.TempDir()
-	wd := filepath.Join(root, "work")
-	if err := os.Mkdir(wd, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	agentLog, marker, started := filepath.Join(root, "agent.log"), filepath.Join(root, "first"), filepath.Join(root, "started")
-	script := `if [ ! -e ` + marker + ` ]; then
-  touch ` + marker + `
-  echo "A-start $$" >> ` + agentLog + `
-  echo "$$" > ` + started + `
-  i=0; while [ $i -lt 600 ]; do echo "A-tick" >> ` + agentLog + `; sleep 0.1; i=$((i+1)); done
-  echo "A-end" >> ` + agentLog + `
-else
-  echo "B-start" >> ` + agentLog + `
-  sleep 0.5
-  echo "B-end" >> ` + agentLog + `
-fi
-echo '<promise>COMPLETE</promise>'`
-	agentStarted := waitfor.Pipe(t, started, 30*time.Second)
-	dbPath := filepath.Join(t.TempDir(), "orphan.db")
-	args := []string{"--allow-command-runs", root}
-	first := startServer(t, bin, dbPath, args...)
-	token := adminToken(t, bin, dbPath)
-	var created struct {
-		RunID string `json:"run_id"`
-	}
-	if code := first.api(t, token, "POST", "/api/runs", map[string]any{
-		"objective": "no overlap after a crash", "executor": "command",
-		"agent": map[string]any{"workdir": wd, "argv": []string{"sh", "-c", script}},
-	}, &created); code != 201 {
-		t.Fatalf("create run: %d", code)
-	}
-	pidA, err := strconv.Atoi(agentStarted())
-	if err != nil {
-		t.Fatalf("the first agent's pid: %v", err)
-	}
-	t.Cleanup(func() { syscall.Kill(-pidA, syscall.SIGKILL) })
-	first.kill()
-	if syscall.Kill(-pidA, 0) != nil {
-		t.Fatal("the first agent died with its server: nothing to test")
-	}
-
-	second := startServer(t, bin, dbPath, args...)
-	waitRunStatus(t, second, token, created.RunID, "completed")
-	b, _ := os.ReadFile(agentLog)
-	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	bStart := -1
-	for i, l := range lines {
-		if l == "B-start" {
-			bStart = i
-		}
-	}
-	if bStart < 0 {
-		t.Fatalf("the recovered attempt's agent never ran:\n%s", b)
-	}
-	for _, l := range lines[bStart:] {
-		if strings.HasPrefix(l, "A-") {
-			t.Fatalf("the orphaned agent wrote after the new one started:\n%s", b)
-		}
-	}
-	evs := runEvents(t, second, token, created.RunID)
-	if !strings.Contains(eventTypes(evs), "agent_orphan_killed") {
-		t.Fatalf("no agent_orphan_killed event: %s", eventTypes(evs))
 	}
 	if last := evs[len(evs)-1].Type; last != "run_completed" {
 		t.Fatalf("last event %s: %s", last, eventTypes(evs))

@@ -142,7 +142,7 @@ func TestThreeProcessesOnPostgresSurviveASIGKILL(t *testing.T) {
 // waitFor re-checks cond each time an event reaches the user's feed on s
 // (every state change a condition here can depend on appends one), until
 // it holds; the feed's guard fails t after a minute with s's log.
-func waitFor(t *testing.T, what string, s *server, token string, cond func() bool) {
+func waitFor(t testing.TB, what string, s *server, token string, cond func() bool) {
 	t.Helper()
 	if cond() {
 		return

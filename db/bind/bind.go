@@ -35,4 +35,5 @@ var (
 	_ engine.TxStore[*pg.Tx] = (*pg.DB)(nil)
 	_ engine.StoreTx         = (*pg.Tx)(nil)
 	_ engine.Heartbeats      = (*pg.DB)(nil)
+	_ engine.Liveness        = (*pg.DB)(nil)
 )

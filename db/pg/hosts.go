@@ -30,10 +30,11 @@ func (d *DB) CommandHeartbeat(ctx context.Context, id string, now time.Time, hos
 }
 
 // LiveCommandQueues returns the command-run queues served by a process
-// whose last heartbeat is after since.
+// whose last heartbeat is after since and whose liveness, where it holds
+// one, is held.
 func (d *DB) LiveCommandQueues(ctx context.Context, since time.Time) (map[string]bool, error) {
-	rows, err := d.pool.Query(ctx, `SELECT DISTINCT command_queue FROM processes WHERE heartbeat_at > $1 AND command_queue IS NOT NULL`,
-		since.UnixMilli())
+	rows, err := d.pool.Query(ctx, `SELECT DISTINCT command_queue FROM processes p WHERE heartbeat_at > $1 AND command_queue IS NOT NULL
+		AND (liveness_key IS NULL OR `+livenessHeld+`)`, since.UnixMilli())
 	if err != nil {
 		return nil, err
 	}

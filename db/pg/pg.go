@@ -31,6 +31,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -78,6 +79,9 @@ type DB struct {
 	reads    // the read methods, on the pool
 	now      func() time.Time
 	listener *listener
+
+	mu    sync.Mutex
+	lives []*liveness // HoldLiveness sessions, ended by Close
 }
 
 // Open connects to the database and applies every pending migration, ours
@@ -127,6 +131,7 @@ func Redact(u string) string {
 
 // Close stops the listener and closes the pool.
 func (d *DB) Close() error {
+	d.stopLiveness()
 	if d.listener != nil {
 		d.listener.stop()
 	}

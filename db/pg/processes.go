@@ -20,9 +20,10 @@ func (d *DB) Heartbeat(ctx context.Context, id string, now time.Time) error {
 }
 
 // LiveProcesses returns the ids of the processes whose last heartbeat is
-// after since.
+// after since and whose liveness, where they hold one, is held.
 func (d *DB) LiveProcesses(ctx context.Context, since time.Time) (map[string]bool, error) {
-	rows, err := d.pool.Query(ctx, `SELECT id FROM processes WHERE heartbeat_at > $1`, since.UnixMilli())
+	rows, err := d.pool.Query(ctx, `SELECT id FROM processes p WHERE heartbeat_at > $1 AND (liveness_key IS NULL OR `+livenessHeld+`)`,
+		since.UnixMilli())
 	if err != nil {
 		return nil, err
 	}

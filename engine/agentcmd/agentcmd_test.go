@@ -15,6 +15,7 @@ import (
 	"homework/engine/agentcmd"
 	"homework/engine/checks"
 	"homework/engine/spec"
+	"homework/engine/waitfor"
 )
 
 var admin = &spec.User{ID: 1, Email: "a@example.com", IsAdmin: true}
@@ -268,24 +269,9 @@ func TestIterateStreamsOutputInBatches(t *testing.T) {
 	}
 }
 
-// processGone reports whether pid no longer runs (gone or a zombie).
-func processGone(pid int) bool {
-	if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
-		return true
-	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return errors.Is(err, os.ErrNotExist)
-	}
-	// The state follows the parenthesised command name.
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return i >= 0 && i+2 < len(s) && (s[i+2] == 'Z' || s[i+2] == 'X')
-}
-
 func waitGone(t *testing.T, pid int) {
 	t.Helper()
-	if !goneWithin(pid, 10*time.Second) {
+	if !waitfor.Gone(pid, 10*time.Second) {
 		syscall.Kill(pid, syscall.SIGKILL)
 		t.Fatalf("process %d outlived the agent", pid)
 	}

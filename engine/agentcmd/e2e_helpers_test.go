@@ -3,7 +3,6 @@ package agentcmd_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,8 +19,6 @@ import (
 	"homework/engine/agentcmd"
 	"homework/engine/spec"
 	"homework/engine/waitfor"
-
-	"golang.org/x/sys/unix"
 )
 
 // e2e is a real engine over a real SQLite file with the real command
@@ -431,41 +428,6 @@ func agentLookupEnv(t *testing.T) func(string) (string, bool) {
 // goEnvNames are the variables a Go agent and its go test check need.
 var goEnvNames = []string{"GOCACHE", "GOMODCACHE", "GOPATH", "GOFLAGS", "GOTOOLCHAIN", "GOPROXY"}
 
-// goneWithin waits up to d for the process to be gone (see processGone). A
-// pidfd becomes readable when its process exits, whoever its parent is, so
-// the wait is on that event; only a kernel without pidfd_open (before 5.3)
-// is polled.
-func goneWithin(pid int, d time.Duration) bool {
-	fd, err := unix.PidfdOpen(pid, 0)
-	switch {
-	case errors.Is(err, unix.ESRCH):
-		return true // gone and reaped
-	case err == nil:
-		defer unix.Close(fd)
-		if processGone(pid) {
-			return true // a zombie: exited before the pidfd was opened
-		}
-		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-		for {
-			n, err := unix.Poll(fds, int(d.Milliseconds()))
-			if errors.Is(err, unix.EINTR) {
-				continue
-			}
-			return err == nil && n > 0
-		}
-	}
-	deadline := time.Now().Add(d)
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for !processGone(pid) {
-		if time.Now().After(deadline) {
-			return false
-		}
-		<-tick.C
-	}
-	return true
-}
-
 // fileWithin waits up to d for a non-empty file, polling: a file an agent
 // or check writes has no event to wait on.
 func fileWithin(name string, d time.Duration) bool {
@@ -485,7 +447,7 @@ func fileWithin(name string, d time.Duration) bool {
 
 // killIfAlive cleans up after a failed test so no sleeper outlives it.
 func killIfAlive(pid int) {
-	if !processGone(pid) {
+	if !waitfor.ProcessGone(pid) {
 		syscall.Kill(pid, syscall.SIGKILL)
 	}
 }

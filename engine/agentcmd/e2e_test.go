@@ -13,6 +13,7 @@ import (
 
 	"homework/engine/agentcmd"
 	"homework/engine/spec"
+	"homework/engine/waitfor"
 )
 
 // countInvocation makes an agent script count its own runs in its state
@@ -385,7 +386,7 @@ wait`)
 				run.Status, run.StopReason, run.Metrics.Iterations, h.eventDump(run.ID))
 		}
 		for _, pid := range pids {
-			if !goneWithin(pid, 2*time.Second) {
+			if !waitfor.Gone(pid, 2*time.Second) {
 				t.Errorf("process %d outlived the timed-out agent", pid)
 			}
 		}
@@ -434,7 +435,7 @@ wait`)
 		child := readPid(t, filepath.Join(state, "child.pid"))
 		leader := readPid(t, filepath.Join(state, "agent.pid"))
 		t.Cleanup(func() { killIfAlive(child); killIfAlive(leader) })
-		if processGone(child) || processGone(leader) {
+		if waitfor.ProcessGone(child) || waitfor.ProcessGone(leader) {
 			t.Fatal("the agent is not running before the cancel")
 		}
 
@@ -447,8 +448,8 @@ wait`)
 		}
 		// The agent and its child sleep far longer than this guard; they are
 		// gone within it only because the cancel killed the process group.
-		if !goneWithin(child, 30*time.Second) || !goneWithin(leader, 30*time.Second) {
-			t.Fatalf("the agent's process group outlived the cancel (child gone: %t, agent gone: %t)", processGone(child), processGone(leader))
+		if !waitfor.Gone(child, 30*time.Second) || !waitfor.Gone(leader, 30*time.Second) {
+			t.Fatalf("the agent's process group outlived the cancel (child gone: %t, agent gone: %t)", waitfor.ProcessGone(child), waitfor.ProcessGone(leader))
 		}
 
 		h.waitEvent(run.ID, "the canceled iteration to be recorded", func(e *spec.Event) bool { return e.Type == "iteration_completed" })
@@ -648,7 +649,7 @@ echo "Done, over to the checks."`)
 		if _, err := h.eng.Cancel(h.ctx, h.admin.ID, run.ID); err != nil {
 			t.Fatal(err)
 		}
-		if !goneWithin(pid, 3*time.Second) {
+		if !waitfor.Gone(pid, 3*time.Second) {
 			t.Fatal("the check's process outlived the cancel of its run")
 		}
 		h.waitEvent(run.ID, "the canceled iteration to be recorded", func(e *spec.Event) bool { return e.Type == "iteration_completed" })

@@ -97,6 +97,10 @@ func reapOrphanGroup(ctx context.Context, wd string) (int, error) {
 		forgetGroup(wd)
 		return 0, nil
 	}
+	if !groupAlive(pgid) {
+		forgetGroup(wd) // it died with its server
+		return 0, nil
+	}
 	// A pid is not reused while a group of that id has members, so a live
 	// group here is the orphaned agent's (its leader may have exited).
 	for {

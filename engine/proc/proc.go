@@ -20,7 +20,8 @@
 //     processes must do nothing while another process may take the run over.
 //     When the attempt renews again the group continues (SIGCONT); when it
 //     learns that the run was taken, it closes the lifeline and the group is
-//     killed without ever having run beside the new attempt.
+//     killed without ever having run beside the new attempt. An owner that
+//     learns it may be taken for dead stops the group at once (Freeze).
 //
 // The caller keeps an ordinary *exec.Cmd: Start rewrites it to run the
 // supervisor, whose exit status mirrors the command's (its exit code, or the
@@ -80,6 +81,21 @@ func (l *Leash) Extend(d time.Duration) {
 	l.deadline = time.Now().Add(d)
 	for f := range l.lines {
 		sendRemaining(f, d)
+	}
+}
+
+// Freeze stops every process under the leash at once (SIGSTOP), as a
+// lapsed deadline would: the owner can no longer tell whether it holds its
+// run. Extend continues them; Close kills them.
+func (l *Leash) Freeze() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return
+	}
+	l.deadline = time.Now()
+	for f := range l.lines {
+		sendRemaining(f, 0)
 	}
 }
 

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"homework/engine/waitfor"
 )
 
 // The test binary doubles as a "server" that starts a supervised command
@@ -64,43 +64,6 @@ func pids(t *testing.T, r *bufio.Reader, n int) []int {
 	return out
 }
 
-// goneWithin waits up to d for pid to exit, on its pidfd.
-func goneWithin(t *testing.T, pid int, d time.Duration) bool {
-	t.Helper()
-	fd, err := unix.PidfdOpen(pid, 0)
-	if errors.Is(err, unix.ESRCH) {
-		return true
-	} else if err != nil {
-		t.Fatalf("pidfd_open: %v", err)
-	}
-	defer unix.Close(fd)
-	if state(pid) == "Z" || state(pid) == "" {
-		return true
-	}
-	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-	for {
-		n, err := unix.Poll(fds, int(d.Milliseconds()))
-		if errors.Is(err, unix.EINTR) {
-			continue
-		}
-		return err == nil && n > 0
-	}
-}
-
-// state returns pid's state letter from /proc ("" when gone).
-func state(pid int) string {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return ""
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 || i+2 >= len(s) {
-		return ""
-	}
-	return s[i+2 : i+3]
-}
-
 // waitState waits for pid to reach one of the states, up to d.
 func waitState(t *testing.T, pid int, d time.Duration, states string) string {
 	t.Helper()
@@ -108,7 +71,7 @@ func waitState(t *testing.T, pid int, d time.Duration, states string) string {
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		s := state(pid)
+		s := waitfor.ProcessState(pid)
 		if s != "" && strings.Contains(states, s) {
 			return s
 		}
@@ -192,7 +155,7 @@ func TestStartMirrorsTheCommandsEnd(t *testing.T) {
 			t.Fatalf("reason %q, want timeout", reason)
 		}
 		for _, pid := range ps {
-			if !goneWithin(t, pid, time.Second) {
+			if !waitfor.Gone(pid, time.Second) {
 				t.Fatalf("pid %d of the group outlived the timeout", pid)
 			}
 		}
@@ -214,7 +177,7 @@ func TestLeash(t *testing.T) {
 		ps := pids(t, bufio.NewReader(r), 2)
 		l.Close()
 		for _, pid := range ps {
-			if !goneWithin(t, pid, time.Second) {
+			if !waitfor.Gone(pid, time.Second) {
 				t.Fatalf("pid %d outlived the leash", pid)
 			}
 		}
@@ -245,6 +208,29 @@ func TestLeash(t *testing.T) {
 		if s := waitState(t, p.Pgid, time.Second, "T"); s != "T" {
 			t.Fatalf("the leader's state %q, want T (stopped)", s)
 		}
+		l.Extend(time.Hour)
+		if s := waitState(t, child, 5*time.Second, "SR"); s != "S" && s != "R" {
+			t.Fatalf("state %q after the extension, want running or sleeping", s)
+		}
+	})
+	t.Run("a frozen leash stops the group at once until it is extended", func(t *testing.T) {
+		l := NewLeash(time.Hour)
+		r, w, _ := os.Pipe()
+		defer r.Close()
+		cmd := exec.Command("sh", "-c", `sleep 100 & echo $!; wait`)
+		cmd.Stdout = w
+		p, err := Start(WithLeash(context.Background(), l), cmd)
+		w.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Wait(context.Background(), time.Nanosecond, time.Second)
+		child := pids(t, bufio.NewReader(r), 1)[0]
+		l.Freeze()
+		if s := waitState(t, child, 5*time.Second, "T"); s != "T" {
+			t.Fatalf("state %q after Freeze, want T (stopped)", s)
+		}
+		l.Freeze() // a second freeze keeps it stopped
 		l.Extend(time.Hour)
 		if s := waitState(t, child, 5*time.Second, "SR"); s != "S" && s != "R" {
 			t.Fatalf("state %q after the extension, want running or sleeping", s)
@@ -312,7 +298,7 @@ func TestServerDeathKillsTheGroup(t *testing.T) {
 			server.Process.Kill()
 			server.Wait()
 			for _, pid := range ps {
-				if !goneWithin(t, pid, time.Second) {
+				if !waitfor.Gone(pid, time.Second) {
 					t.Fatalf("pid %d outlived its server by more than a second", pid)
 				}
 			}

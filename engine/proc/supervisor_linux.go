@@ -99,6 +99,15 @@ func supervise(args []string) int {
 			<-waitDone
 			return mirror(cmd.ProcessState)
 		case d := <-msgs:
+			if d <= 0 {
+				// Frozen by the owner: stop now, whatever the deadline.
+				setDeadline(-1)
+				if !stopped {
+					syscall.Kill(-pgid, syscall.SIGSTOP)
+					stopped = true
+				}
+				continue
+			}
 			setDeadline(d)
 			if stopped {
 				syscall.Kill(-pgid, syscall.SIGCONT)
