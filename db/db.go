@@ -367,3 +367,17 @@ func sqliteCode(err error) int {
 	}
 	return 0
 }
+
+// Unavailable reports whether err means the database could not be used for
+// a while (busy past the busy timeout, an I/O error, a full disk, a file
+// that cannot be opened), as opposed to a fault of the statement: the
+// engine retries an iteration's final writes through such an outage and
+// names it when it ends a run.
+func (d *DB) Unavailable(err error) bool {
+	switch sqliteCode(err) & 0xff { // the primary result code
+	case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_IOERR, sqlite3.SQLITE_FULL,
+		sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_PROTOCOL:
+		return true
+	}
+	return false
+}

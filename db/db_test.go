@@ -2,6 +2,7 @@ package db
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"homework/engine/spec"
@@ -373,5 +374,45 @@ func TestARolledBackAppendLeavesNoGap(t *testing.T) {
 	evs, _ := d.ListRunEvents(ctx, u.ID, "r", 0, 10)
 	if len(evs) != 2 || evs[1].Type != "two" || evs[1].ID != e.ID {
 		t.Fatalf("events %+v", evs)
+	}
+}
+
+// TestUnavailableTellsAnOutageFromAFault: a database locked by another
+// writer past the busy timeout is an outage; a statement's own error (a
+// duplicate key) is not.
+func TestUnavailableTellsAnOutageFromAFault(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "u.db")
+	d := openTest(t, path)
+	other, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(0)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	conn, err := other.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, `BEGIN EXCLUSIVE`); err != nil {
+		t.Fatal(err)
+	}
+	other2, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(0)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other2.Close()
+	_, err = other2.ExecContext(ctx, `DELETE FROM users`)
+	if err == nil || !d.Unavailable(err) {
+		t.Fatalf("a locked database (%v) is not unavailable", err)
+	}
+	conn.ExecContext(ctx, `ROLLBACK`)
+	u := &spec.User{Email: "dup@example.com", PasswordHash: "x"}
+	if _, err := d.CreateFirstUser(ctx, u.Email, u.PasswordHash); err != nil {
+		t.Fatal(err)
+	}
+	_, err = d.Writer().ExecContext(ctx, `INSERT INTO users (id, email, password_hash, is_admin, created_at) SELECT id, email, password_hash, is_admin, created_at FROM users`)
+	if err == nil || d.Unavailable(err) {
+		t.Fatalf("a duplicate key (%v) counts as unavailable", err)
 	}
 }

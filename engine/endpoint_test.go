@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -57,5 +58,31 @@ func TestEndpointBackoffGrowsIsCappedAndHonoursRetryAfter(t *testing.T) {
 	// Not an endpoint failure: no wait.
 	if d := e.endpointBackoff(&outcome{res: &spec.Result{ErrorFingerprint: "tool:x:internal:y"}}, history(3)); d != 0 {
 		t.Fatalf("backoff %s after a tool error", d)
+	}
+}
+
+func TestAnOutageIsNamedOverABudgetAndABreaker(t *testing.T) {
+	for _, tc := range []struct {
+		fp, err, want string
+		budgets       spec.Budgets
+		breakers      spec.Breakers
+	}{
+		{"model:http_503", "the model endpoint returned 503: down", spec.StopModelUnavailable, spec.Budgets{MaxIterations: 2}, spec.Breakers{}},
+		{"model:http_429", "the model endpoint returned 429: slow down", spec.StopRateLimited, spec.Budgets{MaxCostUSD: 0.001}, spec.Breakers{}},
+		{storeUnavailableFP, "the database could not be reached: dial tcp: connection refused", spec.StopStoreUnavailable, spec.Budgets{MaxIterations: 2}, spec.Breakers{}},
+		{storeUnavailableFP, "the database could not be reached: dial tcp: connection refused", spec.StopStoreUnavailable, spec.Budgets{}, spec.Breakers{RepeatedError: 2}},
+		{"tool:x:internal:y", "a tool failed", spec.StopMaxIterations, spec.Budgets{MaxIterations: 2}, spec.Breakers{}},
+	} {
+		cfg := &spec.Config{Executor: spec.ExecutorLLM, Budgets: tc.budgets, Breakers: tc.breakers}
+		sig := spec.Signals{ErrorFP: tc.fp}
+		d := decide(gateInput{Config: cfg, Iteration: 2, Result: &spec.Result{Error: tc.err, ErrorFingerprint: tc.fp},
+			Metrics: spec.Metrics{Iterations: 2, CostTotalUSD: 0.002}, Signals: sig, History: []spec.Signals{sig}})
+		if d.Decision != spec.DecisionStop || d.StopReason != tc.want {
+			t.Errorf("%s: %s %s, want stop %s", tc.fp, d.Decision, d.StopReason, tc.want)
+			continue
+		}
+		if tc.want != spec.StopMaxIterations && !strings.Contains(strings.Join(d.Reasons, "; "), tc.err) {
+			t.Errorf("%s: reasons %q do not quote the last error", tc.fp, d.Reasons)
+		}
 	}
 }

@@ -16,6 +16,29 @@ import (
 	"homework/engine/text"
 )
 
+// storeUnavailableFP is the error fingerprint of an iteration that failed
+// because the database could not be reached.
+const storeUnavailableFP = "store:unavailable"
+
+// outageFailure returns the stop reason naming an outage (the model
+// endpoint's or the database's) by an iteration's error fingerprint, or ""
+// when fp is not one.
+func outageFailure(fp string) string {
+	if fp == storeUnavailableFP {
+		return spec.StopStoreUnavailable
+	}
+	return endpointFailure(fp)
+}
+
+// outageDetail says what kept failing, with its last error.
+func outageDetail(stop, lastErr string) string {
+	what := "the model endpoint kept failing"
+	if stop == spec.StopStoreUnavailable {
+		what = "the database could not be reached"
+	}
+	return what + "; last: " + text.Truncate(lastErr, 300)
+}
+
 // endpointFailure returns the stop reason naming a retryable model endpoint
 // failure by its error fingerprint, or "" when fp is not one.
 func endpointFailure(fp string) string {
@@ -153,15 +176,21 @@ func decide(in gateInput) spec.Decision {
 	}
 	reasons = append(reasons, notDoneReasons(in, failing, claimed)...)
 	if b := budgetExceeded(cfg.Budgets, in.Metrics); b != nil {
+		if named := outageFailure(in.Signals.ErrorFP); named != "" {
+			// The iteration failed on an outage: that is why the run
+			// stops, whatever budget ran out with it.
+			return spec.Decision{Decision: spec.DecisionStop, StopReason: named, FalseCompletion: falseCompletion,
+				Reasons: append(reasons, outageDetail(named, res.Error)+" ("+strings.TrimSuffix(b.detail, ".")+" at the same time).")}
+		}
 		return spec.Decision{Decision: spec.DecisionStop, StopReason: b.stop, FalseCompletion: falseCompletion,
 			Reasons: append(reasons, b.detail)}
 	}
 	if stop, detail, evidence := breakers(in); stop != "" {
-		if named := endpointFailure(in.Signals.ErrorFP); named != "" && (stop == spec.StopNoProgress || stop == spec.StopRepeatedError) {
-			// The endpoint, not the work, is what kept failing: say so,
-			// with its last status and message (in the iteration error).
+		if named := outageFailure(in.Signals.ErrorFP); named != "" && (stop == spec.StopNoProgress || stop == spec.StopRepeatedError) {
+			// The endpoint or the database, not the work, is what kept
+			// failing: say so, with its last error.
 			stop = named
-			detail = "the model endpoint kept failing (" + detail + "); last: " + text.Truncate(res.Error, 300)
+			detail = outageDetail(named, res.Error) + " (" + detail + ")"
 		}
 		ev, _ := json.Marshal(evidence)
 		return spec.Decision{Decision: spec.DecisionStop, StopReason: stop, FalseCompletion: falseCompletion,

@@ -248,7 +248,16 @@ func (e *Engine) narrate(ctx context.Context, it *iteration, d spec.Decision, re
 	if err != nil {
 		return "", "could not build the report: " + err.Error()
 	}
-	nctx, cancel := context.WithTimeout(ctx, e.opts.NarrateTimeout)
+	// The summarizer's call is one of the iteration's model calls: it
+	// obeys the iteration's deadline.
+	deadline := time.Now().Add(e.opts.NarrateTimeout)
+	if !it.deadline.IsZero() && it.deadline.Before(deadline) {
+		deadline = it.deadline
+	}
+	if time.Until(deadline) <= 0 {
+		return "", "No summary was written: the iteration's time was used up."
+	}
+	nctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 	text, err := n.Narrate(nctx, it.run, it.cfg, report)
 	if err != nil {

@@ -46,6 +46,10 @@ func (w *iterateWorker) Work(ctx context.Context, job *river.Job[IterateArgs]) e
 
 // iteration is the state of one iteration being worked.
 type iteration struct {
+	// deadline bounds the attempt's model calls, the summarizer's
+	// included: the iteration's timeout from its start, or the end of the
+	// run's running-time budget when that comes first.
+	deadline time.Time
 	run      *spec.Run
 	cfg      *spec.Config
 	row      *spec.Iteration
@@ -106,6 +110,17 @@ func (e *Engine) iterate(ctx context.Context, args IterateArgs) error {
 	timeout := e.iterationTimeout(it.cfg)
 	stopRenew := e.holdLease(iterCtx, fl, it, start.Add(e.attemptBound(it.cfg, timeout)))
 	defer stopRenew()
+	began := time.Now() // deadlines are on the real clock, like the timers
+	it.deadline = began.Add(timeout)
+	if left, cut := e.timeLeft(it); cut != nil {
+		// The running-time budget ends the iteration where it stands, like
+		// a cost budget used up by a model call.
+		if end := began.Add(left); end.Before(it.deadline) {
+			it.deadline = end
+		}
+		t := time.AfterFunc(left, func() { cancel(&budgetCut{reason: cut}) })
+		defer t.Stop()
+	}
 
 	out, err := e.work(ctx, iterCtx, it, start, timeout)
 	if err != nil || out == nil {
@@ -168,7 +183,7 @@ func (e *Engine) work(ctx, iterCtx context.Context, it *iteration, start time.Ti
 	if out.res == nil {
 		out.res = &spec.Result{}
 	}
-	out.res.Error, out.res.ErrorFingerprint = resultError(out, execErr, timedOut, timeout)
+	out.res.Error, out.res.ErrorFingerprint = e.resultError(out, execErr, timedOut, timeout)
 	var cut *budgetCut
 	if errors.As(context.Cause(iterCtx), &cut) {
 		out.cut = cut.reason
@@ -179,6 +194,9 @@ func (e *Engine) work(ctx, iterCtx context.Context, it *iteration, start time.Ti
 		hostOf(it).transcribeChecks(out.checks)
 		if stop, err := interrupted(ctx, iterCtx); stop {
 			return nil, err
+		}
+		if errors.As(context.Cause(iterCtx), &cut) {
+			out.cut = cut.reason // ended during its checks
 		}
 	}
 	// What the executor did is done: a store briefly unreachable must not
@@ -208,12 +226,30 @@ func interrupted(ctx, iterCtx context.Context) (bool, error) {
 	return false, nil
 }
 
+// timeLeft returns how much of the run's running-time budget is left for
+// the iteration, and the budget reason that ends it there; nil when the
+// run has no such budget.
+func (e *Engine) timeLeft(it *iteration) (time.Duration, *budgetReason) {
+	budget := it.cfg.Budgets.MaxRunningMS
+	if budget <= 0 {
+		return 0, nil
+	}
+	// The run's total leaves out this iteration; an earlier attempt's time
+	// is in its row.
+	used := it.run.Metrics.RunningMS + it.row.Metrics.RunningMS
+	left := max(time.Duration(budget-used)*time.Millisecond, 0)
+	return left, &budgetReason{spec.StopBudgetTime, "max_running_ms",
+		fmt.Sprintf("Used the running-time budget (%s).", fmtMS(budget))}
+}
+
 // resultError returns the iteration's error text and fingerprint.
-func resultError(out *outcome, execErr error, timedOut bool, timeout time.Duration) (string, string) {
+func (e *Engine) resultError(out *outcome, execErr error, timedOut bool, timeout time.Duration) (string, string) {
 	res := out.res
 	switch {
 	case timedOut:
 		return fmt.Sprintf("iteration timed out after %s", timeout), "timeout"
+	case execErr != nil && e.storeUnavailable(execErr):
+		return "the database could not be reached: " + truncate(execErr.Error(), 500), storeUnavailableFP
 	case execErr != nil:
 		msg, fp := res.Error, res.ErrorFingerprint
 		if msg == "" {
@@ -337,17 +373,20 @@ func (e *Engine) isCurrentAttempt(ctx context.Context, it *iteration) (bool, err
 // that is briefly unreachable (the iteration would run again). Every final
 // write checks in its transaction that the attempt is still current, so
 // retrying can never record it twice or over an attempt that took its
-// place; the reads before it change nothing. Each try survives the job context's cancellation; the retries end
-// when the job is canceled (shutdown, or recovery gave the run to another
-// attempt) or after finalWriteFor, and the last error is returned.
+// place; the reads before it change nothing. Each try survives the job
+// context's cancellation. The retries end when the job is canceled
+// (shutdown, or recovery gave the run to another attempt), or after
+// finalWriteFor unless the store is unavailable (an outage is waited out:
+// once another process takes the run over, the write finds the attempt
+// stale and writes nothing); the last error is returned.
 func (e *Engine) finalWrite(ctx context.Context, it *iteration, write func(ctx context.Context) error) error {
-	giveUp := time.Now().Add(max(finalWriteFor, 4*e.opts.LeaseTTL))
+	giveUp := time.Now().Add(finalWriteFor)
 	wait := 50 * time.Millisecond
 	for {
 		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		err := write(wctx)
 		cancel()
-		if err == nil || ctx.Err() != nil || time.Now().After(giveUp) {
+		if err == nil || ctx.Err() != nil || (time.Now().After(giveUp) && !e.storeUnavailable(err)) {
 			return err
 		}
 		e.log.Warn("final write of an iteration failed; retrying", "run", it.run.ID, "iteration", it.row.Iteration, "err", err)
@@ -360,8 +399,21 @@ func (e *Engine) finalWrite(ctx context.Context, it *iteration, write func(ctx c
 	}
 }
 
-// finalWriteFor bounds the retries of a final write (finalWrite).
-const finalWriteFor = 2 * time.Minute
+// finalWriteFor bounds the retries of a final write that fails for another
+// reason than an unavailable store (finalWrite).
+const finalWriteFor = 30 * time.Second
+
+// unavailability is implemented by stores that can tell an outage (the
+// database unreachable, busy or out of disk) from a fault of the statement.
+type unavailability interface {
+	Unavailable(err error) bool
+}
+
+// storeUnavailable reports whether err means the store was unavailable.
+func (e *Engine) storeUnavailable(err error) bool {
+	u, ok := e.store.(unavailability)
+	return ok && err != nil && u.Unavailable(err)
+}
 
 // current reports whether row's attempt is run's current one, leased by us.
 func (e *Engine) current(run *spec.Run, row *spec.Iteration) bool {

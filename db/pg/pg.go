@@ -25,7 +25,9 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
+	"net"
 	"net/url"
 	"path/filepath"
 	"sort"
@@ -307,3 +309,24 @@ const (
 	uniqueViolation     = "23505"
 	foreignKeyViolation = "23503"
 )
+
+// Unavailable reports whether err means the database could not be reached
+// or could not serve (a refused or broken connection, a timeout, a server
+// shutting down or out of connections), as opposed to a fault of the
+// statement: the engine retries an iteration's final writes through such
+// an outage and names it when it ends a run.
+func (d *DB) Unavailable(err error) bool {
+	if err == nil || errors.Is(err, context.Canceled) {
+		return false
+	}
+	if code := pgCode(err); code != "" {
+		// Class 08: connection exception; 57P01-57P03: the server is
+		// shutting down or starting; 53300: too many connections.
+		return strings.HasPrefix(code, "08") || code == "57P01" || code == "57P02" || code == "57P03" || code == "53300"
+	}
+	var ce *pgconn.ConnectError
+	var ne net.Error
+	return errors.As(err, &ce) || errors.As(err, &ne) || pgconn.Timeout(err) || pgconn.SafeToRetry(err) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) ||
+		errors.Is(err, pgx.ErrTxClosed) || strings.Contains(err.Error(), "conn closed")
+}

@@ -42,9 +42,13 @@ const (
 	StopError             = "error"
 	StopInterrupted       = "interrupted"
 	// StopModelUnavailable and StopRateLimited name a model endpoint that
-	// kept failing (5xx, network, timeouts; 429) until a breaker tripped.
+	// kept failing (5xx, network, timeouts; 429) until a breaker tripped or
+	// a budget ran out; StopStoreUnavailable names the database likewise.
+	// They win over the budget that ran out at the same time: the outage is
+	// what a person must know about.
 	StopModelUnavailable = "model_unavailable"
 	StopRateLimited      = "rate_limited"
+	StopStoreUnavailable = "store_unavailable"
 )
 
 // Wait reasons: the Reason of a waiting_on_user run's Waiting.
