@@ -14,15 +14,12 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"homework/db/sqlstore"
 	"homework/engine/spec"
-	"io/fs"
 	"net/url"
 	"os"
 	"path/filepath"
 	"runtime"
-	"sort"
-	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -66,11 +63,11 @@ type DB struct {
 	now      func() time.Time
 	onEvents func([]*spec.Event)
 
-	writer   *sql.DB
-	reader   *sql.DB
-	reads                      // the read methods, on the reader pool
-	readConn *cachingConnector // counts the reader's statements
-	lock     *os.File
+	sqlstore.Store // the shared reads (on the reader pool) and writes
+	writer         *sql.DB
+	reader         *sql.DB
+	readConn       *cachingConnector // counts the reader's statements
+	lock           *os.File
 
 	// writeMu serialises our write transactions so that events are
 	// published in commit order. River's own statements use the same
@@ -140,7 +137,7 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 		d.Close()
 		return nil, fmt.Errorf("ping reader: %w", err)
 	}
-	d.reads = reads{q: d.reader, pool: d.reader}
+	d.Store = sqlstore.NewStore(sqlstore.NewReads(conn{d.reader}, dialect, d.beginRead), d.writeShared, d.now)
 	return d, nil
 }
 
@@ -214,26 +211,19 @@ func (d *DB) Ping(ctx context.Context) error {
 // migrate applies our embedded migrations in order, each recorded in
 // schema_migrations, then River's own through rivermigrate.
 func (d *DB) migrate(ctx context.Context) error {
-	if _, err := d.writer.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
-		version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)`); err != nil {
-		return fmt.Errorf("create schema_migrations: %w", err)
-	}
-	names, err := fs.Glob(migrationFS, "migrations/*.sql")
+	err := sqlstore.Migrate(ctx, migrationFS, "migrations", `CREATE TABLE IF NOT EXISTS schema_migrations (
+		version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)`, d.now,
+		func(ctx context.Context, q string) error { _, err := d.writer.ExecContext(ctx, q); return err },
+		func(ctx context.Context) (sqlstore.Conn, func() error, func(), error) {
+			tx, err := d.writer.BeginTx(ctx, nil)
+			if err != nil {
+				return nil, nil, nil, err
+			}
+			return conn{tx}, tx.Commit, func() { tx.Rollback() }, nil
+		})
 	if err != nil {
 		return err
 	}
-	sort.Strings(names)
-	for _, name := range names {
-		base := filepath.Base(name)
-		version, err := strconv.Atoi(strings.SplitN(base, "_", 2)[0])
-		if err != nil {
-			return fmt.Errorf("migration %s: bad version prefix", base)
-		}
-		if err := d.applyMigration(ctx, version, base, name); err != nil {
-			return err
-		}
-	}
-
 	migrator, err := rivermigrate.New(riversqlite.New(d.writer), nil)
 	if err != nil {
 		return fmt.Errorf("river migrator: %w", err)
@@ -244,45 +234,15 @@ func (d *DB) migrate(ctx context.Context) error {
 	return nil
 }
 
-func (d *DB) applyMigration(ctx context.Context, version int, base, name string) error {
-	tx, err := d.writer.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback()
-	var n int
-	if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM schema_migrations WHERE version = ?`, version).Scan(&n); err != nil {
-		return err
-	}
-	if n > 0 {
-		return nil
-	}
-	body, err := migrationFS.ReadFile(name)
-	if err != nil {
-		return err
-	}
-	if _, err := tx.ExecContext(ctx, string(body)); err != nil {
-		return fmt.Errorf("migration %s: %w", base, err)
-	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)`,
-		version, base, d.now().UnixMilli()); err != nil {
-		return err
-	}
-	return tx.Commit()
-}
-
 // Tx is a write transaction. Events appended through it are published after
 // it commits.
 type Tx struct {
-	*sql.Tx
-	db     *DB
-	now    time.Time
-	events []*spec.Event
-	seqs   map[string]*seqState // runs whose seq this transaction read or advanced
+	*sqlstore.Tx         // the shared methods
+	SQL          *sql.Tx // the transaction itself, for River's driver
+	db           *DB
+	events       []*spec.Event
+	seqs         map[string]*seqState // runs whose seq this transaction read or advanced
 }
-
-// Now returns the time stamped once for this transaction.
-func (tx *Tx) Now() time.Time { return tx.now }
 
 // WriteTx runs fn in one immediate write transaction, commits it when fn
 // returns nil and then publishes the events it appended.
@@ -297,7 +257,7 @@ func (d *DB) writeTxLocked(ctx context.Context, fn func(tx *Tx) error) error {
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
 	}
-	tx := &Tx{Tx: sqlTx, db: d, now: d.now(), seqs: map[string]*seqState{}}
+	tx := &Tx{Tx: sqlstore.NewTx(conn{sqlTx}, dialect, d.now()), SQL: sqlTx, db: d, seqs: map[string]*seqState{}}
 	forget := func() {
 		for runID := range tx.seqs {
 			d.seqs.forget(runID)
@@ -318,44 +278,9 @@ func (d *DB) writeTxLocked(ctx context.Context, fn func(tx *Tx) error) error {
 	return nil
 }
 
-func ms(t time.Time) any {
-	if t.IsZero() {
-		return nil
-	}
-	return t.UnixMilli()
-}
-
-func fromMS(v sql.NullInt64) time.Time {
-	if !v.Valid {
-		return time.Time{}
-	}
-	return time.UnixMilli(v.Int64).UTC()
-}
-
-func nullString(s string) any {
-	if s == "" {
-		return nil
-	}
-	return s
-}
-
-// notFound maps sql.ErrNoRows to an ENOTFOUND *Error naming what was missing.
-func notFound(err error, what string) error {
-	if errors.Is(err, sql.ErrNoRows) {
-		return spec.Errorf(spec.ENOTFOUND, "%s not found.", what)
-	}
-	return err
-}
-
-// isUniqueViolation reports whether err is a UNIQUE constraint failure.
-func isUniqueViolation(err error) bool {
-	c := sqliteCode(err)
-	return c == sqlite3.SQLITE_CONSTRAINT_UNIQUE || c == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY
-}
-
-// isForeignKeyViolation reports whether err is a failed foreign key.
-func isForeignKeyViolation(err error) bool {
-	return sqliteCode(err) == sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY
+// writeShared runs fn, a shared write, in one write transaction.
+func (d *DB) writeShared(ctx context.Context, fn func(tx *sqlstore.Tx) error) error {
+	return d.WriteTx(ctx, func(tx *Tx) error { return fn(tx.Tx) })
 }
 
 // sqliteCode returns the extended SQLite result code of err, 0 when err is

@@ -123,7 +123,7 @@ func TestUsersTokensAndSessions(t *testing.T) {
 	}
 	var stored string
 	d.Reader().QueryRow(`SELECT token_hash FROM api_tokens WHERE id = ?`, tok.ID).Scan(&stored)
-	if stored == secret || stored != HashToken(secret) {
+	if stored == secret || stored != spec.HashToken(secret) {
 		t.Fatal("the token is not stored hashed")
 	}
 	if got, err := d.FindUserByToken(ctx, secret); err != nil || got.ID != u.ID {

@@ -3,39 +3,20 @@ package db
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"fmt"
+	"homework/db/sqlstore"
 	"homework/engine/spec"
 	"strings"
-	"time"
 )
-
-func marshalData(data any) (json.RawMessage, error) {
-	switch v := data.(type) {
-	case nil:
-		return json.RawMessage(`{}`), nil
-	case json.RawMessage:
-		if len(v) == 0 {
-			return json.RawMessage(`{}`), nil
-		}
-		return v, nil
-	default:
-		b, err := json.Marshal(v)
-		if err != nil {
-			return nil, fmt.Errorf("marshal event data: %w", err)
-		}
-		return b, nil
-	}
-}
 
 // AppendEvent appends an event of typ with data (marshalled to JSON) to the
 // run's log inside tx and returns it. It is published after tx commits.
 func (tx *Tx) AppendEvent(ctx context.Context, runID, typ string, data any) (*spec.Event, error) {
-	b, err := marshalData(data)
+	b, err := sqlstore.MarshalEventData(data)
 	if err != nil {
 		return nil, err
 	}
-	e := &spec.Event{RunID: runID, Type: typ, Data: b, CreatedAt: tx.now}
+	e := &spec.Event{RunID: runID, Type: typ, Data: b, CreatedAt: tx.Now()}
 	if err := tx.insertEvents(ctx, []*spec.Event{e}); err != nil {
 		return nil, err
 	}
@@ -95,7 +76,7 @@ func (tx *Tx) nextSeq(ctx context.Context, runID string) (*seqState, error) {
 	st := tx.db.seqs.get(runID)
 	if st == nil {
 		st = &seqState{}
-		err := tx.QueryRowContext(ctx, `SELECT r.user_id, COALESCE((SELECT MAX(seq) FROM events WHERE run_id = r.id), 0) + 1
+		err := tx.SQL.QueryRowContext(ctx, `SELECT r.user_id, COALESCE((SELECT MAX(seq) FROM events WHERE run_id = r.id), 0) + 1
 			FROM runs r WHERE r.id = ?`, runID).Scan(&st.userID, &st.next)
 		if err == sql.ErrNoRows {
 			return nil, spec.Errorf(spec.ENOTFOUND, "Run not found.")
@@ -154,7 +135,7 @@ func (tx *Tx) insertEvents(ctx context.Context, evs []*spec.Event) error {
 			}
 			args = append(args, e.RunID, e.UserID, e.Seq, e.Type, string(e.Data), e.CreatedAt.UnixMilli())
 		}
-		rows, err := tx.QueryContext(ctx, insertEventsQueries[n], args...)
+		rows, err := tx.SQL.QueryContext(ctx, insertEventsQueries[n], args...)
 		if err != nil {
 			return fmt.Errorf("append events: %w", err)
 		}
@@ -191,7 +172,7 @@ type appendReq struct {
 // left, while the others just wait for their result. Throughput grows with
 // concurrency instead of paying one commit per event.
 func (d *DB) AppendEvent(ctx context.Context, runID, typ string, data any) (*spec.Event, error) {
-	b, err := marshalData(data)
+	b, err := sqlstore.MarshalEventData(data)
 	if err != nil {
 		return nil, err
 	}
@@ -232,7 +213,7 @@ func (d *DB) commitBatch(ctx context.Context, batch []*appendReq) {
 	err := d.writeTxLocked(ctx, func(tx *Tx) error {
 		var evs []*spec.Event
 		for i, r := range batch {
-			r.ev.CreatedAt = tx.now
+			r.ev.CreatedAt = tx.Now()
 			if _, err := tx.nextSeq(ctx, r.ev.RunID); err != nil {
 				if spec.ErrorCode(err) == spec.ENOTFOUND {
 					results[i] = err
@@ -255,84 +236,4 @@ func (d *DB) commitBatch(ctx context.Context, batch []*appendReq) {
 			r.done <- results[i]
 		}
 	}
-}
-
-const eventCols = `id, run_id, user_id, seq, type, data, created_at`
-
-func scanEvents(rows *sql.Rows) ([]*spec.Event, error) {
-	defer rows.Close()
-	var out []*spec.Event
-	for rows.Next() {
-		var e spec.Event
-		var data string
-		var created int64
-		if err := rows.Scan(&e.ID, &e.RunID, &e.UserID, &e.Seq, &e.Type, &data, &created); err != nil {
-			return nil, err
-		}
-		e.Data = json.RawMessage(data)
-		e.CreatedAt = time.UnixMilli(created).UTC()
-		out = append(out, &e)
-	}
-	return out, rows.Err()
-}
-
-// ListRunEvents returns up to limit events of the user's run with seq >
-// afterSeq, in seq order. Another user's run is ENOTFOUND.
-func (d reads) ListRunEvents(ctx context.Context, userID int64, runID string, afterSeq int64, limit int) ([]*spec.Event, error) {
-	if err := d.checkRunOwner(ctx, userID, runID); err != nil {
-		return nil, err
-	}
-	return d.listRunEvents(ctx, runID, afterSeq, limit)
-}
-
-func (d reads) listRunEvents(ctx context.Context, runID string, afterSeq int64, limit int) ([]*spec.Event, error) {
-	if limit <= 0 {
-		limit = 1000
-	}
-	rows, err := d.q.QueryContext(ctx, `SELECT `+eventCols+` FROM events
-		WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?`, runID, afterSeq, limit)
-	if err != nil {
-		return nil, err
-	}
-	return scanEvents(rows)
-}
-
-// ListRunEventsByType returns the run's events of the given types in seq
-// order, for building views without replaying everything. The caller must
-// have checked ownership.
-func (d *DB) ListRunEventsByType(ctx context.Context, runID string, types ...string) ([]*spec.Event, error) {
-	if len(types) == 0 {
-		return nil, nil
-	}
-	args := []any{runID}
-	for _, t := range types {
-		args = append(args, t)
-	}
-	rows, err := d.reader.QueryContext(ctx, `SELECT `+eventCols+` FROM events
-		WHERE run_id = ? AND type IN (?`+strings.Repeat(",?", len(types)-1)+`) ORDER BY seq`, args...)
-	if err != nil {
-		return nil, err
-	}
-	return scanEvents(rows)
-}
-
-// ListUserEvents returns up to limit events of all the user's runs with id >
-// afterID, in id order (the dashboard feed).
-func (d *DB) ListUserEvents(ctx context.Context, userID, afterID int64, limit int) ([]*spec.Event, error) {
-	if limit <= 0 {
-		limit = 1000
-	}
-	rows, err := d.reader.QueryContext(ctx, `SELECT `+eventCols+` FROM events
-		WHERE user_id = ? AND id > ? ORDER BY id LIMIT ?`, userID, afterID, limit)
-	if err != nil {
-		return nil, err
-	}
-	return scanEvents(rows)
-}
-
-// LastSeq returns the highest seq of the run's events (0 when none).
-func (d reads) LastSeq(ctx context.Context, runID string) (int64, error) {
-	var n sql.NullInt64
-	err := d.q.QueryRowContext(ctx, `SELECT MAX(seq) FROM events WHERE run_id = ?`, runID).Scan(&n)
-	return n.Int64, err
 }

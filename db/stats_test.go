@@ -1,7 +1,6 @@
 package db
 
 import (
-	"encoding/json"
 	"testing"
 	"time"
 
@@ -64,28 +63,5 @@ func TestGroupRows(t *testing.T) {
 	keys, _ = spec.GroupRows(rows, spec.GroupByWeek)
 	if len(keys) != 2 || keys[0] != "2026-W47" || keys[1] != "2026-W48" {
 		t.Fatalf("week keys = %v, want [2026-W47 2026-W48]", keys)
-	}
-}
-
-func TestScanMetrics(t *testing.T) {
-	full := spec.Metrics{Iterations: 7, RunningMS: 123456, PromptTokens: 5, CompletionTokens: 6, TokensTotal: 11, CostTotalUSD: 0.125,
-		ToolCallsTotal: 9, FalseCompletionsBlocked: 2,
-		ByModel: map[string]spec.ModelUsage{`we"ird {model}`: {Calls: 1, CostUSD: 0.5}, "b": {Calls: 2}}}
-	raw, _ := json.Marshal(full)
-	for _, doc := range []string{
-		string(raw),
-		`{}`,
-		` { "iterations" : 3 , "by_model" : {"x":{"calls":[1,{"a":"}"}]}}, "cost_total_usd": 1e-3 } `,
-		`{"iterations": 2.5}`,              // not an integer: encoding/json decides (an error)
-		`{"iter\u0061tions": 4}`,           // an escaped key: encoding/json decides
-		`{"running_ms": 5, "extra": null}`, // literals are skipped
-		`{"running_ms": 5,}`,               // malformed: encoding/json's error
-	} {
-		var fast, want statsMetrics
-		errFast := scanMetrics([]byte(doc), &fast)
-		errWant := json.Unmarshal([]byte(doc), &want)
-		if (errFast == nil) != (errWant == nil) || fast != want {
-			t.Errorf("scanMetrics(%s) = %+v, %v; encoding/json gives %+v, %v", doc, fast, errFast, want, errWant)
-		}
 	}
 }

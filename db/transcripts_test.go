@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"homework/db/sqlstore"
 	"homework/engine/spec"
 )
 
@@ -167,8 +168,8 @@ func TestRunActionsIndex(t *testing.T) {
 	for _, typ := range spec.ActionEventTypes {
 		want = append(want, "type = '"+typ+"'")
 	}
-	if got := strings.Join(strings.Fields(actionPredicate), " "); got != strings.Join(want, " OR ") {
-		t.Errorf("actionPredicate = %s\nwant the action event types %v", got, spec.ActionEventTypes)
+	if got := strings.Join(strings.Fields(sqlstore.ActionPredicate), " "); got != strings.Join(want, " OR ") {
+		t.Errorf("ActionPredicate = %s\nwant the action event types %v", got, spec.ActionEventTypes)
 	}
 	var sqlText string
 	if err := d.reader.QueryRowContext(ctx, `SELECT sql FROM sqlite_master WHERE name = 'events_run_actions'`).Scan(&sqlText); err != nil {
@@ -177,7 +178,7 @@ func TestRunActionsIndex(t *testing.T) {
 	if !strings.HasSuffix(strings.Join(strings.Fields(sqlText), " "), "WHERE "+strings.Join(want, " OR ")) {
 		t.Errorf("index events_run_actions = %s", sqlText)
 	}
-	plan := explain(t, d, `EXPLAIN QUERY PLAN `+runActionsQuery, "r", 0)
+	plan := explain(t, d, `EXPLAIN QUERY PLAN SELECT `+sqlstore.EventColumns+` FROM events WHERE run_id = ? AND (`+sqlstore.ActionPredicate+`) AND created_at >= ? ORDER BY seq LIMIT 2000`, "r", 0)
 	if !strings.Contains(plan, "USING INDEX events_run_actions") {
 		t.Errorf("ListRunActions does not use the action index:\n%s", plan)
 	}

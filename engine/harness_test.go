@@ -172,5 +172,5 @@ func work(summary string) scripted.Step {
 // sqliteBackend binds a SQLite store as cmd/homework does (db/bind imports
 // this package, so its tests bind here).
 func sqliteBackend(d *db.DB) Backend {
-	return Bind(d, riversqlite.New(d.Writer()), func(tx *db.Tx) *sql.Tx { return tx.Tx })
+	return Bind(d, riversqlite.New(d.Writer()), func(tx *db.Tx) *sql.Tx { return tx.SQL })
 }

@@ -2,11 +2,10 @@ package handlers
 
 import (
 	"context"
+	"homework/engine/spec"
 	"strings"
 	"sync"
 	"sync/atomic"
-
-	"homework/db"
 
 	"github.com/gofiber/fiber/v2"
 )
@@ -28,12 +27,12 @@ func credentialOf(c *fiber.Ctx, userID int64) credential {
 	cr := credential{userID: userID}
 	if h := c.Get(fiber.HeaderAuthorization); h != "" {
 		if _, tok, ok := strings.Cut(h, " "); ok && strings.TrimSpace(tok) != "" {
-			cr.hash = db.HashToken(strings.TrimSpace(tok))
+			cr.hash = spec.HashToken(strings.TrimSpace(tok))
 		}
 		return cr
 	}
 	if secret := c.Cookies(SessionCookie); secret != "" {
-		cr.session, cr.hash = true, db.HashToken(secret)
+		cr.session, cr.hash = true, spec.HashToken(secret)
 	}
 	return cr
 }

@@ -14,7 +14,6 @@ import (
 	"github.com/gofiber/fiber/v2/middleware/limiter"
 	"golang.org/x/crypto/bcrypt"
 
-	"homework/db"
 	"homework/views"
 )
 
@@ -69,7 +68,7 @@ func (s *Server) formToken(c *fiber.Ctx) string {
 	if t := c.Cookies(formCSRFCookie); len(t) >= 32 {
 		return t
 	}
-	t := db.NewSecret("")
+	t := spec.NewSecret("")
 	c.Cookie(&fiber.Cookie{Name: formCSRFCookie, Value: t, Path: "/", HTTPOnly: true,
 		Secure: !s.opts.InsecureCookies, SameSite: fiber.CookieSameSiteStrictMode})
 	return t
@@ -196,7 +195,7 @@ func (s *Server) logout(c *fiber.Ctx) error {
 	// The session's streams end before it is deleted: nothing written after
 	// the logout reaches them.
 	if secret != "" {
-		hash := db.HashToken(secret)
+		hash := spec.HashToken(secret)
 		s.streams.revoke(func(cr credential) bool { return cr.session && cr.hash == hash })
 	}
 	if err := s.db.DeleteSession(c.UserContext(), secret); err != nil {

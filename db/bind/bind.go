@@ -19,13 +19,13 @@ import (
 // SQLite binds the SQLite store: its transactions and riversqlite share
 // one *sql.Tx on the store's single writer connection.
 func SQLite(d *db.DB) engine.Backend {
-	return engine.Bind(d, riversqlite.New(d.Writer()), func(tx *db.Tx) *sql.Tx { return tx.Tx })
+	return engine.Bind(d, riversqlite.New(d.Writer()), func(tx *db.Tx) *sql.Tx { return tx.SQL })
 }
 
 // Postgres binds the PostgreSQL store: its transactions and riverpgxv5
 // share one pgx.Tx from the store's pool.
 func Postgres(d *pg.DB) engine.Backend {
-	return engine.Bind(d, riverpgxv5.New(d.Pool()), func(tx *pg.Tx) pgx.Tx { return tx.Tx })
+	return engine.Bind(d, riverpgxv5.New(d.Pool()), func(tx *pg.Tx) pgx.Tx { return tx.PG })
 }
 
 // Compile-time checks that both stores implement the engine's contract.

@@ -3,12 +3,14 @@ package pg
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"homework/db/sqlstore"
 	"homework/engine/spec"
 )
 
@@ -22,24 +24,6 @@ const (
 // transaction whose events do not fit announces only their ids.
 const maxPayload = 7000
 
-func marshalData(data any) (json.RawMessage, error) {
-	switch v := data.(type) {
-	case nil:
-		return json.RawMessage(`{}`), nil
-	case json.RawMessage:
-		if len(v) == 0 {
-			return json.RawMessage(`{}`), nil
-		}
-		return v, nil
-	default:
-		b, err := json.Marshal(v)
-		if err != nil {
-			return nil, fmt.Errorf("marshal event data: %w", err)
-		}
-		return b, nil
-	}
-}
-
 // appendSQL takes the run's next seq and inserts the event in one statement.
 // The UPDATE row-locks the run until the transaction ends, so appends to one
 // run from any process are serialised, gap-free, and get growing ids.
@@ -50,14 +34,17 @@ const appendSQL = `WITH s AS (UPDATE runs SET last_seq = last_seq + 1 WHERE id =
 // AppendEvent appends an event of typ with data (marshalled to JSON) to the
 // run's log inside tx. It is announced to every process after tx commits.
 func (tx *Tx) AppendEvent(ctx context.Context, runID, typ string, data any) (*spec.Event, error) {
-	b, err := marshalData(data)
+	b, err := sqlstore.MarshalEventData(data)
 	if err != nil {
 		return nil, err
 	}
-	e := &spec.Event{RunID: runID, Type: typ, Data: b, CreatedAt: tx.now}
-	err = tx.QueryRow(ctx, appendSQL, runID, typ, string(b), tx.now.UnixMilli()).Scan(&e.ID, &e.UserID, &e.Seq)
+	e := &spec.Event{RunID: runID, Type: typ, Data: b, CreatedAt: tx.Now()}
+	err = tx.PG.QueryRow(ctx, appendSQL, runID, typ, string(b), tx.Now().UnixMilli()).Scan(&e.ID, &e.UserID, &e.Seq)
 	if err != nil {
-		return nil, notFound(err, "Run")
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil, spec.Errorf(spec.ENOTFOUND, "Run not found.")
+		}
+		return nil, err
 	}
 	tx.events = append(tx.events, e)
 	return e, nil
@@ -166,7 +153,7 @@ func (tx *Tx) notifyEvents(ctx context.Context) error {
 		b.Queue(`SELECT pg_advisory_xact_lock($1::int4, $2::int4)`, int32(feedLock), int32(u))
 	}
 	b.Queue(announceSQL, old, eventsChannel, maxPayload)
-	br := tx.SendBatch(ctx, b)
+	br := tx.PG.SendBatch(ctx, b)
 	defer br.Close()
 	for range users {
 		if _, err := br.Exec(); err != nil {
@@ -198,7 +185,7 @@ func (tx *Tx) notifyEvents(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, eventsChannel, string(payload)); err != nil {
+		if _, err := tx.PG.Exec(ctx, `SELECT pg_notify($1, $2)`, eventsChannel, string(payload)); err != nil {
 			return fmt.Errorf("announce events: %w", err)
 		}
 	}
@@ -322,89 +309,5 @@ func (l *listener) decode(ctx context.Context, payload string) ([]*spec.Event, e
 }
 
 func (d *DB) eventsByID(ctx context.Context, ids []int64) ([]*spec.Event, error) {
-	rows, err := d.pool.Query(ctx, `SELECT `+eventCols+` FROM events WHERE id = ANY($1) ORDER BY id`, ids)
-	if err != nil {
-		return nil, err
-	}
-	return scanEvents(rows)
-}
-
-const eventCols = `id, run_id, user_id, seq, type, data, created_at`
-
-func scanEvents(rows pgx.Rows) ([]*spec.Event, error) {
-	defer rows.Close()
-	var out []*spec.Event
-	for rows.Next() {
-		var e spec.Event
-		var data string
-		var created int64
-		if err := rows.Scan(&e.ID, &e.RunID, &e.UserID, &e.Seq, &e.Type, &data, &created); err != nil {
-			return nil, err
-		}
-		e.Data = json.RawMessage(data)
-		e.CreatedAt = time.UnixMilli(created).UTC()
-		out = append(out, &e)
-	}
-	return out, rows.Err()
-}
-
-// ListRunEvents returns up to limit events of the user's run with seq >
-// afterSeq, in seq order. Another user's run is ENOTFOUND.
-func (d reads) ListRunEvents(ctx context.Context, userID int64, runID string, afterSeq int64, limit int) ([]*spec.Event, error) {
-	if err := d.checkRunOwner(ctx, userID, runID); err != nil {
-		return nil, err
-	}
-	if limit <= 0 {
-		limit = 1000
-	}
-	rows, err := d.q.Query(ctx, `SELECT `+eventCols+` FROM events WHERE run_id = $1 AND seq > $2 ORDER BY seq LIMIT $3`,
-		runID, afterSeq, limit)
-	if err != nil {
-		return nil, err
-	}
-	return scanEvents(rows)
-}
-
-// ListRunEventsByType returns the run's events of the given types in seq
-// order. The caller must have checked ownership.
-func (d *DB) ListRunEventsByType(ctx context.Context, runID string, types ...string) ([]*spec.Event, error) {
-	if len(types) == 0 {
-		return nil, nil
-	}
-	rows, err := d.pool.Query(ctx, `SELECT `+eventCols+` FROM events WHERE run_id = $1 AND type = ANY($2) ORDER BY seq`, runID, types)
-	if err != nil {
-		return nil, err
-	}
-	return scanEvents(rows)
-}
-
-// ListUserEvents returns up to limit events of all the user's runs with id >
-// afterID, in id order (the dashboard feed).
-func (d *DB) ListUserEvents(ctx context.Context, userID, afterID int64, limit int) ([]*spec.Event, error) {
-	if limit <= 0 {
-		limit = 1000
-	}
-	rows, err := d.pool.Query(ctx, `SELECT `+eventCols+` FROM events WHERE user_id = $1 AND id > $2 ORDER BY id LIMIT $3`,
-		userID, afterID, limit)
-	if err != nil {
-		return nil, err
-	}
-	return scanEvents(rows)
-}
-
-// LastSeq returns the highest seq of the run's events (0 when none).
-func (d reads) LastSeq(ctx context.Context, runID string) (int64, error) {
-	var n *int64
-	err := d.q.QueryRow(ctx, `SELECT MAX(seq) FROM events WHERE run_id = $1`, runID).Scan(&n)
-	if n == nil {
-		return 0, err
-	}
-	return *n, err
-}
-
-// LastUserEventID returns the id of the newest event of the user's runs, or 0.
-func (d reads) LastUserEventID(ctx context.Context, userID int64) (int64, error) {
-	var id int64
-	err := d.q.QueryRow(ctx, `SELECT COALESCE(MAX(id), 0) FROM events WHERE user_id = $1`, userID).Scan(&id)
-	return id, err
+	return sqlstore.ScanEvents(pgConn{d.pool}.Query(ctx, `SELECT `+sqlstore.EventColumns+` FROM events WHERE id = ANY(?) ORDER BY id`, ids))
 }

@@ -74,14 +74,14 @@ func (d *DB) HostWaitingRuns(ctx context.Context) (map[string]string, error) {
 // BindRunHost records, in tx, that the run's iterations run only on the
 // host and root given, through queue.
 func (tx *Tx) BindRunHost(ctx context.Context, runID, host, root, queue string) error {
-	_, err := tx.Exec(ctx, `INSERT INTO run_hosts (run_id, host, root, queue) VALUES ($1, $2, $3, $4)`, runID, host, root, queue)
+	_, err := tx.PG.Exec(ctx, `INSERT INTO run_hosts (run_id, host, root, queue) VALUES ($1, $2, $3, $4)`, runID, host, root, queue)
 	return err
 }
 
 // RunHost returns the host, root and queue the run is bound to, or empty
 // strings for a run any process may work.
 func (tx *Tx) RunHost(ctx context.Context, runID string) (host, root, queue string, err error) {
-	err = tx.QueryRow(ctx, `SELECT host, root, queue FROM run_hosts WHERE run_id = $1`, runID).Scan(&host, &root, &queue)
+	err = tx.PG.QueryRow(ctx, `SELECT host, root, queue FROM run_hosts WHERE run_id = $1`, runID).Scan(&host, &root, &queue)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return "", "", "", nil
 	}

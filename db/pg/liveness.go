@@ -136,7 +136,7 @@ func (d *DB) DeadProcesses(ctx context.Context, self string) (map[string]bool, e
 // process that never took one counts as live: the lease decides for it).
 func (tx *Tx) ProcessLive(ctx context.Context, id string) (bool, error) {
 	var live bool
-	err := tx.QueryRow(ctx, `SELECT p.liveness_key IS NULL OR `+livenessHeld+` FROM processes p WHERE p.id = $1`, id).Scan(&live)
+	err := tx.PG.QueryRow(ctx, `SELECT p.liveness_key IS NULL OR `+livenessHeld+` FROM processes p WHERE p.id = $1`, id).Scan(&live)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, nil
 	}

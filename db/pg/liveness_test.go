@@ -50,7 +50,14 @@ func TestLivenessEndsWithTheSession(t *testing.T) {
 		t.Fatalf("live processes %v (%v): want the victim", live, err)
 	}
 	victim.Close()
-	dead, err = watcher.DeadProcesses(ctx, "watcher")
+	// The server ends the session's backend, and releases its locks, a
+	// moment after the connection closes: look again until it has.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		dead, err = watcher.DeadProcesses(ctx, "watcher")
+		if err != nil || dead["victim"] || time.Now().After(deadline) {
+			break
+		}
+	}
 	if err != nil || !dead["victim"] {
 		t.Fatalf("dead processes after the victim's session ended: %v %v", dead, err)
 	}

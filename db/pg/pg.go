@@ -22,16 +22,13 @@ package pg
 
 import (
 	"context"
+	"database/sql"
 	"embed"
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"net"
 	"net/url"
-	"path/filepath"
-	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -42,6 +39,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
 
+	"homework/db/sqlstore"
 	"homework/engine/spec"
 )
 
@@ -77,10 +75,10 @@ type Options struct {
 
 // DB is the PostgreSQL store.
 type DB struct {
-	pool     *pgxpool.Pool
-	reads    // the read methods, on the pool
-	now      func() time.Time
-	listener *listener
+	sqlstore.Store // the shared reads (on the pool) and writes
+	pool           *pgxpool.Pool
+	now            func() time.Time
+	listener       *listener
 
 	mu    sync.Mutex
 	lives []*liveness // HoldLiveness sessions, ended by Close
@@ -106,7 +104,8 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pg: connect: %w", err)
 	}
-	d := &DB{pool: pool, reads: reads{q: pool, pool: pool}, now: opts.Now}
+	d := &DB{pool: pool, now: opts.Now}
+	d.Store = sqlstore.NewStore(sqlstore.NewReads(pgConn{pool}, dialect, d.beginRead), d.writeShared, d.now)
 	if err := d.migrate(ctx); err != nil {
 		pool.Close()
 		return nil, err
@@ -169,24 +168,19 @@ func (d *DB) migrate(ctx context.Context) error {
 		return fmt.Errorf("pg: migration lock: %w", err)
 	}
 	defer conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, int64(migrationLock))
-	if _, err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
-		version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at BIGINT NOT NULL)`); err != nil {
-		return fmt.Errorf("create schema_migrations: %w", err)
-	}
-	names, err := fs.Glob(migrationFS, "migrations/*.sql")
+	c := conn.Conn()
+	err = sqlstore.Migrate(ctx, migrationFS, "migrations", `CREATE TABLE IF NOT EXISTS schema_migrations (
+		version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at BIGINT NOT NULL)`, d.now,
+		func(ctx context.Context, q string) error { _, err := c.Exec(ctx, q); return err },
+		func(ctx context.Context) (sqlstore.Conn, func() error, func(), error) {
+			tx, err := c.Begin(ctx)
+			if err != nil {
+				return nil, nil, nil, err
+			}
+			return pgConn{tx}, func() error { return tx.Commit(ctx) }, func() { tx.Rollback(context.WithoutCancel(ctx)) }, nil
+		})
 	if err != nil {
 		return err
-	}
-	sort.Strings(names)
-	for _, name := range names {
-		base := filepath.Base(name)
-		version, err := strconv.Atoi(strings.SplitN(base, "_", 2)[0])
-		if err != nil {
-			return fmt.Errorf("migration %s: bad version prefix", base)
-		}
-		if err := d.applyMigration(ctx, conn.Conn(), version, base, name); err != nil {
-			return err
-		}
 	}
 	migrator, err := rivermigrate.New(riverpgxv5.New(d.pool), nil)
 	if err != nil {
@@ -198,44 +192,14 @@ func (d *DB) migrate(ctx context.Context) error {
 	return nil
 }
 
-func (d *DB) applyMigration(ctx context.Context, conn *pgx.Conn, version int, base, name string) error {
-	tx, err := conn.Begin(ctx)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback(ctx)
-	var n int
-	if err := tx.QueryRow(ctx, `SELECT COUNT(*) FROM schema_migrations WHERE version = $1`, version).Scan(&n); err != nil {
-		return err
-	}
-	if n > 0 {
-		return nil
-	}
-	body, err := migrationFS.ReadFile(name)
-	if err != nil {
-		return err
-	}
-	if _, err := tx.Exec(ctx, string(body)); err != nil {
-		return fmt.Errorf("migration %s: %w", base, err)
-	}
-	if _, err := tx.Exec(ctx, `INSERT INTO schema_migrations (version, name, applied_at) VALUES ($1, $2, $3)`,
-		version, base, d.now().UnixMilli()); err != nil {
-		return err
-	}
-	return tx.Commit(ctx)
-}
-
 // Tx is a write transaction. Events appended through it are announced to
 // every process when it commits.
 type Tx struct {
-	pgx.Tx
-	db     *DB
-	now    time.Time
-	events []*spec.Event
+	*sqlstore.Tx        // the shared methods
+	PG           pgx.Tx // the transaction itself, for River's driver
+	db           *DB
+	events       []*spec.Event
 }
-
-// Now returns the time stamped once for this transaction.
-func (tx *Tx) Now() time.Time { return tx.now }
 
 // WriteTx runs fn in one transaction and commits it when fn returns nil.
 // Transactions of this and other processes run concurrently; the rows they
@@ -245,7 +209,7 @@ func (d *DB) WriteTx(ctx context.Context, fn func(tx *Tx) error) error {
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
 	}
-	tx := &Tx{Tx: ptx, db: d, now: d.now()}
+	tx := &Tx{Tx: sqlstore.NewTx(pgConn{ptx}, dialect, d.now()), PG: ptx, db: d}
 	if err := fn(tx); err != nil {
 		ptx.Rollback(context.WithoutCancel(ctx))
 		return err
@@ -260,41 +224,13 @@ func (d *DB) WriteTx(ctx context.Context, fn func(tx *Tx) error) error {
 	return nil
 }
 
-func ms(t time.Time) any {
-	if t.IsZero() {
-		return nil
-	}
-	return t.UnixMilli()
+// writeShared runs fn, a shared write, in one write transaction.
+func (d *DB) writeShared(ctx context.Context, fn func(tx *sqlstore.Tx) error) error {
+	return d.WriteTx(ctx, func(tx *Tx) error { return fn(tx.Tx) })
 }
 
-func fromMS(v *int64) time.Time {
-	if v == nil {
-		return time.Time{}
-	}
-	return time.UnixMilli(*v).UTC()
-}
-
-func nullString(s string) any {
-	if s == "" {
-		return nil
-	}
-	return s
-}
-
-func deref(s *string) string {
-	if s == nil {
-		return ""
-	}
-	return *s
-}
-
-// notFound maps pgx.ErrNoRows to an ENOTFOUND error naming what was missing.
-func notFound(err error, what string) error {
-	if errors.Is(err, pgx.ErrNoRows) {
-		return spec.Errorf(spec.ENOTFOUND, "%s not found.", what)
-	}
-	return err
-}
+// sqlErrNoRows is the shared code's no-rows error.
+var sqlErrNoRows = sql.ErrNoRows
 
 // pgCode returns the SQLSTATE of a PostgreSQL error, or "".
 func pgCode(err error) string {
@@ -304,11 +240,6 @@ func pgCode(err error) string {
 	}
 	return ""
 }
-
-const (
-	uniqueViolation     = "23505"
-	foreignKeyViolation = "23503"
-)
 
 // Unavailable reports whether err means the database could not be reached
 // or could not serve (a refused or broken connection, a timeout, a server

@@ -5,33 +5,24 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
+	"homework/db/sqlstore"
 	"homework/engine/spec"
 )
-
-// querier is what both the pool and a transaction offer for reads.
-type querier interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
 
 // readTxOptions make a transaction read one snapshot, taken by its first
 // statement, and refuse to write.
 var readTxOptions = pgx.TxOptions{AccessMode: pgx.ReadOnly, IsoLevel: pgx.RepeatableRead}
 
-// reads holds the read methods a page view uses (spec.ReadStore). On the
-// DB they query the pool; in a ReadTx they query one transaction, so they
-// all see one snapshot.
-type reads struct {
-	q querier
-	// pool is the pool outside a ReadTx, nil inside one: a method that
-	// needs several statements to agree begins its own transaction only
-	// when it is not already in one.
-	pool *pgxpool.Pool
+// beginRead begins a read-only transaction of one snapshot on the pool, for
+// a read whose statements must agree.
+func (d *DB) beginRead(ctx context.Context) (sqlstore.Conn, func(), error) {
+	tx, err := d.pool.BeginTx(ctx, readTxOptions)
+	if err != nil {
+		return nil, nil, err
+	}
+	return pgConn{tx}, func() { tx.Rollback(context.WithoutCancel(ctx)) }, nil
 }
-
-var _ spec.ReadStore = reads{}
 
 // ReadTx runs fn with reads that all see one snapshot of the database: one
 // REPEATABLE READ, READ ONLY transaction, whose snapshot the first
@@ -43,7 +34,7 @@ func (d *DB) ReadTx(ctx context.Context, fn func(r spec.ReadStore) error) error 
 		return fmt.Errorf("begin read: %w", err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
-	if err := fn(reads{q: tx}); err != nil {
+	if err := fn(sqlstore.InReadTx(pgConn{tx}, dialect)); err != nil {
 		return err
 	}
 	return tx.Commit(ctx)

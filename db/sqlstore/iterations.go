@@ -1,4 +1,4 @@
-package db
+package sqlstore
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 const iterCols = `run_id, iteration, attempt, status, started_at, ended_at, summary, gate, checks,
 	fingerprint, error, error_fingerprint, metrics, artifacts`
 
-func scanIteration(s rowScanner) (*spec.Iteration, error) {
+func scanIteration(s Row) (*spec.Iteration, error) {
 	var it spec.Iteration
 	var started, ended sql.NullInt64
 	var gate, checks sql.NullString
@@ -93,7 +93,7 @@ func (tx *Tx) UpsertIteration(ctx context.Context, it *spec.Iteration) error {
 	if err != nil {
 		return fmt.Errorf("upsert iteration: %w", err)
 	}
-	_, err = tx.ExecContext(ctx, `INSERT INTO iterations (`+iterCols+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)
+	_, err = tx.c.Exec(ctx, `INSERT INTO iterations (`+iterCols+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)
 		ON CONFLICT (run_id, iteration) DO UPDATE SET attempt=excluded.attempt, status=excluded.status,
 		started_at=excluded.started_at, ended_at=excluded.ended_at, summary=excluded.summary, gate=excluded.gate,
 		checks=excluded.checks, fingerprint=excluded.fingerprint, error=excluded.error,
@@ -108,13 +108,13 @@ func (tx *Tx) UpsertIteration(ctx context.Context, it *spec.Iteration) error {
 
 // FindIteration returns one iteration row inside tx.
 func (tx *Tx) FindIteration(ctx context.Context, runID string, n int) (*spec.Iteration, error) {
-	it, err := scanIteration(tx.QueryRowContext(ctx, `SELECT `+iterCols+` FROM iterations WHERE run_id = ? AND iteration = ?`, runID, n))
+	it, err := scanIteration(tx.c.QueryRow(ctx, `SELECT `+iterCols+` FROM iterations WHERE run_id = ? AND iteration = ?`, runID, n))
 	return it, notFound(err, "Iteration")
 }
 
 // RecentIterations returns the run's last n finished iterations, newest first.
 func (tx *Tx) RecentIterations(ctx context.Context, runID string, n int) ([]*spec.Iteration, error) {
-	rows, err := tx.QueryContext(ctx, `SELECT `+iterCols+` FROM iterations WHERE run_id = ? AND status != 'running'
+	rows, err := tx.c.Query(ctx, `SELECT `+iterCols+` FROM iterations WHERE run_id = ? AND status != 'running'
 		ORDER BY iteration DESC LIMIT ?`, runID, n)
 	if err != nil {
 		return nil, err
@@ -128,7 +128,7 @@ func (tx *Tx) RecentIterations(ctx context.Context, runID string, n int) ([]*spe
 // inside the writer's transaction, it reads four columns and decodes
 // nothing; the engine decodes after the transaction.
 func (tx *Tx) PastIterations(ctx context.Context, runID string, before, n int) ([]*spec.PastIteration, error) {
-	rows, err := tx.QueryContext(ctx, `SELECT iteration, summary, gate, checks FROM iterations
+	rows, err := tx.c.Query(ctx, `SELECT iteration, summary, gate, checks FROM iterations
 		WHERE run_id = ? AND iteration < ? AND status != 'running' ORDER BY iteration DESC LIMIT ?`, runID, before, n)
 	if err != nil {
 		return nil, err
@@ -137,7 +137,7 @@ func (tx *Tx) PastIterations(ctx context.Context, runID string, before, n int) (
 	var out []*spec.PastIteration
 	for rows.Next() {
 		p := &spec.PastIteration{}
-		var gate, checks sql.RawBytes // valid until Next
+		var gate, checks []byte // valid until Next
 		if err := rows.Scan(&p.Iteration, &p.Summary, &gate, &checks); err != nil {
 			return nil, err
 		}
@@ -152,7 +152,7 @@ func (tx *Tx) PastIterations(ctx context.Context, runID string, before, n int) (
 	return out, rows.Err()
 }
 
-func scanIterations(rows *sql.Rows) ([]*spec.Iteration, error) {
+func scanIterations(rows Rows) ([]*spec.Iteration, error) {
 	defer rows.Close()
 	var out []*spec.Iteration
 	for rows.Next() {
@@ -166,11 +166,11 @@ func scanIterations(rows *sql.Rows) ([]*spec.Iteration, error) {
 }
 
 // ListIterations returns the user's run's iterations in order.
-func (d reads) ListIterations(ctx context.Context, userID int64, runID string) ([]*spec.Iteration, error) {
-	if err := d.checkRunOwner(ctx, userID, runID); err != nil {
+func (r Reads) ListIterations(ctx context.Context, userID int64, runID string) ([]*spec.Iteration, error) {
+	if err := r.checkRunOwner(ctx, userID, runID); err != nil {
 		return nil, err
 	}
-	rows, err := d.q.QueryContext(ctx, `SELECT `+iterCols+` FROM iterations WHERE run_id = ? ORDER BY iteration`, runID)
+	rows, err := r.c.Query(ctx, `SELECT `+iterCols+` FROM iterations WHERE run_id = ? ORDER BY iteration`, runID)
 	if err != nil {
 		return nil, err
 	}
@@ -179,7 +179,7 @@ func (d reads) ListIterations(ctx context.Context, userID int64, runID string) (
 
 // SumIterationMetrics returns the sum of the metrics of the run's iterations.
 func (tx *Tx) SumIterationMetrics(ctx context.Context, runID string) (spec.Metrics, error) {
-	rows, err := tx.QueryContext(ctx, `SELECT metrics FROM iterations WHERE run_id = ?`, runID)
+	rows, err := tx.c.Query(ctx, `SELECT metrics FROM iterations WHERE run_id = ?`, runID)
 	if err != nil {
 		return spec.Metrics{}, err
 	}

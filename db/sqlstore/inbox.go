@@ -1,22 +1,21 @@
-package db
+package sqlstore
 
 import (
 	"context"
 	"database/sql"
 	"homework/engine/spec"
-	"time"
 )
 
 // InsertInbox queues an item for the run's next iteration.
 func (tx *Tx) InsertInbox(ctx context.Context, it *spec.InboxItem) error {
 	it.CreatedAt = tx.now
-	return tx.QueryRowContext(ctx, `INSERT INTO inbox (run_id, kind, body, created_at) VALUES (?,?,?,?) RETURNING id`,
+	return tx.c.QueryRow(ctx, `INSERT INTO inbox (run_id, kind, body, created_at) VALUES (?,?,?,?) RETURNING id`,
 		it.RunID, it.Kind, it.Body, tx.now.UnixMilli()).Scan(&it.ID)
 }
 
 // PendingInbox returns the run's unconsumed items, oldest first.
 func (tx *Tx) PendingInbox(ctx context.Context, runID string) ([]*spec.InboxItem, error) {
-	rows, err := tx.QueryContext(ctx, `SELECT id, run_id, kind, body, created_at FROM inbox
+	rows, err := tx.c.Query(ctx, `SELECT id, run_id, kind, body, created_at FROM inbox
 		WHERE run_id = ? AND consumed_at IS NULL ORDER BY id`, runID)
 	if err != nil {
 		return nil, err
@@ -29,7 +28,7 @@ func (tx *Tx) PendingInbox(ctx context.Context, runID string) ([]*spec.InboxItem
 		if err := rows.Scan(&it.ID, &it.RunID, &it.Kind, &it.Body, &created); err != nil {
 			return nil, err
 		}
-		it.CreatedAt = time.UnixMilli(created).UTC()
+		it.CreatedAt = msTime(created)
 		out = append(out, &it)
 	}
 	return out, rows.Err()
@@ -38,17 +37,17 @@ func (tx *Tx) PendingInbox(ctx context.Context, runID string) ([]*spec.InboxItem
 // ConsumeInbox marks the run's items up to and including maxID consumed by
 // iteration.
 func (tx *Tx) ConsumeInbox(ctx context.Context, runID string, maxID int64, iteration int) error {
-	_, err := tx.ExecContext(ctx, `UPDATE inbox SET consumed_at = ?, consumed_iteration = ?
+	_, err := tx.c.Exec(ctx, `UPDATE inbox SET consumed_at = ?, consumed_iteration = ?
 		WHERE run_id = ? AND id <= ? AND consumed_at IS NULL`, tx.now.UnixMilli(), iteration, runID, maxID)
 	return err
 }
 
 // ListInbox returns all of the user's run's inbox items, oldest first.
-func (d *DB) ListInbox(ctx context.Context, userID int64, runID string) ([]*spec.InboxItem, error) {
-	if err := d.checkRunOwner(ctx, userID, runID); err != nil {
+func (r Reads) ListInbox(ctx context.Context, userID int64, runID string) ([]*spec.InboxItem, error) {
+	if err := r.checkRunOwner(ctx, userID, runID); err != nil {
 		return nil, err
 	}
-	rows, err := d.reader.QueryContext(ctx, `SELECT id, run_id, kind, body, created_at, consumed_at, consumed_iteration
+	rows, err := r.c.Query(ctx, `SELECT id, run_id, kind, body, created_at, consumed_at, consumed_iteration
 		FROM inbox WHERE run_id = ? ORDER BY id`, runID)
 	if err != nil {
 		return nil, err
@@ -62,7 +61,7 @@ func (d *DB) ListInbox(ctx context.Context, userID int64, runID string) ([]*spec
 		if err := rows.Scan(&it.ID, &it.RunID, &it.Kind, &it.Body, &created, &consumed, &iter); err != nil {
 			return nil, err
 		}
-		it.CreatedAt, it.ConsumedAt, it.ConsumedIteration = time.UnixMilli(created).UTC(), fromMS(consumed), int(iter.Int64)
+		it.CreatedAt, it.ConsumedAt, it.ConsumedIteration = msTime(created), fromMS(consumed), int(iter.Int64)
 		out = append(out, &it)
 	}
 	return out, rows.Err()

@@ -1,4 +1,4 @@
-package db
+package sqlstore
 
 import (
 	"context"
@@ -13,13 +13,12 @@ import (
 	"homework/engine/spec"
 )
 
-const runCols = `id, user_id, parent_run_id, objective, mode, executor, config, status, iteration, attempt,
+// RunColumns are a run row's columns, in scanRun's order.
+const RunColumns = `id, user_id, parent_run_id, objective, mode, executor, config, status, iteration, attempt,
 	stop_reason, waiting, metrics, report, workspace_doc_id, lease_owner, lease_until, running_since,
 	created_at, started_at, updated_at, completed_at`
 
-type rowScanner interface{ Scan(dest ...any) error }
-
-func scanRun(s rowScanner) (*spec.Run, error) {
+func scanRun(s Row) (*spec.Run, error) {
 	var r spec.Run
 	var parent, stop, waiting, report, ws, leaseOwner sql.NullString
 	var config, metrics string
@@ -31,32 +30,51 @@ func scanRun(s rowScanner) (*spec.Run, error) {
 	}
 	r.ParentRunID, r.WorkspaceDocID, r.LeaseOwner = parent.String, ws.String, leaseOwner.String
 	r.Config = json.RawMessage(config)
-	if stop.Valid && stop.String != "" {
-		r.StopReason = &spec.StopReason{}
-		if err := json.Unmarshal([]byte(stop.String), r.StopReason); err != nil {
-			return nil, fmt.Errorf("run %s stop_reason: %w", r.ID, err)
-		}
+	if err := decodeJSON(stop.String, &r.StopReason); err != nil {
+		return nil, fmt.Errorf("run %s stop_reason: %w", r.ID, err)
 	}
-	if waiting.Valid && waiting.String != "" {
-		r.Waiting = &spec.Waiting{}
-		if err := json.Unmarshal([]byte(waiting.String), r.Waiting); err != nil {
-			return nil, fmt.Errorf("run %s waiting: %w", r.ID, err)
-		}
+	if err := decodeJSON(waiting.String, &r.Waiting); err != nil {
+		return nil, fmt.Errorf("run %s waiting: %w", r.ID, err)
 	}
 	if err := json.Unmarshal([]byte(metrics), &r.Metrics); err != nil {
 		return nil, fmt.Errorf("run %s metrics: %w", r.ID, err)
 	}
-	if report.Valid && report.String != "" {
-		r.Report = &spec.Report{}
-		if err := json.Unmarshal([]byte(report.String), r.Report); err != nil {
-			return nil, fmt.Errorf("run %s report: %w", r.ID, err)
-		}
+	if err := decodeJSON(report.String, &r.Report); err != nil {
+		return nil, fmt.Errorf("run %s report: %w", r.ID, err)
 	}
 	r.LeaseUntil, r.RunningSince = fromMS(leaseUntil), fromMS(runningSince)
 	r.CreatedAt, r.StartedAt, r.UpdatedAt, r.CompletedAt = fromMS(created), fromMS(started), fromMS(updated), fromMS(completed)
 	return &r, nil
 }
 
+// decodeJSON decodes a nullable JSON column into a new *T; an empty column
+// leaves *dst nil.
+func decodeJSON[T any](s string, dst **T) error {
+	if s == "" {
+		return nil
+	}
+	*dst = new(T)
+	return json.Unmarshal([]byte(s), *dst)
+}
+
+// scanRuns reads every run of rows and closes them.
+func scanRuns(rows Rows, err error) ([]*spec.Run, error) {
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*spec.Run
+	for rows.Next() {
+		r, err := scanRun(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// jsonOrNil encodes v as JSON text, NULL for a nil pointer or empty JSON.
 func jsonOrNil(v any) (any, error) {
 	switch x := v.(type) {
 	case *spec.StopReason:
@@ -118,8 +136,8 @@ func (tx *Tx) InsertRun(ctx context.Context, r *spec.Run) error {
 	if err != nil {
 		return err
 	}
-	_, err = tx.ExecContext(ctx, `INSERT INTO runs (`+runCols+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`, args...)
-	if isForeignKeyViolation(err) {
+	_, err = tx.c.Exec(ctx, `INSERT INTO runs (`+RunColumns+`) VALUES (`+placeholders(22)+`)`, args...)
+	if tx.d.IsForeignKeyViolation(err) {
 		return spec.FieldError("parent_run_id", "Parent run not found.")
 	}
 	return err
@@ -132,14 +150,14 @@ func (tx *Tx) UpdateRun(ctx context.Context, r *spec.Run) error {
 	if err != nil {
 		return err
 	}
-	res, err := tx.ExecContext(ctx, `UPDATE runs SET parent_run_id=?3, objective=?4, mode=?5, executor=?6, config=?7,
+	n, err := tx.c.Exec(ctx, `UPDATE runs SET parent_run_id=?3, objective=?4, mode=?5, executor=?6, config=?7,
 		status=?8, iteration=?9, attempt=?10, stop_reason=?11, waiting=?12, metrics=?13, report=?14,
 		workspace_doc_id=?15, lease_owner=?16, lease_until=?17, running_since=?18, created_at=?19,
 		started_at=?20, updated_at=?21, completed_at=?22 WHERE id=?1 AND user_id=?2`, args...)
 	if err != nil {
 		return fmt.Errorf("update run: %w", err)
 	}
-	if n, _ := res.RowsAffected(); n == 0 {
+	if n == 0 {
 		return spec.Errorf(spec.ENOTFOUND, "Run not found.")
 	}
 	return nil
@@ -148,7 +166,7 @@ func (tx *Tx) UpdateRun(ctx context.Context, r *spec.Run) error {
 // SetLease sets the run's lease owner and end, and nothing else.
 func (tx *Tx) SetLease(ctx context.Context, r *spec.Run, owner string, until time.Time) error {
 	r.LeaseOwner, r.LeaseUntil, r.UpdatedAt = owner, until, tx.now
-	_, err := tx.ExecContext(ctx, `UPDATE runs SET lease_owner = ?, lease_until = ?, updated_at = ? WHERE id = ?`,
+	_, err := tx.c.Exec(ctx, `UPDATE runs SET lease_owner = ?, lease_until = ?, updated_at = ? WHERE id = ?`,
 		nullString(owner), ms(until), tx.now.UnixMilli(), r.ID)
 	return err
 }
@@ -160,31 +178,33 @@ func (tx *Tx) SetRunMetrics(ctx context.Context, r *spec.Run) error {
 		return err
 	}
 	r.UpdatedAt = tx.now
-	_, err = tx.ExecContext(ctx, `UPDATE runs SET metrics = ?, updated_at = ? WHERE id = ?`, string(b), tx.now.UnixMilli(), r.ID)
+	_, err = tx.c.Exec(ctx, `UPDATE runs SET metrics = ?, updated_at = ? WHERE id = ?`, string(b), tx.now.UnixMilli(), r.ID)
 	return err
 }
 
-// FindRun returns the run inside tx, whoever owns it (engine use).
+// FindRun returns the run inside tx, whoever owns it (engine use). Where
+// several processes write (PostgreSQL) it row-locks the run until tx ends,
+// so the state the caller read is the one it changes.
 func (tx *Tx) FindRun(ctx context.Context, id string) (*spec.Run, error) {
-	r, err := scanRun(tx.QueryRowContext(ctx, `SELECT `+runCols+` FROM runs WHERE id = ?`, id))
+	r, err := scanRun(tx.c.QueryRow(ctx, `SELECT `+RunColumns+` FROM runs WHERE id = ?`+tx.d.ForUpdate, id))
 	return r, notFound(err, "Run")
 }
 
 // FindRun returns the user's run. Another user's run is ENOTFOUND.
-func (d reads) FindRun(ctx context.Context, userID int64, id string) (*spec.Run, error) {
-	r, err := scanRun(d.q.QueryRowContext(ctx, `SELECT `+runCols+` FROM runs WHERE id = ? AND user_id = ?`, id, userID))
-	return r, notFound(err, "Run")
+func (r Reads) FindRun(ctx context.Context, userID int64, id string) (*spec.Run, error) {
+	run, err := scanRun(r.c.QueryRow(ctx, `SELECT `+RunColumns+` FROM runs WHERE id = ? AND user_id = ?`, id, userID))
+	return run, notFound(err, "Run")
 }
 
 // FindRunByID returns the run whoever owns it (engine use only).
-func (d *DB) FindRunByID(ctx context.Context, id string) (*spec.Run, error) {
-	r, err := scanRun(d.reader.QueryRowContext(ctx, `SELECT `+runCols+` FROM runs WHERE id = ?`, id))
-	return r, notFound(err, "Run")
+func (r Reads) FindRunByID(ctx context.Context, id string) (*spec.Run, error) {
+	run, err := scanRun(r.c.QueryRow(ctx, `SELECT `+RunColumns+` FROM runs WHERE id = ?`, id))
+	return run, notFound(err, "Run")
 }
 
-func (d reads) checkRunOwner(ctx context.Context, userID int64, runID string) error {
+func (r Reads) checkRunOwner(ctx context.Context, userID int64, runID string) error {
 	var n int
-	err := d.q.QueryRowContext(ctx, `SELECT 1 FROM runs WHERE id = ? AND user_id = ?`, runID, userID).Scan(&n)
+	err := r.c.QueryRow(ctx, `SELECT 1 FROM runs WHERE id = ? AND user_id = ?`, runID, userID).Scan(&n)
 	return notFound(err, "Run")
 }
 
@@ -212,7 +232,7 @@ func sortKey(sort string) (runSortKey, bool) {
 // f.Sort's order (ties broken by id) with keyset paging, so that a page
 // costs the same after thousands of runs. A bad cursor or sort is
 // EINVALID on its field.
-func (d reads) ListRuns(ctx context.Context, userID int64, f spec.RunFilter) (*spec.RunPage, error) {
+func (r Reads) ListRuns(ctx context.Context, userID int64, f spec.RunFilter) (*spec.RunPage, error) {
 	if f.Limit <= 0 {
 		f.Limit = 50
 	}
@@ -244,10 +264,8 @@ func (d reads) ListRuns(ctx context.Context, userID int64, f spec.RunFilter) (*s
 	if !f.CreatedBefore.IsZero() {
 		add("created_at < ?", f.CreatedBefore.UnixMilli())
 	}
-	if q := ftsQuery(f.Query); q != "" {
-		add(`(rowid IN (SELECT rowid FROM runs_fts WHERE runs_fts MATCH ?)
-			OR id IN (SELECT d.run_id FROM documents_fts JOIN documents d ON d.rowid = documents_fts.rowid
-				WHERE documents_fts MATCH ? AND d.user_id = ?))`, q, q, userID)
+	if cond, a := r.d.Search.RunMatch(f.Query, userID); cond != "" {
+		add(cond, a...)
 	}
 	if f.Tag != "" {
 		add("id IN (SELECT run_id FROM run_tags WHERE user_id = ? AND tag = ?)", userID, f.Tag)
@@ -273,7 +291,7 @@ func (d reads) ListRuns(ctx context.Context, userID int64, f spec.RunFilter) (*s
 		dir = "DESC"
 	}
 	args = append(args, f.Limit+1)
-	rows, err := d.q.QueryContext(ctx, `SELECT `+runCols+`, cost_usd FROM runs WHERE `+strings.Join(where, " AND ")+
+	rows, err := r.c.Query(ctx, `SELECT `+RunColumns+`, cost_usd FROM runs WHERE `+strings.Join(where, " AND ")+
 		` ORDER BY `+key.col+` `+dir+`, id `+dir+` LIMIT ?`, args...)
 	if err != nil {
 		return nil, err
@@ -283,11 +301,11 @@ func (d reads) ListRuns(ctx context.Context, userID int64, f spec.RunFilter) (*s
 	var costs []float64
 	for rows.Next() {
 		var cost float64
-		r, err := scanRun(withExtra{rows, &cost})
+		run, err := scanRun(withExtra{rows, &cost})
 		if err != nil {
 			return nil, err
 		}
-		page.Runs = append(page.Runs, r)
+		page.Runs = append(page.Runs, run)
 		costs = append(costs, cost)
 	}
 	if err := rows.Err(); err != nil {
@@ -307,26 +325,68 @@ func (d reads) ListRuns(ctx context.Context, userID int64, f spec.RunFilter) (*s
 	return page, nil
 }
 
-// withExtra scans a run row followed by one more column.
+// withExtra scans a row followed by one more column.
 type withExtra struct {
-	rows  *sql.Rows
+	row   Row
 	extra any
 }
 
-func (w withExtra) Scan(dest ...any) error { return w.rows.Scan(append(dest, w.extra)...) }
+func (w withExtra) Scan(dest ...any) error { return w.row.Scan(append(dest, w.extra)...) }
+
+// ListReports returns the user's runs that have a report, most recently
+// finished first, one page at a time. The cursor is opaque.
+func (r Reads) ListReports(ctx context.Context, userID int64, cursor string, limit int) (*spec.RunPage, error) {
+	if limit <= 0 || limit > 200 {
+		limit = 50
+	}
+	where := []string{"user_id = ?", "report IS NOT NULL", "report <> ''", "report <> 'null'"}
+	args := []any{userID}
+	if cursor != "" {
+		at, id, ok := strings.Cut(cursor, "_")
+		atMS, err := strconv.ParseInt(at, 10, 64)
+		if !ok || err != nil || id == "" {
+			return nil, spec.FieldError("cursor", "Invalid cursor.")
+		}
+		where = append(where, "(COALESCE(completed_at, updated_at) < ? OR (COALESCE(completed_at, updated_at) = ? AND id < ?))")
+		args = append(args, atMS, atMS, id)
+	}
+	args = append(args, limit+1)
+	runs, err := scanRuns(r.c.Query(ctx, `SELECT `+RunColumns+` FROM runs WHERE `+strings.Join(where, " AND ")+
+		` ORDER BY COALESCE(completed_at, updated_at) DESC, id DESC LIMIT ?`, args...))
+	if err != nil {
+		return nil, err
+	}
+	page := &spec.RunPage{Runs: runs}
+	if len(page.Runs) > limit {
+		page.Runs = page.Runs[:limit]
+		last := page.Runs[len(page.Runs)-1]
+		at := last.CompletedAt
+		if at.IsZero() {
+			at = last.UpdatedAt
+		}
+		page.NextCursor = fmt.Sprintf("%d_%s", at.UnixMilli(), last.ID)
+	}
+	return page, nil
+}
+
+// ListChildRuns returns the user's follow-up runs of parentID, oldest first.
+func (r Reads) ListChildRuns(ctx context.Context, userID int64, parentID string) ([]*spec.Run, error) {
+	return scanRuns(r.c.Query(ctx, `SELECT `+RunColumns+` FROM runs WHERE user_id = ? AND parent_run_id = ?
+		ORDER BY created_at, id LIMIT 50`, userID, parentID))
+}
 
 // CountRunsByStatus returns the user's run count per status.
-func (d reads) CountRunsByStatus(ctx context.Context, userID int64) (map[string]int, error) {
-	return d.countByStatus(ctx, `SELECT status, COUNT(*) FROM runs WHERE user_id = ? GROUP BY status`, userID)
+func (r Reads) CountRunsByStatus(ctx context.Context, userID int64) (map[string]int, error) {
+	return r.countByStatus(ctx, `SELECT status, COUNT(*) FROM runs WHERE user_id = ? GROUP BY status`, userID)
 }
 
 // CountAllRunsByStatus returns the run count per status over all users.
-func (d *DB) CountAllRunsByStatus(ctx context.Context) (map[string]int, error) {
-	return d.countByStatus(ctx, `SELECT status, COUNT(*) FROM runs GROUP BY status`)
+func (r Reads) CountAllRunsByStatus(ctx context.Context) (map[string]int, error) {
+	return r.countByStatus(ctx, `SELECT status, COUNT(*) FROM runs GROUP BY status`)
 }
 
-func (d reads) countByStatus(ctx context.Context, query string, args ...any) (map[string]int, error) {
-	rows, err := d.q.QueryContext(ctx, query, args...)
+func (r Reads) countByStatus(ctx context.Context, query string, args ...any) (map[string]int, error) {
+	rows, err := r.c.Query(ctx, query, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -344,22 +404,26 @@ func (d reads) countByStatus(ctx context.Context, query string, args ...any) (ma
 }
 
 // LockUserSlots locks the user's run slots until the transaction ends, so
-// two promotions cannot both take the last free slot. SQLite needs nothing:
-// write transactions are serialised (BEGIN IMMEDIATE on one connection). A
-// store with concurrent writers locks the user's row here.
-func (tx *Tx) LockUserSlots(ctx context.Context, userID int64) error { return nil }
+// two promotions cannot both take the last free slot. Where write
+// transactions are serialised anyway (SQLite) it does nothing.
+func (tx *Tx) LockUserSlots(ctx context.Context, userID int64) error {
+	if tx.d.LockUserSlots == nil {
+		return nil
+	}
+	return tx.d.LockUserSlots(ctx, tx.c, userID)
+}
 
 // CountRunning returns how many of the user's runs are running, inside tx.
 func (tx *Tx) CountRunning(ctx context.Context, userID int64) (int, error) {
 	var n int
-	err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM runs WHERE user_id = ? AND status = 'running'`, userID).Scan(&n)
+	err := tx.c.QueryRow(ctx, `SELECT COUNT(*) FROM runs WHERE user_id = ? AND status = 'running'`, userID).Scan(&n)
 	return n, err
 }
 
 // QueuedUsers returns the ids of users with queued runs, in the order of
 // their oldest queued run.
 func (tx *Tx) QueuedUsers(ctx context.Context) ([]int64, error) {
-	rows, err := tx.QueryContext(ctx, `SELECT user_id FROM runs WHERE status = 'queued'
+	rows, err := tx.c.Query(ctx, `SELECT user_id FROM runs WHERE status = 'queued'
 		GROUP BY user_id ORDER BY MIN(created_at), MIN(id)`)
 	if err != nil {
 		return nil, err
@@ -378,41 +442,65 @@ func (tx *Tx) QueuedUsers(ctx context.Context) ([]int64, error) {
 
 // OldestQueued returns up to n of the user's queued runs, oldest first.
 func (tx *Tx) OldestQueued(ctx context.Context, userID int64, n int) ([]*spec.Run, error) {
-	rows, err := tx.QueryContext(ctx, `SELECT `+runCols+` FROM runs WHERE user_id = ? AND status = 'queued'
-		ORDER BY created_at, id LIMIT ?`, userID, n)
-	if err != nil {
-		return nil, err
-	}
-	return scanRuns(rows)
-}
-
-// scanRuns reads every run of rows and closes them.
-func scanRuns(rows *sql.Rows) ([]*spec.Run, error) {
-	defer rows.Close()
-	var out []*spec.Run
-	for rows.Next() {
-		r, err := scanRun(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, r)
-	}
-	return out, rows.Err()
+	return scanRuns(tx.c.Query(ctx, `SELECT `+RunColumns+` FROM runs WHERE user_id = ? AND status = 'queued'
+		ORDER BY created_at, id LIMIT ?`, userID, n))
 }
 
 // RenewLease extends the lease of a running run held by owner. It reports
 // false when the run is no longer running under that owner.
-func (d *DB) RenewLease(ctx context.Context, runID, owner string, until time.Time) (bool, error) {
+func (s Store) RenewLease(ctx context.Context, runID, owner string, until time.Time) (bool, error) {
+	return s.changedOne(ctx, `UPDATE runs SET lease_until = ? WHERE id = ? AND lease_owner = ? AND status = 'running'`,
+		until.UnixMilli(), runID, owner)
+}
+
+// RenewAttemptLease extends the lease of a running run held by owner while
+// (iteration, attempt) is still the run's current attempt. It reports
+// false when the run moved on (recovered, canceled, finished): an attempt
+// that is not current never extends the lease of the one that replaced it.
+func (s Store) RenewAttemptLease(ctx context.Context, runID, owner string, iteration, attempt int, until time.Time) (bool, error) {
+	return s.changedOne(ctx, `UPDATE runs SET lease_until = ? WHERE id = ? AND lease_owner = ? AND status = 'running'
+		AND iteration = ? AND attempt = ?`, until.UnixMilli(), runID, owner, iteration, attempt)
+}
+
+// changedOne runs a one-statement write and reports whether it changed a
+// row.
+func (s Store) changedOne(ctx context.Context, query string, args ...any) (bool, error) {
 	var ok bool
-	err := d.WriteTx(ctx, func(tx *Tx) error {
-		res, err := tx.ExecContext(ctx, `UPDATE runs SET lease_until = ? WHERE id = ? AND lease_owner = ? AND status = 'running'`,
-			until.UnixMilli(), runID, owner)
-		if err != nil {
-			return err
-		}
-		n, _ := res.RowsAffected()
+	err := s.write(ctx, func(tx *Tx) error {
+		n, err := tx.c.Exec(ctx, query, args...)
 		ok = n == 1
-		return nil
+		return err
 	})
 	return ok, err
+}
+
+// RunningRuns returns the runs in status running with their lease owner and
+// lease end.
+func (r Reads) RunningRuns(ctx context.Context) ([]spec.RunLease, error) {
+	rows, err := r.c.Query(ctx, `SELECT id, COALESCE(lease_owner, ''), COALESCE(lease_until, 0) FROM runs
+		WHERE status = 'running' ORDER BY id`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []spec.RunLease
+	for rows.Next() {
+		var l spec.RunLease
+		var until int64
+		if err := rows.Scan(&l.RunID, &l.Owner, &until); err != nil {
+			return nil, err
+		}
+		if until > 0 {
+			l.Until = msTime(until)
+		}
+		out = append(out, l)
+	}
+	return out, rows.Err()
+}
+
+// QueueDepth returns how many iterate jobs wait to be worked.
+func (r Reads) QueueDepth(ctx context.Context) (int, error) {
+	var n int
+	err := r.c.QueryRow(ctx, `SELECT COUNT(*) FROM river_job WHERE state IN ('available', 'retryable', 'scheduled')`).Scan(&n)
+	return n, err
 }

@@ -1,9 +1,10 @@
-package db
+package sqlstore
 
 import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -13,7 +14,7 @@ import (
 
 const transcriptInfoCols = `run_id, iteration, lines, bytes, dropped_bytes, dropped_lines, cap_bytes`
 
-func scanTranscriptInfo(s rowScanner) (*spec.TranscriptInfo, error) {
+func scanTranscriptInfo(s Row) (*spec.TranscriptInfo, error) {
 	var t spec.TranscriptInfo
 	err := s.Scan(&t.RunID, &t.Iteration, &t.Lines, &t.Bytes, &t.DroppedBytes, &t.DroppedLines, &t.CapBytes)
 	return &t, err
@@ -27,34 +28,36 @@ func scanTranscriptInfo(s rowScanner) (*spec.TranscriptInfo, error) {
 // itself once the cap was reached. It fills in the stored lines' Seq, RunID,
 // Iteration and CreatedAt and returns them with the updated info.
 func (tx *Tx) AppendTranscript(ctx context.Context, runID string, iteration int, capBytes int64, lines []*spec.TranscriptLine, dropped int64) ([]*spec.TranscriptLine, *spec.TranscriptInfo, error) {
-	info, err := scanTranscriptInfo(tx.QueryRowContext(ctx, `SELECT `+transcriptInfoCols+` FROM transcripts
-		WHERE run_id = ? AND iteration = ?`, runID, iteration))
-	if err == sql.ErrNoRows {
-		info = &spec.TranscriptInfo{RunID: runID, Iteration: iteration}
-	} else if err != nil {
-		return nil, nil, fmt.Errorf("load transcript info: %w", err)
+	// The iteration's info row is locked first (where several processes
+	// write), so appends from concurrent transactions number their lines
+	// one after the other.
+	if _, err := tx.c.Exec(ctx, `INSERT INTO transcripts (run_id, iteration, updated_at) VALUES (?, ?, ?)
+		ON CONFLICT (run_id, iteration) DO NOTHING`, runID, iteration, tx.now.UnixMilli()); err != nil {
+		return nil, nil, fmt.Errorf("create transcript info: %w", err)
+	}
+	info, err := scanTranscriptInfo(tx.c.QueryRow(ctx, `SELECT `+transcriptInfoCols+` FROM transcripts
+		WHERE run_id = ? AND iteration = ?`+tx.d.ForUpdate, runID, iteration))
+	if err != nil {
+		return nil, nil, fmt.Errorf("read transcript info: %w", err)
 	}
 	info.CapBytes = capBytes
 	info.DroppedBytes += dropped
-	info.RunID, info.Iteration = runID, iteration
 	var next int64
-	if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(seq), 0) + 1 FROM transcript_lines WHERE run_id = ? AND iteration = ?`,
+	if err := tx.c.QueryRow(ctx, `SELECT COALESCE(MAX(seq), 0) + 1 FROM transcript_lines WHERE run_id = ? AND iteration = ?`,
 		runID, iteration).Scan(&next); err != nil {
 		return nil, nil, fmt.Errorf("load transcript seq: %w", err)
 	}
 	kept := spec.CapTranscript(info, lines, next, tx.now)
 	for _, l := range kept {
 		data, _ := jsonOrNil(l.Data)
-		if _, err := tx.ExecContext(ctx, `INSERT INTO transcript_lines (run_id, iteration, seq, attempt, kind, name, role, text, data, created_at)
+		if _, err := tx.c.Exec(ctx, `INSERT INTO transcript_lines (run_id, iteration, seq, attempt, kind, name, role, text, data, created_at)
 			VALUES (?,?,?,?,?,?,?,?,?,?)`, runID, iteration, l.Seq, l.Attempt, l.Kind, l.Name, l.Role, l.Text, data, tx.now.UnixMilli()); err != nil {
 			return nil, nil, fmt.Errorf("insert transcript line: %w", err)
 		}
 	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO transcripts (`+transcriptInfoCols+`, updated_at) VALUES (?,?,?,?,?,?,?,?)
-		ON CONFLICT (run_id, iteration) DO UPDATE SET lines=excluded.lines, bytes=excluded.bytes,
-		dropped_bytes=excluded.dropped_bytes, dropped_lines=excluded.dropped_lines, cap_bytes=excluded.cap_bytes,
-		updated_at=excluded.updated_at`, runID, iteration, info.Lines, info.Bytes, info.DroppedBytes, info.DroppedLines,
-		info.CapBytes, tx.now.UnixMilli()); err != nil {
+	if _, err := tx.c.Exec(ctx, `UPDATE transcripts SET lines = ?, bytes = ?, dropped_bytes = ?, dropped_lines = ?,
+		cap_bytes = ?, updated_at = ? WHERE run_id = ? AND iteration = ?`, info.Lines, info.Bytes,
+		info.DroppedBytes, info.DroppedLines, info.CapBytes, tx.now.UnixMilli(), runID, iteration); err != nil {
 		return nil, nil, fmt.Errorf("update transcript info: %w", err)
 	}
 	return kept, info, nil
@@ -64,23 +67,23 @@ func (tx *Tx) AppendTranscript(ctx context.Context, runID string, iteration int,
 // afterSeq, at most limit of them (all when limit <= 0), read in one
 // transaction. A run of another user is ENOTFOUND; an iteration without a
 // transcript has an empty one.
-func (d reads) FindTranscript(ctx context.Context, userID int64, runID string, iteration int, afterSeq int64, limit int) (*spec.Transcript, error) {
-	rtx, done, err := d.begin(ctx)
+func (r Reads) FindTranscript(ctx context.Context, userID int64, runID string, iteration int, afterSeq int64, limit int) (*spec.Transcript, error) {
+	rtx, done, err := r.snapshot(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer done()
 	var n int
-	if err := rtx.QueryRowContext(ctx, `SELECT 1 FROM runs WHERE id = ? AND user_id = ?`, runID, userID).Scan(&n); err != nil {
+	if err := rtx.QueryRow(ctx, `SELECT 1 FROM runs WHERE id = ? AND user_id = ?`, runID, userID).Scan(&n); err != nil {
 		return nil, notFound(err, "Run")
 	}
 	t := &spec.Transcript{Info: spec.TranscriptInfo{RunID: runID, Iteration: iteration}}
-	info, err := scanTranscriptInfo(rtx.QueryRowContext(ctx, `SELECT `+transcriptInfoCols+` FROM transcripts
+	info, err := scanTranscriptInfo(rtx.QueryRow(ctx, `SELECT `+transcriptInfoCols+` FROM transcripts
 		WHERE run_id = ? AND iteration = ?`, runID, iteration))
 	switch {
 	case err == nil:
 		t.Info = *info
-	case err != sql.ErrNoRows:
+	case !errors.Is(err, sql.ErrNoRows):
 		return nil, err
 	}
 	q := `SELECT iteration, seq, attempt, kind, name, role, text, data, created_at FROM transcript_lines
@@ -90,7 +93,7 @@ func (d reads) FindTranscript(ctx context.Context, userID int64, runID string, i
 		q += ` LIMIT ?`
 		args = append(args, limit+1)
 	}
-	rows, err := rtx.QueryContext(ctx, q, args...)
+	rows, err := rtx.Query(ctx, q, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -119,8 +122,8 @@ func (d reads) FindTranscript(ctx context.Context, userID int64, runID string, i
 
 // transcriptInfos returns the transcript info of the run's iterations in
 // [from, to], keyed by iteration.
-func transcriptInfos(ctx context.Context, q queryer, runID string, from, to int) (map[int]*spec.TranscriptInfo, error) {
-	rows, err := q.QueryContext(ctx, `SELECT `+transcriptInfoCols+` FROM transcripts
+func transcriptInfos(ctx context.Context, q Conn, runID string, from, to int) (map[int]*spec.TranscriptInfo, error) {
+	rows, err := q.Query(ctx, `SELECT `+transcriptInfoCols+` FROM transcripts
 		WHERE run_id = ? AND iteration BETWEEN ? AND ?`, runID, from, to)
 	if err != nil {
 		return nil, err
@@ -137,23 +140,17 @@ func transcriptInfos(ctx context.Context, q queryer, runID string, from, to int)
 	return out, rows.Err()
 }
 
-// queryer is what both *sql.Tx and *sql.DB offer for reads.
-type queryer interface {
-	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
-	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
-}
-
 // PageIterations returns one page of the user's run's iterations, oldest
 // first, or newest first when desc is set, read in one transaction. The
 // cursor is the previous page's NextCursor. A run of another user is
 // ENOTFOUND; a bad cursor is EINVALID on field cursor.
-func (d reads) PageIterations(ctx context.Context, userID int64, runID, cursor string, limit int, desc bool) (*spec.IterationPage, error) {
+func (r Reads) PageIterations(ctx context.Context, userID int64, runID, cursor string, limit int, desc bool) (*spec.IterationPage, error) {
 	if limit <= 0 || limit > 200 {
 		limit = 50
 	}
 	after := 0
 	if desc {
-		after = 1 << 62
+		after = 1 << 30 // iteration is a 32-bit column
 	}
 	if cursor != "" {
 		n, err := spec.ParseIterationCursor(cursor)
@@ -162,20 +159,20 @@ func (d reads) PageIterations(ctx context.Context, userID int64, runID, cursor s
 		}
 		after = n
 	}
-	rtx, done, err := d.begin(ctx)
+	rtx, done, err := r.snapshot(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer done()
 	var one int
-	if err := rtx.QueryRowContext(ctx, `SELECT 1 FROM runs WHERE id = ? AND user_id = ?`, runID, userID).Scan(&one); err != nil {
+	if err := rtx.QueryRow(ctx, `SELECT 1 FROM runs WHERE id = ? AND user_id = ?`, runID, userID).Scan(&one); err != nil {
 		return nil, notFound(err, "Run")
 	}
 	q := `SELECT ` + iterCols + ` FROM iterations WHERE run_id = ? AND iteration > ? ORDER BY iteration LIMIT ?`
 	if desc {
 		q = `SELECT ` + iterCols + ` FROM iterations WHERE run_id = ? AND iteration < ? ORDER BY iteration DESC LIMIT ?`
 	}
-	rows, err := rtx.QueryContext(ctx, q, runID, after, limit+1)
+	rows, err := rtx.Query(ctx, q, runID, after, limit+1)
 	if err != nil {
 		return nil, err
 	}
@@ -203,13 +200,13 @@ func (d reads) PageIterations(ctx context.Context, userID int64, runID, cursor s
 // SearchTranscripts returns up to limit lines of the user's run's
 // transcripts whose text contains q (case-insensitive for ASCII), oldest
 // first. A run of another user is ENOTFOUND.
-func (d *DB) SearchTranscripts(ctx context.Context, userID int64, runID, q string, limit int) ([]*spec.TranscriptLine, error) {
-	if err := d.checkRunOwner(ctx, userID, runID); err != nil {
+func (r Reads) SearchTranscripts(ctx context.Context, userID int64, runID, q string, limit int) ([]*spec.TranscriptLine, error) {
+	if err := r.checkRunOwner(ctx, userID, runID); err != nil {
 		return nil, err
 	}
 	esc := strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`).Replace(q)
-	rows, err := d.reader.QueryContext(ctx, `SELECT iteration, seq, attempt, kind, name, role, text, created_at FROM transcript_lines
-		WHERE run_id = ? AND (text LIKE ? ESCAPE '\' OR name LIKE ? ESCAPE '\') ORDER BY iteration, seq LIMIT ?`,
+	rows, err := r.c.Query(ctx, `SELECT iteration, seq, attempt, kind, name, role, text, created_at FROM transcript_lines
+		WHERE run_id = ? AND (text `+r.d.Search.ILike()+` ? ESCAPE '\' OR name `+r.d.Search.ILike()+` ? ESCAPE '\') ORDER BY iteration, seq LIMIT ?`,
 		runID, "%"+esc+"%", "%"+esc+"%", limit)
 	if err != nil {
 		return nil, err
@@ -227,24 +224,3 @@ func (d *DB) SearchTranscripts(ctx context.Context, userID int64, runID, q strin
 	}
 	return out, rows.Err()
 }
-
-// ListRunActions returns the run's action events (ActionEventTypes) created
-// at or after since, in order, at most 2,000. The caller must have checked
-// ownership.
-func (d reads) ListRunActions(ctx context.Context, runID string, since time.Time) ([]*spec.Event, error) {
-	rows, err := d.q.QueryContext(ctx, runActionsQuery, runID, since.UnixMilli())
-	if err != nil {
-		return nil, err
-	}
-	return scanEvents(rows)
-}
-
-// actionPredicate is the predicate of the partial index events_run_actions
-// (migration 0032), verbatim: SQLite uses a partial index only for a query
-// that repeats its predicate.
-const actionPredicate = `type = 'iteration_started' OR type = 'run_waiting_on_user'
-	OR type = 'user_response' OR type = 'message_queued' OR type = 'run_stopped' OR type = 'run_stalled'
-	OR type = 'run_continued' OR type = 'run_canceled' OR type = 'run_recovered' OR type = 'run_completed' OR type = 'run_failed'`
-
-const runActionsQuery = `SELECT ` + eventCols + ` FROM events
-	WHERE run_id = ? AND (` + actionPredicate + `) AND created_at >= ? ORDER BY seq LIMIT 2000`

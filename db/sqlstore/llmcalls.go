@@ -1,27 +1,25 @@
-package db
+package sqlstore
 
 import (
 	"context"
-	"database/sql"
 	"homework/engine/spec"
-	"time"
 )
 
 // InsertLLMCall stores a call's usage.
 func (tx *Tx) InsertLLMCall(ctx context.Context, c *spec.LLMCall) error {
 	c.CreatedAt = tx.now
-	return tx.QueryRowContext(ctx, `INSERT INTO llm_calls (run_id, iteration, role, model, prompt_tokens, completion_tokens,
+	return tx.c.QueryRow(ctx, `INSERT INTO llm_calls (run_id, iteration, role, model, prompt_tokens, completion_tokens,
 		cost_usd, priced, latency_ms, error, created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?) RETURNING id`,
 		c.RunID, c.Iteration, c.Role, c.Model, c.PromptTokens, c.CompletionTokens, c.CostUSD, c.Priced, c.LatencyMS,
 		c.Error, tx.now.UnixMilli()).Scan(&c.ID)
 }
 
 // ListLLMCalls returns the user's run's model calls in order.
-func (d *DB) ListLLMCalls(ctx context.Context, userID int64, runID string) ([]*spec.LLMCall, error) {
-	if err := d.checkRunOwner(ctx, userID, runID); err != nil {
+func (r Reads) ListLLMCalls(ctx context.Context, userID int64, runID string) ([]*spec.LLMCall, error) {
+	if err := r.checkRunOwner(ctx, userID, runID); err != nil {
 		return nil, err
 	}
-	rows, err := d.reader.QueryContext(ctx, `SELECT id, run_id, iteration, role, model, prompt_tokens, completion_tokens,
+	rows, err := r.c.Query(ctx, `SELECT id, run_id, iteration, role, model, prompt_tokens, completion_tokens,
 		cost_usd, priced, latency_ms, error, created_at FROM llm_calls WHERE run_id = ? ORDER BY id`, runID)
 	if err != nil {
 		return nil, err
@@ -35,7 +33,7 @@ func (d *DB) ListLLMCalls(ctx context.Context, userID int64, runID string) ([]*s
 			&c.CostUSD, &c.Priced, &c.LatencyMS, &c.Error, &created); err != nil {
 			return nil, err
 		}
-		c.CreatedAt = time.UnixMilli(created).UTC()
+		c.CreatedAt = msTime(created)
 		out = append(out, &c)
 	}
 	return out, rows.Err()
@@ -46,7 +44,7 @@ const sumLLMCallsSQL = `SELECT model, prompt_tokens, completion_tokens, cost_usd
 
 // SumLLMCalls returns the usage of the run's calls made in iteration.
 func (tx *Tx) SumLLMCalls(ctx context.Context, runID string, iteration int) (spec.Metrics, error) {
-	rows, err := tx.QueryContext(ctx, sumLLMCallsSQL, runID, iteration)
+	rows, err := tx.c.Query(ctx, sumLLMCallsSQL, runID, iteration)
 	if err != nil {
 		return spec.Metrics{}, err
 	}
@@ -55,15 +53,15 @@ func (tx *Tx) SumLLMCalls(ctx context.Context, runID string, iteration int) (spe
 
 // SumLLMCalls returns the usage of the run's calls made in iteration, read
 // from the reader pool.
-func (d *DB) SumLLMCalls(ctx context.Context, runID string, iteration int) (spec.Metrics, error) {
-	rows, err := d.reader.QueryContext(ctx, sumLLMCallsSQL, runID, iteration)
+func (r Reads) SumLLMCalls(ctx context.Context, runID string, iteration int) (spec.Metrics, error) {
+	rows, err := r.c.Query(ctx, sumLLMCallsSQL, runID, iteration)
 	if err != nil {
 		return spec.Metrics{}, err
 	}
 	return sumCalls(rows)
 }
 
-func sumCalls(rows *sql.Rows) (spec.Metrics, error) {
+func sumCalls(rows Rows) (spec.Metrics, error) {
 	defer rows.Close()
 	var m spec.Metrics
 	for rows.Next() {

@@ -1,4 +1,4 @@
-package db
+package sqlstore
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 // are already validated (engine.NormalizeTags).
 func (tx *Tx) InsertRunTags(ctx context.Context, runID string, userID int64, tags []string) error {
 	for _, t := range tags {
-		if _, err := tx.ExecContext(ctx, `INSERT OR IGNORE INTO run_tags (run_id, user_id, tag) VALUES (?, ?, ?)`, runID, userID, t); err != nil {
+		if _, err := tx.c.Exec(ctx, `INSERT INTO run_tags (run_id, user_id, tag) VALUES (?, ?, ?) ON CONFLICT DO NOTHING`, runID, userID, t); err != nil {
 			return fmt.Errorf("insert run tag: %w", err)
 		}
 	}
@@ -19,8 +19,8 @@ func (tx *Tx) InsertRunTags(ctx context.Context, runID string, userID int64, tag
 
 // ListUserTags returns every tag on the user's runs with its run count,
 // most used first.
-func (d reads) ListUserTags(ctx context.Context, userID int64) ([]spec.TagCount, error) {
-	rows, err := d.q.QueryContext(ctx, `SELECT tag, COUNT(*) FROM run_tags WHERE user_id = ?
+func (r Reads) ListUserTags(ctx context.Context, userID int64) ([]spec.TagCount, error) {
+	rows, err := r.c.Query(ctx, `SELECT tag, COUNT(*) FROM run_tags WHERE user_id = ?
 		GROUP BY tag ORDER BY COUNT(*) DESC, tag LIMIT 200`, userID)
 	if err != nil {
 		return nil, err

@@ -1,17 +1,15 @@
-package db
+package sqlstore
 
 import (
 	"context"
-	"database/sql"
 	"homework/engine/spec"
-	"time"
 
 	"github.com/google/uuid"
 )
 
 const taskCols = `id, run_id, title, detail, status, passes, position, created_at, updated_at`
 
-func scanTasks(rows *sql.Rows) ([]*spec.Task, error) {
+func scanTasks(rows Rows) ([]*spec.Task, error) {
 	defer rows.Close()
 	var out []*spec.Task
 	for rows.Next() {
@@ -20,7 +18,7 @@ func scanTasks(rows *sql.Rows) ([]*spec.Task, error) {
 		if err := rows.Scan(&t.ID, &t.RunID, &t.Title, &t.Detail, &t.Status, &t.Passes, &t.Position, &created, &updated); err != nil {
 			return nil, err
 		}
-		t.CreatedAt, t.UpdatedAt = time.UnixMilli(created).UTC(), time.UnixMilli(updated).UTC()
+		t.CreatedAt, t.UpdatedAt = msTime(created), msTime(updated)
 		out = append(out, &t)
 	}
 	return out, rows.Err()
@@ -35,7 +33,7 @@ func (tx *Tx) InsertTask(ctx context.Context, t *spec.Task) error {
 		t.Status = spec.TaskTodo
 	}
 	t.CreatedAt, t.UpdatedAt = tx.now, tx.now
-	err := tx.QueryRowContext(ctx, `INSERT INTO tasks (`+taskCols+`)
+	err := tx.c.QueryRow(ctx, `INSERT INTO tasks (`+taskCols+`)
 		VALUES (?, ?, ?, ?, ?, ?, (SELECT COALESCE(MAX(position), 0) + 1 FROM tasks WHERE run_id = ?), ?, ?) RETURNING position`,
 		t.ID, t.RunID, t.Title, t.Detail, t.Status, t.Passes, t.RunID, tx.now.UnixMilli(), tx.now.UnixMilli()).Scan(&t.Position)
 	return err
@@ -44,12 +42,12 @@ func (tx *Tx) InsertTask(ctx context.Context, t *spec.Task) error {
 // UpdateTask writes a task's title, detail, status and passes.
 func (tx *Tx) UpdateTask(ctx context.Context, t *spec.Task) error {
 	t.UpdatedAt = tx.now
-	res, err := tx.ExecContext(ctx, `UPDATE tasks SET title=?, detail=?, status=?, passes=?, updated_at=? WHERE id=? AND run_id=?`,
+	n, err := tx.c.Exec(ctx, `UPDATE tasks SET title=?, detail=?, status=?, passes=?, updated_at=? WHERE id=? AND run_id=?`,
 		t.Title, t.Detail, t.Status, t.Passes, tx.now.UnixMilli(), t.ID, t.RunID)
 	if err != nil {
 		return err
 	}
-	if n, _ := res.RowsAffected(); n == 0 {
+	if n == 0 {
 		return spec.Errorf(spec.ENOTFOUND, "Task not found.")
 	}
 	return nil
@@ -57,7 +55,7 @@ func (tx *Tx) UpdateTask(ctx context.Context, t *spec.Task) error {
 
 // ListTasks returns the run's checklist in order, inside tx.
 func (tx *Tx) ListTasks(ctx context.Context, runID string) ([]*spec.Task, error) {
-	rows, err := tx.QueryContext(ctx, `SELECT `+taskCols+` FROM tasks WHERE run_id = ? ORDER BY position`, runID)
+	rows, err := tx.c.Query(ctx, `SELECT `+taskCols+` FROM tasks WHERE run_id = ? ORDER BY position`, runID)
 	if err != nil {
 		return nil, err
 	}
@@ -65,11 +63,11 @@ func (tx *Tx) ListTasks(ctx context.Context, runID string) ([]*spec.Task, error)
 }
 
 // ListTasks returns the user's run's checklist in order.
-func (d reads) ListTasks(ctx context.Context, userID int64, runID string) ([]*spec.Task, error) {
-	if err := d.checkRunOwner(ctx, userID, runID); err != nil {
+func (r Reads) ListTasks(ctx context.Context, userID int64, runID string) ([]*spec.Task, error) {
+	if err := r.checkRunOwner(ctx, userID, runID); err != nil {
 		return nil, err
 	}
-	rows, err := d.q.QueryContext(ctx, `SELECT `+taskCols+` FROM tasks WHERE run_id = ? ORDER BY position`, runID)
+	rows, err := r.c.Query(ctx, `SELECT `+taskCols+` FROM tasks WHERE run_id = ? ORDER BY position`, runID)
 	if err != nil {
 		return nil, err
 	}

@@ -1,9 +1,7 @@
-package db
+package sqlstore
 
 import (
 	"context"
-	"database/sql"
-	"encoding/json"
 	"fmt"
 	"strings"
 
@@ -15,7 +13,7 @@ import (
 // metrics and stop-reason JSON, the tags, and whether a run_waiting_on_user
 // event exists (a partial index makes that one seek per run). Another
 // user's runs are never read.
-func (d reads) StatsRows(ctx context.Context, userID int64, f spec.StatsFilter) ([]spec.StatsRow, error) {
+func (r Reads) StatsRows(ctx context.Context, userID int64, f spec.StatsFilter) ([]spec.StatsRow, error) {
 	where := []string{"r.user_id = ?"}
 	args := []any{userID}
 	if !f.Since.IsZero() {
@@ -35,7 +33,7 @@ func (d reads) StatsRows(ctx context.Context, userID int64, f spec.StatsFilter) 
 		args = append(args, f.Mode)
 	}
 	if f.Model != "" {
-		where = append(where, "coalesce(json_extract(r.config, '$.model'), '') = ?")
+		where = append(where, "coalesce("+r.d.JSONField("r.config", "model")+", '') = ?")
 		args = append(args, f.Model)
 	}
 	if f.Tag != "" {
@@ -44,52 +42,43 @@ func (d reads) StatsRows(ctx context.Context, userID int64, f spec.StatsFilter) 
 	}
 	detail := "'', ''"
 	if f.Detail {
-		detail = "r.objective, coalesce(json_extract(r.config, '$.model'), '')"
+		detail = "r.objective, coalesce(" + r.d.JSONField("r.config", "model") + ", '')"
 	}
 	// The metrics and stop-reason JSON are decoded in Go: one pass over each
 	// document instead of one JSON parse per extracted field.
 	q := `SELECT r.id, r.created_at, ` + detail + `, r.executor, r.mode, r.status,
-		coalesce(r.stop_reason, ''), r.metrics,
+		coalesce(r.stop_type, ''), r.metrics,
 		EXISTS (SELECT 1 FROM events e WHERE e.run_id = r.id AND e.type = 'run_waiting_on_user'),
-		coalesce((SELECT group_concat(tag, ',') FROM run_tags t WHERE t.run_id = r.id), '')
+		coalesce((SELECT string_agg(tag, ',' ORDER BY tag) FROM run_tags t WHERE t.run_id = r.id), '')
 		FROM runs r WHERE ` + strings.Join(where, " AND ") + ` ORDER BY r.created_at, r.id`
 	if f.Limit > 0 {
 		q += " LIMIT ?"
 		args = append(args, f.Limit)
 	}
-	rows, err := d.q.QueryContext(ctx, q, args...)
+	rows, err := r.c.Query(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("stats rows: %w", err)
 	}
 	defer rows.Close()
 	var out []spec.StatsRow
 	for rows.Next() {
-		var r spec.StatsRow
+		var row spec.StatsRow
 		var created int64
-		var tags, stop string
+		var tags string
 		var metrics []byte
-		if err := rows.Scan(&r.RunID, &created, &r.Objective, &r.Model, &r.Executor, &r.Mode, &r.Status, &stop,
-			&metrics, &r.Escalated, &tags); err != nil {
+		if err := rows.Scan(&row.RunID, &created, &row.Objective, &row.Model, &row.Executor, &row.Mode, &row.Status, &row.StopReason,
+			&metrics, &row.Escalated, &tags); err != nil {
 			return nil, fmt.Errorf("stats rows: %w", err)
 		}
 		var m statsMetrics
 		if err := scanMetrics(metrics, &m); err != nil {
-			return nil, fmt.Errorf("run %s metrics: %w", r.RunID, err)
+			return nil, fmt.Errorf("run %s metrics: %w", row.RunID, err)
 		}
-		r.Iterations, r.RunningMS, r.CostUSD, r.TokensTotal = m.Iterations, m.RunningMS, m.CostTotalUSD, m.TokensTotal
-		r.ToolCalls, r.FalseCompletionsBlocked = m.ToolCallsTotal, m.FalseCompletionsBlocked
-		if stop != "" {
-			var sr struct {
-				Type string `json:"type"`
-			}
-			if err := json.Unmarshal([]byte(stop), &sr); err != nil {
-				return nil, fmt.Errorf("run %s stop_reason: %w", r.RunID, err)
-			}
-			r.StopReason = sr.Type
-		}
-		r.CreatedAt = fromMS(sql.NullInt64{Int64: created, Valid: true})
-		r.Finish(tags)
-		out = append(out, r)
+		row.Iterations, row.RunningMS, row.CostUSD, row.TokensTotal = m.Iterations, m.RunningMS, m.CostTotalUSD, m.TokensTotal
+		row.ToolCalls, row.FalseCompletionsBlocked = m.ToolCallsTotal, m.FalseCompletionsBlocked
+		row.CreatedAt = msTime(created)
+		row.Finish(tags)
+		out = append(out, row)
 	}
 	return out, rows.Err()
 }

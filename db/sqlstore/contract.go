@@ -1,0 +1,5 @@
+package sqlstore
+
+import "homework/engine/spec"
+
+var _ spec.ReadStore = Reads{}

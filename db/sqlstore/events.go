@@ -1,0 +1,122 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"homework/engine/spec"
+)
+
+// MarshalEventData returns an event's data as JSON: {} for nil or empty.
+func MarshalEventData(data any) (json.RawMessage, error) {
+	switch v := data.(type) {
+	case nil:
+		return json.RawMessage(`{}`), nil
+	case json.RawMessage:
+		if len(v) == 0 {
+			return json.RawMessage(`{}`), nil
+		}
+		return v, nil
+	default:
+		b, err := json.Marshal(v)
+		if err != nil {
+			return nil, fmt.Errorf("marshal event data: %w", err)
+		}
+		return b, nil
+	}
+}
+
+// EventColumns are an event row's columns, in ScanEvents' order.
+const EventColumns = `id, run_id, user_id, seq, type, data, created_at`
+
+// ScanEvents reads every event of rows and closes them.
+func ScanEvents(rows Rows, err error) ([]*spec.Event, error) {
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*spec.Event
+	for rows.Next() {
+		var e spec.Event
+		var data string
+		var created int64
+		if err := rows.Scan(&e.ID, &e.RunID, &e.UserID, &e.Seq, &e.Type, &data, &created); err != nil {
+			return nil, err
+		}
+		e.Data = json.RawMessage(data)
+		e.CreatedAt = msTime(created)
+		out = append(out, &e)
+	}
+	return out, rows.Err()
+}
+
+// ListRunEvents returns up to limit events of the user's run with seq >
+// afterSeq, in seq order. Another user's run is ENOTFOUND.
+func (r Reads) ListRunEvents(ctx context.Context, userID int64, runID string, afterSeq int64, limit int) ([]*spec.Event, error) {
+	if err := r.checkRunOwner(ctx, userID, runID); err != nil {
+		return nil, err
+	}
+	if limit <= 0 {
+		limit = 1000
+	}
+	return ScanEvents(r.c.Query(ctx, `SELECT `+EventColumns+` FROM events
+		WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?`, runID, afterSeq, limit))
+}
+
+// ListRunEventsByType returns the run's events of the given types in seq
+// order, for building views without replaying everything. The caller must
+// have checked ownership.
+func (r Reads) ListRunEventsByType(ctx context.Context, runID string, types ...string) ([]*spec.Event, error) {
+	if len(types) == 0 {
+		return nil, nil
+	}
+	args := []any{runID}
+	for _, t := range types {
+		args = append(args, t)
+	}
+	return ScanEvents(r.c.Query(ctx, `SELECT `+EventColumns+` FROM events
+		WHERE run_id = ? AND type IN (`+placeholders(len(types))+`) ORDER BY seq`, args...))
+}
+
+// ListUserEvents returns up to limit events of all the user's runs with id >
+// afterID, in id order (the dashboard feed).
+func (r Reads) ListUserEvents(ctx context.Context, userID, afterID int64, limit int) ([]*spec.Event, error) {
+	if limit <= 0 {
+		limit = 1000
+	}
+	return ScanEvents(r.c.Query(ctx, `SELECT `+EventColumns+` FROM events
+		WHERE user_id = ? AND id > ? ORDER BY id LIMIT ?`, userID, afterID, limit))
+}
+
+// LastSeq returns the highest seq of the run's events (0 when none).
+func (r Reads) LastSeq(ctx context.Context, runID string) (int64, error) {
+	var n sql.NullInt64
+	err := r.c.QueryRow(ctx, `SELECT MAX(seq) FROM events WHERE run_id = ?`, runID).Scan(&n)
+	return n.Int64, err
+}
+
+// LastUserEventID returns the id of the newest event of the user's runs, or
+// 0. Pages start the dashboard feed after it.
+func (r Reads) LastUserEventID(ctx context.Context, userID int64) (int64, error) {
+	var id int64
+	err := r.c.QueryRow(ctx, `SELECT COALESCE(MAX(id), 0) FROM events WHERE user_id = ?`, userID).Scan(&id)
+	return id, err
+}
+
+// ActionPredicate is the predicate of the partial index events_run_actions,
+// verbatim: SQLite uses a partial index only for a query that repeats its
+// predicate.
+const ActionPredicate = `type = 'iteration_started' OR type = 'run_waiting_on_user'
+	OR type = 'user_response' OR type = 'message_queued' OR type = 'run_stopped' OR type = 'run_stalled'
+	OR type = 'run_continued' OR type = 'run_canceled' OR type = 'run_recovered' OR type = 'run_completed' OR type = 'run_failed'`
+
+// ListRunActions returns the run's action events (spec.ActionEventTypes)
+// created at or after since, in order, at most 2,000. The caller must have
+// checked ownership.
+func (r Reads) ListRunActions(ctx context.Context, runID string, since time.Time) ([]*spec.Event, error) {
+	return ScanEvents(r.c.Query(ctx, `SELECT `+EventColumns+` FROM events
+		WHERE run_id = ? AND (`+ActionPredicate+`) AND created_at >= ? ORDER BY seq LIMIT 2000`, runID, since.UnixMilli()))
+}
