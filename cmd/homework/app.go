@@ -231,7 +231,7 @@ func (m *Main) executors() (map[string]engine.Executor, bool, error) {
 		if agentPrices == nil {
 			agentPrices = llm.DefaultPrices()
 		}
-		out[spec.ExecutorCommand] = agentcmd.New(agentcmd.Options{Root: m.Config.AllowCommandRuns, Cost: agentPrices.Cost})
+		out[spec.ExecutorCommand] = agentcmd.New(agentcmd.Options{Root: m.Config.AllowCommandRuns, Prices: agentPrices})
 	}
 	if m.Config.ScriptExecutor {
 		out[spec.ExecutorScript] = &scripted.Executor{InTx: steps}

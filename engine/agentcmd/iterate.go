@@ -153,6 +153,9 @@ func (e *Executor) recordOutput(ctx context.Context, in *spec.Input, res *spec.R
 	// make it invalid UTF-8.
 	res.Output = strings.ToValidUTF8(run.output, "\uFFFD")
 	parsed := e.readStructured(ctx, in, res.Output, run.duration, run.live)
+	if parsed != nil {
+		res.UsageUnknown, res.CostUnknown = parsed.UsageUnknown, parsed.CostUnknown
+	}
 	if parsed != nil && parsed.OK {
 		// Promises and content checks read the agent's final answer.
 		res.Output = parsed.FinalText
