@@ -177,7 +177,7 @@ const (
 // of a line, and the objects of such arrays. Other lines (the agent's
 // stderr, which shares the pipe, warnings, notices) are skipped; a line
 // that starts with "{" but holds no JSON is reported in warnings.
-func jsonObjects(output string) (objs []json.RawMessage, warnings []string) {
+func jsonObjects(output string) (objs []json.RawMessage, values int, warnings []string) {
 	bad, failed := 0, 0
 	data := []byte(output)
 	for pos := 0; pos < len(data); {
@@ -207,12 +207,13 @@ func jsonObjects(output string) (objs []json.RawMessage, warnings []string) {
 			continue
 		}
 		objs = append(objs, flatten(v)...)
+		values++
 		pos = start + n
 	}
 	if bad > maxWarnings {
 		warnings = append(warnings, fmt.Sprintf("%d more malformed lines", bad-maxWarnings))
 	}
-	return objs, warnings
+	return objs, values, warnings
 }
 
 // decodeOne decodes the first JSON value of data into v and returns how
@@ -275,7 +276,7 @@ func ParseOutput(format, output string) *ParsedOutput {
 	if !ReportsUsage(format) {
 		return p
 	}
-	objs, warnings := jsonObjects(output)
+	objs, values, warnings := jsonObjects(output)
 	p.Warnings = warnings
 	switch format {
 	case FormatClaudeJSON, FormatClaudeStreamJSON:
@@ -288,7 +289,7 @@ func ParseOutput(format, output string) *ParsedOutput {
 	if !p.OK {
 		name := map[string]string{FormatClaudeJSON: "Claude Code JSON", FormatClaudeStreamJSON: "Claude Code JSON",
 			FormatCodexJSON: "codex JSON events", FormatGeminiJSON: "Gemini CLI JSON"}[format]
-		if likely := sniffFormat(objs); likely != "" && !sameCLI(likely, format) {
+		if likely := sniffFormat(objs, values); likely != "" && !sameCLI(likely, format) {
 			p.LikelyFormat = likely
 			p.Warnings = append(p.Warnings, fmt.Sprintf("the agent's output is not %s but looks like %s output: "+
 				"set agent.output_format to %q; it is read as text and its usage is unknown", name, likely, likely))
@@ -310,8 +311,11 @@ func sameCLI(a, b string) bool {
 	return a == b || claude(a) && claude(b)
 }
 
-// sniffFormat names the format whose JSON the objects look like, or "".
-func sniffFormat(objs []json.RawMessage) string {
+// sniffFormat names the format whose JSON the objects, read from values
+// top-level JSON values, look like, or "". Claude's output is claude-json
+// when it is one value (the result object, or --verbose's array) and
+// claude-stream-json when it is a value per line.
+func sniffFormat(objs []json.RawMessage, values int) string {
 	score := map[string]int{}
 	for _, raw := range objs {
 		var o map[string]json.RawMessage
@@ -331,6 +335,13 @@ func sniffFormat(objs []json.RawMessage) string {
 			score[FormatCodexJSON]++
 		case o["response"] != nil || o["stats"] != nil:
 			score[FormatGeminiJSON] += 2
+		}
+	}
+	if n := score[FormatClaudeJSON] + score[FormatClaudeStreamJSON]; n > 0 {
+		if values <= 1 {
+			score[FormatClaudeJSON], score[FormatClaudeStreamJSON] = n, 0
+		} else {
+			score[FormatClaudeJSON], score[FormatClaudeStreamJSON] = 0, n
 		}
 	}
 	best, bestN := "", 0
