@@ -202,3 +202,37 @@ func (e *Executor) checkBudgetsBind(cfg *spec.Config) error {
 		"Add it to the price file (--prices FILE with {%q: {\"input\": USD per 1M tokens, \"output\": USD per 1M tokens, \"cache_read\": USD per 1M tokens}}), "+
 		"name a priced model, or leave out budgets.max_cost_usd.", model, format, model))
 }
+
+// PricedAs says how a command run of cfg will be priced, before it is
+// created: the model (and how it was found: "the run's model", "-m in the
+// command", "claude's default"), whether the CLI reports its own cost, and
+// whether its output format reports no usage at all. The preset fills an
+// empty argv and output format first, as at creation.
+func PricedAs(cfg spec.Config) (model, how string, reportsCost, noUsage bool) {
+	a := spec.Agent{}
+	if cfg.Agent != nil {
+		a = *cfg.Agent
+	}
+	if p, ok := FindPreset(a.Preset); ok {
+		if len(a.Argv) == 0 {
+			a.Argv = p.Argv
+		}
+		if a.OutputFormat == "" {
+			a.OutputFormat = p.OutputFormat
+		}
+	}
+	format := orStr(a.OutputFormat, FormatText)
+	reportsCost, noUsage = ReportsCost(format), !ReportsUsage(format)
+	cfg.Agent = &a
+	switch model = ResolveModel(&cfg); {
+	case model == "":
+	case strings.TrimSpace(cfg.Model) != "":
+		how = "the run's model"
+	case ArgvModel(a.Argv) != "":
+		how = "named in the command"
+	default:
+		p, _ := presetOf(&a)
+		how = p.Name + "'s default"
+	}
+	return model, how, reportsCost, noUsage
+}
