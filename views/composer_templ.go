@@ -486,7 +486,7 @@ func Composer(d ComposerData) templ.Component {
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 57, "<div id=\"price-preview\" hx-get=\"/runs/new/price\" hx-include=\"closest form\" hx-trigger=\"change from:closest form, input changed delay:400ms from:#model, input changed delay:400ms from:#agent_argv\">")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 57, "<div id=\"price-preview\" hx-get=\"/runs/new/price\" hx-include=\"closest form\" hx-trigger=\"change delay:100ms from:closest form, input changed delay:400ms from:#model, input changed delay:400ms from:#agent_argv\">")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}

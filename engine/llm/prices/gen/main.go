@@ -12,7 +12,7 @@
 //
 // Refresh:
 //
-//	go run ./engine/llm/prices/gen -from litellm.json -source "…" -commit SHA -date 2026-07-24
+//	go run ./engine/llm/prices/gen -dir engine/llm/prices -from litellm.json -source "…" -commit SHA -date 2026-07-24
 //	go generate ./engine/llm/prices
 package main
 
