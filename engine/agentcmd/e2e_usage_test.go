@@ -239,3 +239,21 @@ func TestResolveModel(t *testing.T) {
 		}
 	}
 }
+
+func TestABudgetAddedByContinueToATextRunWaits(t *testing.T) {
+	h := newE2E(t, e2eConfig{exec: agentcmd.Options{Prices: llmprices.Default()}})
+	script, _ := agent(t, `cat >/dev/null; echo "still working"`)
+	cfg := commandRun(script, h.workdir("text"))
+	cfg.Budgets.MaxIterations = 1
+	run := h.settled(h.create(cfg).ID)
+	if run.Status != spec.StatusStopped || run.StopReason.Type != spec.StopMaxIterations {
+		t.Fatalf("run is %s (%+v)\n%s", run.Status, run.StopReason, h.eventDump(run.ID))
+	}
+	if _, err := h.eng.Continue(h.ctx, h.admin.ID, run.ID, &spec.Budgets{MaxIterations: 5, MaxCostUSD: 1}); err != nil {
+		t.Fatal(err)
+	}
+	run = h.waitFor(run.ID, "the run to wait", func(r *spec.Run) bool { return r.Status == spec.StatusWaiting })
+	if run.Waiting.Reason != spec.WaitUsageUnknown || run.Iteration != 2 || !strings.Contains(strings.Join(run.Waiting.Questions, " "), "iteration 2's output is read as text") {
+		t.Errorf("run waits %+v after %d iterations; want usage_unknown after the second", run.Waiting, run.Iteration)
+	}
+}
