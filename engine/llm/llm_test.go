@@ -529,6 +529,21 @@ func TestModelErrors(t *testing.T) {
 	})
 }
 
+func TestCachedAndReasoningTokensArePricedAtTheirRates(t *testing.T) {
+	r := report(false, "ok")
+	r.PromptTokens, r.CachedTokens, r.CompletionTokens, r.ReasoningTokens = 100_000, 80_000, 2_000, 1_500
+	f := newFixture(t, spec.Config{Model: "gpt-5.1"}, nil, r)
+	if _, err := f.iterate(f.input(1)); err != nil {
+		t.Fatal(err)
+	}
+	calls := f.host.Calls()
+	want := (20_000*1.25 + 80_000*0.125 + 2_000*10) / 1e6
+	if len(calls) != 1 || calls[0].CachedTokens != 80_000 || calls[0].ReasoningTokens != 1_500 || calls[0].CostSource != spec.CostSourceTable ||
+		math.Abs(calls[0].CostUSD-want) > 1e-12 {
+		t.Errorf("calls %+v; want 80k cached and 1.5k reasoning tokens at $%v from the table", calls, want)
+	}
+}
+
 func TestUnpricedModel(t *testing.T) {
 	f := newFixture(t, spec.Config{Model: "my-local-llama"}, nil, report(false, "ok"))
 	if _, err := f.iterate(f.input(1)); err != nil {
