@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -66,7 +67,7 @@ func OutputFormats() []string {
 
 // ValidOutputFormat reports whether f names a known format ("" is text).
 func ValidOutputFormat(f string) bool {
-	return f == "" || strings.Contains(" "+strings.Join(OutputFormats(), " ")+" ", " "+f+" ")
+	return f == "" || slices.Contains(OutputFormats(), f)
 }
 
 // ReportsCost reports whether the CLI of format f reports its own cost, so

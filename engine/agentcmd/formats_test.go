@@ -40,8 +40,15 @@ func TestParseOutput(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name, format, file string
+		cut                bool // the recording without its last line
 		want               want
 	}{
+		{name: "a claude stream without its result sums every message's usage once, a message printed per block counted once", format: agentcmd.FormatClaudeStreamJSON,
+			file: "claude-stream-json.jsonl", cut: true,
+			want: want{ok: true, final: "Fixed add.go; the tests pass.", session: "7c1d2e3f-aaaa-4bbb-8ccc-123456789abc", model: "claude-sonnet-4-5-20250929",
+				usage:   &usage{in: 1630, cacheRead: 1110, cacheWrite: 500, out: 90, cost: -1},
+				byModel: map[string]usage{"claude-sonnet-4-5-20250929": {in: 1630, cacheRead: 1110, cacheWrite: 500, out: 90, cost: -1}},
+				tools:   []string{"Bash", "Edit"}, toolErrors: []string{"--- FAIL: TestAdd"}, warnings: true}},
 		{name: "the claude json result gives the result text, cost, tokens and the model from modelUsage", format: agentcmd.FormatClaudeJSON, file: "claude-json.json",
 			want: want{ok: true, final: "<promise>COMPLETE</promise>", session: "f18f49de-5b8f-4261-99c4-dbbaa6ae0e24", model: "claude-sonnet-4-5-20250929",
 				usage:   &usage{in: 8 + 192 + 17004, cacheRead: 17004, cacheWrite: 192, out: 320, cost: 0.0106452},
@@ -104,7 +111,11 @@ func TestParseOutput(t *testing.T) {
 			want: want{ok: false, warnings: true, likely: agentcmd.FormatGeminiJSON}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := agentcmd.ParseOutput(tc.format, fixture(t, tc.file))
+			out := fixture(t, tc.file)
+			if tc.cut {
+				out = out[:strings.LastIndex(strings.TrimSuffix(out, "\n"), "\n")+1]
+			}
+			p := agentcmd.ParseOutput(tc.format, out)
 			w := tc.want
 			if p.OK != w.ok {
 				t.Fatalf("OK = %v, want %v (warnings %q)", p.OK, w.ok, p.Warnings)
