@@ -185,6 +185,9 @@ func decide(in gateInput) spec.Decision {
 		return spec.Decision{Decision: spec.DecisionStop, StopReason: b.stop, FalseCompletion: falseCompletion,
 			Reasons: append(reasons, b.detail)}
 	}
+	if d := usageUnknownWait(in, reasons, falseCompletion); d != nil {
+		return *d
+	}
 	if stop, detail, evidence := breakers(in); stop != "" {
 		if named := outageFailure(in.Signals.ErrorFP); named != "" && (stop == spec.StopNoProgress || stop == spec.StopRepeatedError) {
 			// The endpoint or the database, not the work, is what kept

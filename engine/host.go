@@ -53,10 +53,9 @@ func (h *host) RecordLLMCall(ctx context.Context, c spec.LLMCall) error {
 	ctx = context.WithoutCancel(ctx) // spend is recorded even when the iteration is cancelled
 	var live spec.Metrics
 	err := e.inTx(ctx, func(tx StoreTx) error {
-		row := &spec.LLMCall{RunID: h.runID, Iteration: h.iteration, Role: c.Role, Model: c.Model,
-			PromptTokens: c.PromptTokens, CompletionTokens: c.CompletionTokens, CostUSD: c.CostUSD, Priced: c.Priced,
-			LatencyMS: c.LatencyMS, Error: c.Error}
-		if err := tx.InsertLLMCall(ctx, row); err != nil {
+		row := c
+		row.RunID, row.Iteration = h.runID, h.iteration
+		if err := tx.InsertLLMCall(ctx, &row); err != nil {
 			return err
 		}
 		run, err := tx.FindRun(ctx, h.runID)
@@ -68,7 +67,7 @@ func (h *host) RecordLLMCall(ctx context.Context, c spec.LLMCall) error {
 			// and events end with its terminal event.
 			return nil
 		}
-		run.Metrics.AddCall(c.Model, c.PromptTokens, c.CompletionTokens, c.CostUSD, c.Priced)
+		run.Metrics.AddLLMCall(c)
 		if err := tx.SetRunMetrics(ctx, run); err != nil {
 			return err
 		}
@@ -77,11 +76,7 @@ func (h *host) RecordLLMCall(ctx context.Context, c spec.LLMCall) error {
 		if err != nil {
 			return err
 		}
-		if _, err := tx.AppendEvent(ctx, h.runID, spec.EventLLMCall, map[string]any{
-			"iteration": h.iteration, "role": c.Role, "model": c.Model, "prompt_tokens": c.PromptTokens,
-			"completion_tokens": c.CompletionTokens, "cost_usd": c.CostUSD, "priced": c.Priced,
-			"latency_ms": c.LatencyMS, "error": c.Error,
-		}); err != nil {
+		if _, err := tx.AppendEvent(ctx, h.runID, spec.EventLLMCall, llmCallEvent(h.iteration, c)); err != nil {
 			return err
 		}
 		_, err = tx.AppendEvent(ctx, h.runID, spec.EventIterationCostUpdate, map[string]any{
@@ -99,6 +94,30 @@ func (h *host) RecordLLMCall(ctx context.Context, c spec.LLMCall) error {
 		h.checkBudgets(live)
 	}
 	return err
+}
+
+// llmCallEvent is the data of an llm_call event: the call's tokens, split
+// into cached, cache-write and reasoning parts when it has them, and its
+// cost with the cost's source (and the table's own figure when a
+// CLI-reported cost differs from it by more than 5%).
+func llmCallEvent(iteration int, c spec.LLMCall) map[string]any {
+	d := map[string]any{
+		"iteration": iteration, "role": c.Role, "model": c.Model, "prompt_tokens": c.PromptTokens,
+		"completion_tokens": c.CompletionTokens, "cost_usd": c.CostUSD, "priced": c.Priced,
+		"latency_ms": c.LatencyMS, "error": c.Error,
+	}
+	for k, v := range map[string]int64{"cached_tokens": c.CachedTokens, "cache_write_tokens": c.CacheWriteTokens, "reasoning_tokens": c.ReasoningTokens} {
+		if v != 0 {
+			d[k] = v
+		}
+	}
+	if c.CostSource != "" {
+		d["cost_source"] = c.CostSource
+	}
+	if c.TableCostUSD != 0 {
+		d["table_cost_usd"] = c.TableCostUSD
+	}
+	return d
 }
 
 // budgetCut is the cancel cause of an iteration ended at once because the

@@ -338,8 +338,7 @@ func (h *host) transcribeModelCall(ctx context.Context, c spec.LLMCall) {
 		text = fmt.Sprintf("%s call to %s failed after %d ms: %s", c.Role, c.Model, c.LatencyMS, c.Error)
 	}
 	h.tr.Transcribe(ctx, spec.TranscriptEntry{Kind: spec.TranscriptModelCall, Name: c.Model, Role: c.Role, Text: text,
-		Data: spec.TranscriptJSON(map[string]any{"prompt_tokens": c.PromptTokens, "completion_tokens": c.CompletionTokens,
-			"cost_usd": c.CostUSD, "priced": c.Priced, "latency_ms": c.LatencyMS, "error": c.Error})})
+		Data: spec.TranscriptJSON(llmCallEvent(h.iteration, c))})
 }
 
 // transcribeChecks adds each objective check's outcome and output.

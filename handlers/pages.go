@@ -25,6 +25,7 @@ func (s *Server) pageRoutes(app *fiber.App) {
 	app.Get("/", auth, s.runList)
 	app.Get("/runs/fragment", auth, s.noStore, s.runListFragment)
 	app.Get("/runs/new", auth, s.composer)
+	app.Get("/runs/new/price", auth, s.noStore, s.composerPrice)
 	app.Post("/runs", auth, s.createRun)
 	app.Get("/runs/:id", auth, s.runPage)
 	app.Get("/runs/:id/live", auth, s.noStore, s.runLive)

@@ -54,6 +54,6 @@ func TestComposerAgentPresets(t *testing.T) {
 		resp, body := pc.post("/runs", url.Values{"objective": {"Fix the build."}, "mode": {"auto"}, "executor": {"command"},
 			"agent_argv": {"bash agent.sh"}, "agent_output_format": {"xml"}, "agent_workdir": {wd}})
 		expectStatus(t, resp, body, http.StatusBadRequest, "")
-		expectContains(t, body, "agent.output_format must be text, claude-json, claude-stream-json or codex-json")
+		expectContains(t, body, "agent.output_format must be one of text, claude-json, claude-stream-json, codex-json, gemini-json")
 	})
 }

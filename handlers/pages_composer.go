@@ -30,6 +30,7 @@ func (s *Server) composerData(c *fiber.Ctx, r ReadStore, f views.ComposerForm) v
 		DefaultMinutes: int(s.engine.DefaultRunningTime().Minutes()),
 		CommandRuns:    s.opts.CommandRunsEnabled && u.IsAdmin, ScriptRuns: s.opts.ScriptRunsEnabled,
 		AgentPresets: agentPresetViews(), AgentFormats: agentcmd.OutputFormats(),
+		Price: s.pricePreview(u, f),
 	}
 }
 

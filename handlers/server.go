@@ -21,6 +21,7 @@ import (
 	"github.com/valyala/fasthttp/fasthttpadaptor"
 
 	"homework/engine"
+	"homework/engine/llm/prices"
 	"homework/static"
 	"homework/views"
 )
@@ -44,6 +45,9 @@ type Options struct {
 	LLMConfigured bool
 	// DefaultModel is shown in the composer.
 	DefaultModel string
+	// Prices is the server's price table, shown in the composer; the
+	// built-in one when nil.
+	Prices prices.Table
 	// CommandRunsEnabled tells pages whether command runs are allowed.
 	CommandRunsEnabled bool
 	// ScriptRunsEnabled tells the composer that the engine has the scripted

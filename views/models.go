@@ -162,6 +162,8 @@ type ComposerData struct {
 	// AgentPresets and AgentFormats are the command agent's choices.
 	AgentPresets []AgentPreset
 	AgentFormats []string
+	// Price is what the form's run would be priced at.
+	Price PricePreview
 }
 
 // AgentPreset is a known agent CLI's headless invocation.

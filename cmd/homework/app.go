@@ -122,7 +122,7 @@ func (m *Main) Run(ctx context.Context) error {
 		DB: store, Engine: m.Engine, Logger: m.Logger, Version: buildVersion(), Registry: reg,
 		InsecureCookies: cfg.InsecureCookies, LLMConfigured: llmConfigured, DefaultModel: cfg.LLMModel,
 		CommandRunsEnabled: cfg.AllowCommandRuns != "", MaxRunsPerUser: cfg.MaxRunsPerUser,
-		ScriptRunsEnabled: cfg.ScriptExecutor,
+		ScriptRunsEnabled: cfg.ScriptExecutor, Prices: m.Config.Prices,
 	})
 	if err != nil {
 		return err
@@ -202,6 +202,11 @@ func (m *Main) executors() (map[string]engine.Executor, bool, error) {
 		}
 		prices = p
 	}
+	if prices == nil {
+		prices = llm.DefaultPrices()
+	}
+	// The pages show the table the executors price with.
+	m.Config.Prices = prices
 	// Every executor works on either store: the LLM executor and the
 	// script executor write through one transaction of it.
 	var (
@@ -227,11 +232,7 @@ func (m *Main) executors() (map[string]engine.Executor, bool, error) {
 	}
 	out[spec.ExecutorLLM] = llmExecutor{x}
 	if m.Config.AllowCommandRuns != "" {
-		agentPrices := prices
-		if agentPrices == nil {
-			agentPrices = llm.DefaultPrices()
-		}
-		out[spec.ExecutorCommand] = agentcmd.New(agentcmd.Options{Root: m.Config.AllowCommandRuns, Cost: agentPrices.Cost})
+		out[spec.ExecutorCommand] = agentcmd.New(agentcmd.Options{Root: m.Config.AllowCommandRuns, Prices: prices})
 	}
 	if m.Config.ScriptExecutor {
 		out[spec.ExecutorScript] = &scripted.Executor{InTx: steps}

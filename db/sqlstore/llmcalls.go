@@ -9,9 +9,10 @@ import (
 func (tx *Tx) InsertLLMCall(ctx context.Context, c *spec.LLMCall) error {
 	c.CreatedAt = tx.now
 	return tx.c.QueryRow(ctx, `INSERT INTO llm_calls (run_id, iteration, role, model, prompt_tokens, completion_tokens,
-		cost_usd, priced, latency_ms, error, created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?) RETURNING id`,
-		c.RunID, c.Iteration, c.Role, c.Model, c.PromptTokens, c.CompletionTokens, c.CostUSD, c.Priced, c.LatencyMS,
-		c.Error, tx.now.UnixMilli()).Scan(&c.ID)
+		cached_tokens, cache_write_tokens, reasoning_tokens, cost_usd, priced, cost_source, table_cost_usd, latency_ms, error, created_at)
+		VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) RETURNING id`,
+		c.RunID, c.Iteration, c.Role, c.Model, c.PromptTokens, c.CompletionTokens, c.CachedTokens, c.CacheWriteTokens, c.ReasoningTokens,
+		c.CostUSD, c.Priced, c.CostSource, c.TableCostUSD, c.LatencyMS, c.Error, tx.now.UnixMilli()).Scan(&c.ID)
 }
 
 // ListLLMCalls returns the user's run's model calls in order.
@@ -20,7 +21,7 @@ func (r Reads) ListLLMCalls(ctx context.Context, userID int64, runID string) ([]
 		return nil, err
 	}
 	rows, err := r.c.Query(ctx, `SELECT id, run_id, iteration, role, model, prompt_tokens, completion_tokens,
-		cost_usd, priced, latency_ms, error, created_at FROM llm_calls WHERE run_id = ? ORDER BY id`, runID)
+		cached_tokens, cache_write_tokens, reasoning_tokens, cost_usd, priced, cost_source, table_cost_usd, latency_ms, error, created_at FROM llm_calls WHERE run_id = ? ORDER BY id`, runID)
 	if err != nil {
 		return nil, err
 	}
@@ -30,7 +31,8 @@ func (r Reads) ListLLMCalls(ctx context.Context, userID int64, runID string) ([]
 		var c spec.LLMCall
 		var created int64
 		if err := rows.Scan(&c.ID, &c.RunID, &c.Iteration, &c.Role, &c.Model, &c.PromptTokens, &c.CompletionTokens,
-			&c.CostUSD, &c.Priced, &c.LatencyMS, &c.Error, &created); err != nil {
+			&c.CachedTokens, &c.CacheWriteTokens, &c.ReasoningTokens, &c.CostUSD, &c.Priced, &c.CostSource, &c.TableCostUSD,
+			&c.LatencyMS, &c.Error, &created); err != nil {
 			return nil, err
 		}
 		c.CreatedAt = msTime(created)
@@ -39,7 +41,8 @@ func (r Reads) ListLLMCalls(ctx context.Context, userID int64, runID string) ([]
 	return out, rows.Err()
 }
 
-const sumLLMCallsSQL = `SELECT model, prompt_tokens, completion_tokens, cost_usd, priced FROM llm_calls
+const sumLLMCallsSQL = `SELECT model, prompt_tokens, completion_tokens, cached_tokens, cache_write_tokens, reasoning_tokens,
+	cost_usd, priced, cost_source FROM llm_calls
 	WHERE run_id = ? AND iteration = ?`
 
 // SumLLMCalls returns the usage of the run's calls made in iteration.
@@ -65,14 +68,12 @@ func sumCalls(rows Rows) (spec.Metrics, error) {
 	defer rows.Close()
 	var m spec.Metrics
 	for rows.Next() {
-		var model string
-		var p, c int64
-		var cost float64
-		var priced bool
-		if err := rows.Scan(&model, &p, &c, &cost, &priced); err != nil {
+		var c spec.LLMCall
+		if err := rows.Scan(&c.Model, &c.PromptTokens, &c.CompletionTokens, &c.CachedTokens, &c.CacheWriteTokens,
+			&c.ReasoningTokens, &c.CostUSD, &c.Priced, &c.CostSource); err != nil {
 			return spec.Metrics{}, err
 		}
-		m.AddCall(model, p, c, cost, priced)
+		m.AddLLMCall(c)
 	}
 	return m, rows.Err()
 }

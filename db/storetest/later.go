@@ -17,6 +17,8 @@ type LaterTx interface {
 	InsertRunTags(ctx context.Context, runID string, userID int64, tags []string) error
 	AppendTranscript(ctx context.Context, runID string, iteration int, capBytes int64, lines []*spec.TranscriptLine, dropped int64) ([]*spec.TranscriptLine, *spec.TranscriptInfo, error)
 	ResolveRunNotifications(ctx context.Context, runID, kind string) error
+	InsertLLMCall(ctx context.Context, c *spec.LLMCall) error
+	SumLLMCalls(ctx context.Context, runID string, iteration int) (spec.Metrics, error)
 }
 
 // LaterStore is the store contract the suite's later parts test: run
@@ -31,6 +33,7 @@ type LaterStore[T LaterTx] interface {
 	SearchTranscripts(ctx context.Context, userID int64, runID, q string, limit int) ([]*spec.TranscriptLine, error)
 	MarkRunNotificationsRead(ctx context.Context, userID int64, runID string) (int, error)
 	RenewAttemptLease(ctx context.Context, runID, owner string, iteration, attempt int, until time.Time) (bool, error)
+	ListLLMCalls(ctx context.Context, userID int64, runID string) ([]*spec.LLMCall, error)
 	// ReadTx runs a function with reads that all see one snapshot.
 	spec.ReadTxer
 }
@@ -44,6 +47,7 @@ func RunLater[T LaterTx](t *testing.T, open func(t *testing.T) LaterStore[T]) {
 	t.Run("a run's notifications resolve and are read", s.notificationsResolve)
 	t.Run("only the current attempt renews its lease", s.attemptLease)
 	t.Run("a read transaction sees one snapshot, whatever is committed meanwhile", s.readSnapshot)
+	t.Run("model calls keep their token split and their cost's source", s.llmCalls)
 }
 
 type laterSuite[T LaterTx] struct {

@@ -91,9 +91,11 @@ type Options struct {
 	LookupEnv func(string) (string, bool)
 	// Git is the git binary; "git" when empty.
 	Git string
-	// Cost prices the tokens an agent reports without a cost of its own,
-	// by the model it names; nil leaves such usage unpriced.
-	Cost CostFunc
+	// Prices prices the tokens an agent reports without a cost of its own,
+	// by the model it names (else the run's model); nil leaves such usage
+	// unpriced. Creating a command run with a cost budget needs its model
+	// priced here unless its CLI reports its own cost.
+	Prices Pricer
 }
 
 // Executor runs command-agent iterations. It is safe for concurrent use by
@@ -225,6 +227,9 @@ func (e *Executor) ValidateConfig(ctx context.Context, user *spec.User, cfg *spe
 		}
 	}
 	if err := validateFormat(a); err != nil {
+		return err
+	}
+	if err := e.checkBudgetsBind(cfg); err != nil {
 		return err
 	}
 	a.Workdir = wd

@@ -10,6 +10,7 @@ import (
 
 	"homework/engine/agentcmd"
 	"homework/engine/llm"
+	llmprices "homework/engine/llm/prices"
 	"homework/engine/spec"
 )
 
@@ -49,6 +50,11 @@ type llmCallEvent struct {
 	CompletionTokens int64   `json:"completion_tokens"`
 	CostUSD          float64 `json:"cost_usd"`
 	Priced           bool    `json:"priced"`
+}
+
+// pricesUsage is a codex turn's usage for the price table.
+func pricesUsage(in, cached, out, reasoning int64) llmprices.Usage {
+	return llmprices.Usage{Input: in, CacheRead: cached, Output: out, Reasoning: reasoning}
 }
 
 type toolCallEvent struct {
@@ -175,7 +181,7 @@ func TestStructuredAgentOutput(t *testing.T) {
 
 	t.Run("codex tokens are priced from the price table by the run's model and a failed turn is an iteration error", func(t *testing.T) {
 		prices := llm.DefaultPrices()
-		h := newE2E(t, e2eConfig{exec: agentcmd.Options{Cost: prices.Cost}})
+		h := newE2E(t, e2eConfig{exec: agentcmd.Options{Prices: prices}})
 		wd := h.workdir("codex")
 		script, state := fakeCLI(t, "codex-json.jsonl")
 		cfg := commandRun(script, wd)
@@ -185,12 +191,13 @@ func TestStructuredAgentOutput(t *testing.T) {
 		if run.Status != spec.StatusCompleted {
 			t.Fatalf("run is %s (%+v), want completed\n%s", run.Status, run.StopReason, h.eventDump(run.ID))
 		}
-		want, _ := prices.Cost("gpt-5", 24763, 122)
-		if m := run.Metrics; m.TokensTotal != 24763+122 || math.Abs(m.CostTotalUSD-want) > 1e-9 || m.UnpricedCalls != 0 {
+		want, _ := prices.Cost("gpt-5", pricesUsage(120000, 100000, 3000, 1800))
+		if m := run.Metrics; m.TokensTotal != 123000 || math.Abs(m.CostTotalUSD-want) > 1e-9 || m.UnpricedCalls != 0 ||
+			m.CachedTokens != 100000 || m.ReasoningTokens != 1800 {
 			t.Errorf("metrics %+v, want $%v", m, want)
 		}
 		evs := h.requireBasics(run.ID)
-		if tcs := ofType(evs, "tool_call"); len(tcs) != 2 || decode[toolCallEvent](t, tcs[0].Data).Tool != "shell" {
+		if tcs := ofType(evs, "tool_call"); len(tcs) != 4 || decode[toolCallEvent](t, tcs[0].Data).Tool != "shell" {
 			t.Errorf("tool calls:\n%s", h.eventDump(run.ID))
 		}
 
@@ -211,13 +218,13 @@ func TestStructuredAgentOutput(t *testing.T) {
 
 	t.Run("an unknown model's tokens are counted but unpriced", func(t *testing.T) {
 		prices := llm.DefaultPrices()
-		h := newE2E(t, e2eConfig{exec: agentcmd.Options{Cost: prices.Cost}})
+		h := newE2E(t, e2eConfig{exec: agentcmd.Options{Prices: prices}})
 		wd := h.workdir("codex-unpriced")
 		script, _ := fakeCLI(t, "codex-json.jsonl")
 		cfg := commandRun(script, wd)
 		cfg.Agent.OutputFormat = agentcmd.FormatCodexJSON
 		run := h.settled(h.create(cfg).ID)
-		if m := run.Metrics; m.TokensTotal != 24763+122 || m.CostTotalUSD != 0 || m.UnpricedCalls != 1 {
+		if m := run.Metrics; m.TokensTotal != 123000 || m.CostTotalUSD != 0 || m.UnpricedCalls != 1 {
 			t.Errorf("metrics %+v; want the tokens, no cost and one unpriced call", m)
 		}
 	})

@@ -3,20 +3,27 @@ package agentcmd
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 )
 
-// Output formats a command run's agent.output_format may name.
-//
-// The field names below follow the CLIs' published headless documentation:
+// Output formats a command run's agent.output_format may name. Each reader
+// takes the output as the CLIs print it: one JSON value per line, a
+// pretty-printed (multi-line) value, a JSON array of messages, with lines of
+// other text (warnings, update notices, stderr) before, between or after.
 //
 //   - FormatClaudeJSON: `claude -p --output-format json` prints one result
 //     object: {"type":"result","subtype","is_error","result","session_id",
 //     "num_turns","total_cost_usd","usage":{"input_tokens","output_tokens",
-//     "cache_creation_input_tokens","cache_read_input_tokens"},
-//     "modelUsage":{"<model>":{…}}}.
+//     "cache_creation_input_tokens","cache_read_input_tokens",
+//     "cache_creation":{"ephemeral_5m_input_tokens",
+//     "ephemeral_1h_input_tokens"}},"modelUsage":{"<model>":{"inputTokens",
+//     "outputTokens","cacheReadInputTokens","cacheCreationInputTokens",
+//     "costUSD"}}}; with --verbose it prints a JSON array of every message,
+//     the result last.
 //   - FormatClaudeStreamJSON: `claude -p --output-format stream-json
 //     --verbose` prints one JSON object per line: {"type":"system",
 //     "subtype":"init","session_id","model"}, then {"type":"assistant",
@@ -31,141 +38,86 @@ import (
 //     "type":"agent_message"|"reasoning"|"command_execution"|"file_change"|
 //     "mcp_tool_call"|"web_search"|"todo_list"|"error", …}},
 //     {"type":"turn.completed","usage":{"input_tokens","cached_input_tokens",
-//     "output_tokens"}}, {"type":"turn.failed","error":{"message"}} and
-//     {"type":"error","message"}.
+//     "cache_write_input_tokens","output_tokens","reasoning_output_tokens"}},
+//     {"type":"turn.failed","error":{"message"}} and {"type":"error",
+//     "message"}. Older versions printed a configuration object, then
+//     {"id","msg":{"type":…}} envelopes: "agent_message" {"message"},
+//     "agent_reasoning", "exec_command_begin" {"call_id","command"},
+//     "exec_command_end" {"call_id","stdout","stderr","aggregated_output",
+//     "exit_code"}, "token_count" ({"info":{"total_token_usage",
+//     "last_token_usage"}}, or the usage fields themselves), "error"
+//     {"message"} and "task_complete" {"last_agent_message"}.
+//   - FormatGeminiJSON: `gemini --output-format json` prints one
+//     pretty-printed object: {"session_id","response","stats":{"models":
+//     {"<model>":{"api":{"totalRequests"},"tokens":{"prompt","candidates",
+//     "cached","thoughts","tool","total"}}},"tools":{…}},"error":{"type",
+//     "message","code"}}.
 const (
 	FormatText             = "text"
 	FormatClaudeJSON       = "claude-json"
 	FormatClaudeStreamJSON = "claude-stream-json"
 	FormatCodexJSON        = "codex-json"
+	FormatGeminiJSON       = "gemini-json"
 )
 
 // OutputFormats lists the formats in the order the composer offers them.
 func OutputFormats() []string {
-	return []string{FormatText, FormatClaudeJSON, FormatClaudeStreamJSON, FormatCodexJSON}
+	return []string{FormatText, FormatClaudeJSON, FormatClaudeStreamJSON, FormatCodexJSON, FormatGeminiJSON}
 }
 
 // ValidOutputFormat reports whether f names a known format ("" is text).
 func ValidOutputFormat(f string) bool {
-	switch f {
-	case "", FormatText, FormatClaudeJSON, FormatClaudeStreamJSON, FormatCodexJSON:
-		return true
-	}
-	return false
+	return f == "" || slices.Contains(OutputFormats(), f)
 }
 
-// Field and type names of the formats, in one place.
-const (
-	fType    = "type"
-	tResult  = "result" // claude
-	tSystem  = "system" // claude
-	tAssist  = "assistant"
-	tUser    = "user"
-	bText    = "text"
-	bToolUse = "tool_use"
-	bToolRes = "tool_result"
-
-	tThreadStarted = "thread.started" // codex
-	tTurnCompleted = "turn.completed"
-	tTurnFailed    = "turn.failed"
-	tError         = "error"
-	tItemCompleted = "item.completed"
-	iAgentMessage  = "agent_message"
-	iCommand       = "command_execution"
-	iFileChange    = "file_change"
-	iMCPToolCall   = "mcp_tool_call"
-	iWebSearch     = "web_search"
-	iError         = "error"
-)
-
-// claudeUsage is the usage object of Claude Code's messages and result.
-type claudeUsage struct {
-	InputTokens              int64 `json:"input_tokens"`
-	OutputTokens             int64 `json:"output_tokens"`
-	CacheCreationInputTokens int64 `json:"cache_creation_input_tokens"`
-	CacheReadInputTokens     int64 `json:"cache_read_input_tokens"`
+// ReportsCost reports whether the CLI of format f reports its own cost, so
+// a cost budget binds without a price for its model.
+func ReportsCost(f string) bool {
+	return f == FormatClaudeJSON || f == FormatClaudeStreamJSON
 }
 
-// claudeLine is any line of Claude Code's JSON output.
-type claudeLine struct {
-	Type         string                     `json:"type"`
-	Subtype      string                     `json:"subtype"`
-	IsError      bool                       `json:"is_error"`
-	Result       *string                    `json:"result"`
-	SessionID    string                     `json:"session_id"`
-	NumTurns     int                        `json:"num_turns"`
-	TotalCostUSD *float64                   `json:"total_cost_usd"`
-	Usage        *claudeUsage               `json:"usage"`
-	ModelUsage   map[string]json.RawMessage `json:"modelUsage"`
-	Model        string                     `json:"model"`
-	Errors       json.RawMessage            `json:"errors"`
-	Message      *struct {
-		ID      string          `json:"id"`
-		Model   string          `json:"model"`
-		Content json.RawMessage `json:"content"`
-		Usage   *claudeUsage    `json:"usage"`
-	} `json:"message"`
+// ReportsUsage reports whether format f reports the agent's token usage.
+func ReportsUsage(f string) bool {
+	return f != "" && f != FormatText && ValidOutputFormat(f)
 }
 
-// claudeBlock is one content block of a Claude message.
-type claudeBlock struct {
-	Type      string          `json:"type"`
-	Text      string          `json:"text"`
-	ID        string          `json:"id"`
-	Name      string          `json:"name"`
-	Input     json.RawMessage `json:"input"`
-	ToolUseID string          `json:"tool_use_id"`
-	Content   json.RawMessage `json:"content"`
-	IsError   bool            `json:"is_error"`
-}
-
-// codexLine is any line of `codex exec --json`.
-type codexLine struct {
-	Type     string `json:"type"`
-	ThreadID string `json:"thread_id"`
-	Message  string `json:"message"`
-	Usage    *struct {
-		InputTokens       int64 `json:"input_tokens"`
-		CachedInputTokens int64 `json:"cached_input_tokens"`
-		OutputTokens      int64 `json:"output_tokens"`
-	} `json:"usage"`
-	Error *struct {
-		Message string `json:"message"`
-	} `json:"error"`
-	Item *codexItem `json:"item"`
-}
-
-// codexItem is the item of codex's item.* events.
-type codexItem struct {
-	ID               string          `json:"id"`
-	Type             string          `json:"type"`
-	Text             string          `json:"text"`
-	Message          string          `json:"message"`
-	Command          string          `json:"command"`
-	AggregatedOutput string          `json:"aggregated_output"`
-	ExitCode         *int            `json:"exit_code"`
-	Status           string          `json:"status"`
-	Changes          json.RawMessage `json:"changes"`
-	Server           string          `json:"server"`
-	Tool             string          `json:"tool"`
-	Arguments        json.RawMessage `json:"arguments"`
-	Query            string          `json:"query"`
-	Error            json.RawMessage `json:"error"`
-}
-
-// AgentUsage is what an agent CLI reported it spent in one iteration.
+// AgentUsage is what an agent CLI reported it spent in one iteration, on
+// one model (or on all of them, when the CLI does not say by model).
 type AgentUsage struct {
-	// InputTokens counts every prompt token the model read, cached or not
-	// (Claude's input, cache-creation and cache-read tokens; Codex's
-	// input_tokens, which include the cached ones).
-	InputTokens  int64
-	OutputTokens int64
-	// CachedTokens is the cached part of InputTokens, for display.
-	CachedTokens int64
+	// Model is the model's name, "" when the CLI did not say.
+	Model string
+	// InputTokens counts every prompt token the model read: uncached,
+	// read from the cache (CacheReadTokens) and written to it
+	// (CacheWriteTokens, of which CacheWrite1hTokens with the one-hour
+	// lifetime).
+	InputTokens        int64
+	CacheReadTokens    int64
+	CacheWriteTokens   int64
+	CacheWrite1hTokens int64
+	// OutputTokens counts every output token; ReasoningTokens is the part
+	// spent reasoning.
+	OutputTokens    int64
+	ReasoningTokens int64
+	// Requests is how many model requests the tokens add up, when the
+	// CLI says (0 otherwise).
+	Requests int
 	// CostUSD is the CLI's own cost figure when HasCost.
 	CostUSD float64
 	HasCost bool
-	Turns   int
+}
+
+func (u *AgentUsage) add(o AgentUsage) {
+	u.InputTokens += o.InputTokens
+	u.CacheReadTokens += o.CacheReadTokens
+	u.CacheWriteTokens += o.CacheWriteTokens
+	u.CacheWrite1hTokens += o.CacheWrite1hTokens
+	u.OutputTokens += o.OutputTokens
+	u.ReasoningTokens += o.ReasoningTokens
+	u.Requests += o.Requests
+	if o.HasCost {
+		u.CostUSD += o.CostUSD
+		u.HasCost = true
+	}
 }
 
 // ToolUse is one tool call or command the agent reported.
@@ -173,7 +125,7 @@ type ToolUse struct {
 	ID        string
 	Name      string
 	Arguments string // JSON or the command line, bounded
-	Output    string // bounded; "" when the format did not say
+	Output    string // bounded; the error text of a failed use; "" when the format did not say
 	IsError   bool
 	HasResult bool
 }
@@ -184,18 +136,30 @@ type ParsedOutput struct {
 	// OK is false when the output held nothing of its format: the
 	// iteration then degrades to plain text.
 	OK bool
-	// FinalText is the agent's final answer: Claude's result, or Codex's
-	// last agent message.
+	// FinalText is the agent's final answer: Claude's result, Codex's last
+	// agent message, Gemini's response.
 	FinalText string
 	SessionID string
-	Model     string
-	// Usage is nil when the output reported none.
-	Usage    *AgentUsage
+	// Model is the main model the output named, "" when none.
+	Model string
+	// Usage is the iteration's total usage, nil when the output reported
+	// none. ByModel splits it by model when the CLI does (each entry's
+	// Model set), sorted by model name; it is empty otherwise.
+	Usage   *AgentUsage
+	ByModel []AgentUsage
+	// Turns is the number of agent turns, when reported.
+	Turns    int
 	ToolUses []ToolUse
 	// Error is the agent's own error report (is_error, turn.failed, error).
 	Error string
+	// LikelyFormat names the format the output looks like when it is not
+	// Format's (another CLI's JSON); "" otherwise.
+	LikelyFormat string
 	// Warnings describe malformed or missing parts.
 	Warnings []string
+	// UsageUnknown and CostUnknown are set by the executor when the
+	// iteration's tokens, or their cost, could not be read (spec.Result).
+	UsageUnknown, CostUnknown string
 }
 
 const (
@@ -203,45 +167,136 @@ const (
 	maxToolOutBytes = 2000
 	maxToolUses     = 1000
 	maxWarnings     = 5
+	// maxFailedDecodes bounds the attempts to decode a multi-line value
+	// from a line that starts like JSON but is not, each of which may read
+	// to the end of the output.
+	maxFailedDecodes = 64
 )
 
-// jsonLines returns the lines of output that look like JSON objects, and
-// warnings for those that do not parse. Other lines (the agent's stderr,
-// which shares the pipe) are skipped.
-func jsonLines(output string) (objs []json.RawMessage, warnings []string) {
-	bad := 0
-	for l := range strings.SplitSeq(output, "\n") {
-		l = strings.TrimSpace(l)
-		if !strings.HasPrefix(l, "{") {
+// jsonObjects returns the JSON objects in output, in order: each line that
+// holds one, each pretty-printed object or array starting at the beginning
+// of a line, and the objects of such arrays. Other lines (the agent's
+// stderr, which shares the pipe, warnings, notices) are skipped; a line
+// that starts with "{" but holds no JSON is reported in warnings.
+func jsonObjects(output string) (objs []json.RawMessage, values int, warnings []string) {
+	bad, failed := 0, 0
+	data := []byte(output)
+	for pos := 0; pos < len(data); {
+		end := bytes.IndexByte(data[pos:], '\n')
+		next := len(data)
+		if end >= 0 {
+			next = pos + end + 1
+		}
+		line := bytes.TrimRight(data[pos:next], "\r\n")
+		trimmed := bytes.TrimLeft(line, " \t")
+		if len(trimmed) == 0 || (trimmed[0] != '{' && trimmed[0] != '[') {
+			pos = next
 			continue
 		}
-		if !json.Valid([]byte(l)) {
-			bad++
-			if bad <= maxWarnings {
-				warnings = append(warnings, "a line of the agent's JSON output does not parse: "+oneLine(l, 120))
+		start := pos + len(line) - len(trimmed)
+		var v json.RawMessage
+		n, err := decodeOne(data[start:], &v, failed < maxFailedDecodes || json.Valid(trimmed))
+		if err != nil {
+			failed++
+			if trimmed[0] == '{' {
+				bad++
+				if bad <= maxWarnings {
+					warnings = append(warnings, "a line of the agent's JSON output does not parse: "+oneLine(string(trimmed), 120))
+				}
 			}
+			pos = next
 			continue
 		}
-		objs = append(objs, json.RawMessage(l))
+		objs = append(objs, flatten(v)...)
+		values++
+		pos = start + n
 	}
 	if bad > maxWarnings {
 		warnings = append(warnings, fmt.Sprintf("%d more malformed lines", bad-maxWarnings))
 	}
-	return objs, warnings
+	return objs, values, warnings
+}
+
+// decodeOne decodes the first JSON value of data into v and returns how
+// many bytes it took. With multiLine false only a value on the first line
+// is tried.
+func decodeOne(data []byte, v *json.RawMessage, multiLine bool) (int, error) {
+	if !multiLine {
+		if i := bytes.IndexByte(data, '\n'); i >= 0 {
+			data = data[:i]
+		}
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(v); err != nil {
+		return 0, err
+	}
+	// The value must end its line: `{"a":1} trailing text` is not JSON
+	// output but a line of text that starts like it.
+	n := int(dec.InputOffset())
+	rest := data[n:]
+	if i := bytes.IndexByte(rest, '\n'); i >= 0 {
+		rest = rest[:i]
+	}
+	if len(bytes.TrimSpace(rest)) > 0 {
+		return 0, errors.New("text after the value")
+	}
+	return n, nil
+}
+
+// flatten returns an object as itself and an array as its objects.
+func flatten(v json.RawMessage) []json.RawMessage {
+	t := bytes.TrimSpace(v)
+	if len(t) == 0 {
+		return nil
+	}
+	switch t[0] {
+	case '{':
+		return []json.RawMessage{t}
+	case '[':
+		var elems []json.RawMessage
+		if json.Unmarshal(t, &elems) != nil {
+			return nil
+		}
+		var out []json.RawMessage
+		for _, e := range elems {
+			if e = bytes.TrimSpace(e); len(e) > 0 && e[0] == '{' {
+				out = append(out, e)
+			}
+		}
+		return out
+	}
+	return nil
 }
 
 // ParseOutput reads an agent's output in format. It never fails: what
 // cannot be read becomes a warning, and an output with nothing of its
-// format comes back with OK false.
+// format comes back with OK false (and LikelyFormat set when it is another
+// format's JSON).
 func ParseOutput(format, output string) *ParsedOutput {
 	p := &ParsedOutput{Format: format}
+	if !ReportsUsage(format) {
+		return p
+	}
+	objs, values, warnings := jsonObjects(output)
+	p.Warnings = warnings
 	switch format {
 	case FormatClaudeJSON, FormatClaudeStreamJSON:
-		parseClaude(p, output)
+		parseClaude(p, objs)
 	case FormatCodexJSON:
-		parseCodex(p, output)
-	default:
-		return p
+		parseCodex(p, objs)
+	case FormatGeminiJSON:
+		parseGemini(p, objs)
+	}
+	if !p.OK {
+		name := map[string]string{FormatClaudeJSON: "Claude Code JSON", FormatClaudeStreamJSON: "Claude Code JSON",
+			FormatCodexJSON: "codex JSON events", FormatGeminiJSON: "Gemini CLI JSON"}[format]
+		if likely := sniffFormat(objs, values); likely != "" && !sameCLI(likely, format) {
+			p.LikelyFormat = likely
+			p.Warnings = append(p.Warnings, fmt.Sprintf("the agent's output is not %s but looks like %s output: "+
+				"set agent.output_format to %q; it is read as text and its usage is unknown", name, likely, likely))
+		} else {
+			p.Warnings = append(p.Warnings, "the agent's output has no "+name+"; it is read as text and its usage is unknown")
+		}
 	}
 	if len(p.ToolUses) > maxToolUses {
 		p.Warnings = append(p.Warnings, fmt.Sprintf("%d tool uses; only the first %d are recorded", len(p.ToolUses), maxToolUses))
@@ -250,282 +305,74 @@ func ParseOutput(format, output string) *ParsedOutput {
 	return p
 }
 
-func parseClaude(p *ParsedOutput, output string) {
-	objs, warnings := jsonLines(output)
-	p.Warnings = warnings
-	if len(objs) == 0 {
-		// The single result object may have been pretty-printed.
-		if t := bytes.TrimSpace([]byte(output)); json.Valid(t) && bytes.HasPrefix(t, []byte("{")) {
-			objs = append(objs, json.RawMessage(t))
-		}
-	}
-	c := &claudeParser{p: p, seenMsg: map[string]bool{}, byID: map[string]int{}}
+// sameCLI reports whether two formats are the same CLI's (claude's json and
+// stream-json read the same objects).
+func sameCLI(a, b string) bool {
+	claude := func(f string) bool { return f == FormatClaudeJSON || f == FormatClaudeStreamJSON }
+	return a == b || claude(a) && claude(b)
+}
+
+// sniffFormat names the format whose JSON the objects, read from values
+// top-level JSON values, look like, or "". Claude's output is claude-json
+// when it is one value (the result object, or --verbose's array) and
+// claude-stream-json when it is a value per line.
+func sniffFormat(objs []json.RawMessage, values int) string {
+	score := map[string]int{}
 	for _, raw := range objs {
-		var l claudeLine
-		if err := json.Unmarshal(raw, &l); err != nil {
-			p.Warnings = append(p.Warnings, "a line of the agent's JSON output has unexpected fields: "+oneLine(err.Error(), 120))
+		var o map[string]json.RawMessage
+		if json.Unmarshal(raw, &o) != nil {
 			continue
 		}
-		c.line(&l)
+		var typ string
+		json.Unmarshal(o["type"], &typ)
+		switch {
+		case typ == tResult && (o["total_cost_usd"] != nil || o["num_turns"] != nil || o["modelUsage"] != nil):
+			score[FormatClaudeJSON] += 3
+		case (typ == tAssist || typ == tUser) && o["message"] != nil, typ == tSystem && o["session_id"] != nil:
+			score[FormatClaudeStreamJSON]++
+		case strings.HasPrefix(typ, "thread.") || strings.HasPrefix(typ, "turn.") || strings.HasPrefix(typ, "item."):
+			score[FormatCodexJSON]++
+		case o["msg"] != nil && o["id"] != nil:
+			score[FormatCodexJSON]++
+		case o["response"] != nil || o["stats"] != nil:
+			score[FormatGeminiJSON] += 2
+		}
 	}
-	if c.result == nil {
-		c.finishWithoutResult()
-		return
+	if n := score[FormatClaudeJSON] + score[FormatClaudeStreamJSON]; n > 0 {
+		if values <= 1 {
+			score[FormatClaudeJSON], score[FormatClaudeStreamJSON] = n, 0
+		} else {
+			score[FormatClaudeJSON], score[FormatClaudeStreamJSON] = 0, n
+		}
 	}
-	c.finishWithResult()
+	best, bestN := "", 0
+	for _, f := range OutputFormats() {
+		if score[f] > bestN {
+			best, bestN = f, score[f]
+		}
+	}
+	return best
 }
 
-// claudeParser is what parseClaude gathers from Claude Code's lines before
-// the result object (or its absence) decides what they mean.
-type claudeParser struct {
-	p              *ParsedOutput
-	result         *claudeLine // the last result object, nil if none
-	assistantUsage AgentUsage  // summed over the assistant messages
-	seenMsg        map[string]bool
-	byID           map[string]int // tool use id to its index in p.ToolUses
-	lastText       string         // the last assistant text block
-}
-
-// line reads one line of Claude Code's output.
-func (c *claudeParser) line(l *claudeLine) {
-	p := c.p
-	switch l.Type {
-	case tResult:
-		c.result = l
-	case tSystem:
-		if l.SessionID != "" {
-			p.SessionID = l.SessionID
-		}
-		if l.Model != "" {
-			p.Model = l.Model
-		}
-		p.OK = true
-	case tAssist, tUser:
-		p.OK = true
-		if l.SessionID != "" {
-			p.SessionID = l.SessionID
-		}
-		if l.Message == nil {
-			return
-		}
-		if l.Message.Model != "" && p.Model == "" {
-			p.Model = l.Message.Model
-		}
-		c.countUsage(l)
-		var blocks []claudeBlock
-		if json.Unmarshal(l.Message.Content, &blocks) != nil {
-			return
-		}
-		for _, b := range blocks {
-			c.block(l.Type, &b)
-		}
+// byModel returns the usage per model sorted by name, and their sum.
+func byModel(m map[string]*AgentUsage) ([]AgentUsage, *AgentUsage) {
+	if len(m) == 0 {
+		return nil, nil
 	}
-}
-
-// countUsage adds an assistant message's usage, once per message.
-func (c *claudeParser) countUsage(l *claudeLine) {
-	if l.Type != tAssist || l.Message.Usage == nil || (l.Message.ID != "" && c.seenMsg[l.Message.ID]) {
-		return
+	names := make([]string, 0, len(m))
+	for n := range m {
+		names = append(names, n)
 	}
-	// One message may be printed once per content block, each with the
-	// same usage.
-	c.seenMsg[l.Message.ID] = true
-	u := l.Message.Usage
-	c.assistantUsage.InputTokens += u.InputTokens + u.CacheCreationInputTokens + u.CacheReadInputTokens
-	c.assistantUsage.CachedTokens += u.CacheReadInputTokens
-	c.assistantUsage.OutputTokens += u.OutputTokens
-	c.assistantUsage.Turns++
-}
-
-// block reads one content block of a message of type lineType: text, a
-// tool use, or the result of an earlier tool use.
-func (c *claudeParser) block(lineType string, b *claudeBlock) {
-	p := c.p
-	switch b.Type {
-	case bText:
-		if lineType == tAssist && strings.TrimSpace(b.Text) != "" {
-			c.lastText = b.Text
-		}
-	case bToolUse:
-		c.byID[b.ID] = len(p.ToolUses)
-		p.ToolUses = append(p.ToolUses, ToolUse{ID: b.ID, Name: b.Name, Arguments: truncate(string(b.Input), maxToolArgBytes)})
-	case bToolRes:
-		if i, ok := c.byID[b.ToolUseID]; ok {
-			p.ToolUses[i].Output = truncate(blockText(b.Content), maxToolOutBytes)
-			p.ToolUses[i].IsError = b.IsError
-			p.ToolUses[i].HasResult = true
-		}
+	sort.Strings(names)
+	total := &AgentUsage{}
+	out := make([]AgentUsage, 0, len(names))
+	for _, n := range names {
+		u := *m[n]
+		u.Model = n
+		out = append(out, u)
+		total.add(u)
 	}
-}
-
-// finishWithoutResult ends an output with no result object: cut short, its
-// last message is the answer, or not Claude Code's JSON at all.
-func (c *claudeParser) finishWithoutResult() {
-	p := c.p
-	if !p.OK {
-		p.Warnings = append(p.Warnings, "the agent's output has no Claude Code JSON result; it is read as text")
-		return
-	}
-	p.Warnings = append(p.Warnings, "the agent's output has no final result object (cut short?); its last message is used")
-	p.FinalText = c.lastText
-	if c.assistantUsage.Turns > 0 {
-		p.Usage = &c.assistantUsage
-	}
-}
-
-// finishWithResult ends an output by its result object, which has the last
-// word on the session, the answer, the usage and the error.
-func (c *claudeParser) finishWithResult() {
-	p, result := c.p, c.result
-	p.OK = true
-	if result.SessionID != "" {
-		p.SessionID = result.SessionID
-	}
-	if result.Result != nil {
-		p.FinalText = *result.Result
-	} else {
-		p.FinalText = c.lastText
-	}
-	if len(result.ModelUsage) > 0 && p.Model == "" {
-		// The model that did the most work is listed; pick deterministically.
-		names := make([]string, 0, len(result.ModelUsage))
-		for n := range result.ModelUsage {
-			names = append(names, n)
-		}
-		sort.Strings(names)
-		p.Model = names[0]
-	}
-	if result.Usage != nil || result.TotalCostUSD != nil {
-		p.Usage = claudeResultUsage(result)
-	}
-	if result.IsError || (result.Subtype != "" && result.Subtype != "success") {
-		p.Error = claudeResultError(result, p.FinalText)
-	}
-}
-
-// claudeResultUsage returns the usage a result object reports.
-func claudeResultUsage(result *claudeLine) *AgentUsage {
-	u := &AgentUsage{Turns: result.NumTurns}
-	if result.Usage != nil {
-		u.InputTokens = result.Usage.InputTokens + result.Usage.CacheCreationInputTokens + result.Usage.CacheReadInputTokens
-		u.CachedTokens = result.Usage.CacheReadInputTokens
-		u.OutputTokens = result.Usage.OutputTokens
-	}
-	if result.TotalCostUSD != nil && *result.TotalCostUSD >= 0 {
-		u.CostUSD, u.HasCost = *result.TotalCostUSD, true
-	}
-	return u
-}
-
-// claudeResultError returns the error a failed result object reports: its
-// errors, else the final text, prefixed with the subtype.
-func claudeResultError(result *claudeLine, finalText string) string {
-	msg := strings.TrimSpace(finalText)
-	var errs []string
-	if json.Unmarshal(result.Errors, &errs) == nil && len(errs) > 0 {
-		msg = strings.Join(errs, "; ")
-	}
-	if msg == "" {
-		msg = orStr(result.Subtype, "is_error set without a message")
-	} else if result.Subtype != "" && result.Subtype != "success" {
-		msg = result.Subtype + ": " + msg
-	}
-	return truncate(msg, 1000)
-}
-
-// blockText returns a tool_result's content, a string or a list of text
-// blocks.
-func blockText(raw json.RawMessage) string {
-	var s string
-	if json.Unmarshal(raw, &s) == nil {
-		return s
-	}
-	var blocks []claudeBlock
-	if json.Unmarshal(raw, &blocks) == nil {
-		var b strings.Builder
-		for _, bl := range blocks {
-			if bl.Text != "" {
-				if b.Len() > 0 {
-					b.WriteByte('\n')
-				}
-				b.WriteString(bl.Text)
-			}
-		}
-		return b.String()
-	}
-	return string(raw)
-}
-
-func parseCodex(p *ParsedOutput, output string) {
-	objs, warnings := jsonLines(output)
-	p.Warnings = warnings
-	var usage *AgentUsage
-	completed := false
-	for _, raw := range objs {
-		var l codexLine
-		if err := json.Unmarshal(raw, &l); err != nil {
-			p.Warnings = append(p.Warnings, "a line of the agent's JSON output has unexpected fields: "+oneLine(err.Error(), 120))
-			continue
-		}
-		switch l.Type {
-		case tThreadStarted:
-			p.OK = true
-			p.SessionID = l.ThreadID
-		case tTurnCompleted:
-			p.OK, completed = true, true
-			if l.Usage != nil {
-				if usage == nil {
-					usage = &AgentUsage{}
-				}
-				usage.InputTokens += l.Usage.InputTokens
-				usage.CachedTokens += l.Usage.CachedInputTokens
-				usage.OutputTokens += l.Usage.OutputTokens
-				usage.Turns++
-			}
-		case tTurnFailed:
-			p.OK, completed = true, true
-			msg := "the turn failed"
-			if l.Error != nil && l.Error.Message != "" {
-				msg = l.Error.Message
-			}
-			p.Error = truncate(msg, 1000)
-		case tError:
-			p.OK = true
-			if l.Message != "" {
-				p.Error = truncate(l.Message, 1000)
-			}
-		case tItemCompleted:
-			p.OK = true
-			it := l.Item
-			if it == nil {
-				continue
-			}
-			switch it.Type {
-			case iAgentMessage:
-				if strings.TrimSpace(it.Text) != "" {
-					p.FinalText = it.Text
-				}
-			case iCommand, iFileChange, iMCPToolCall, iWebSearch:
-				if tu, ok := codexToolUse(it); ok {
-					p.ToolUses = append(p.ToolUses, tu)
-				}
-			case iError:
-				// A non-fatal error the agent carried on after.
-				p.Warnings = append(p.Warnings, "the agent reported: "+oneLine(orStr(it.Message, it.Text), 300))
-			}
-		default:
-			if l.Type != "" {
-				p.OK = true
-			}
-		}
-	}
-	p.Usage = usage
-	switch {
-	case !p.OK:
-		p.Warnings = append(p.Warnings, "the agent's output has no codex JSON events; it is read as text")
-	case !completed && p.Error == "":
-		p.Warnings = append(p.Warnings, "the agent's output has no turn.completed event (cut short?)")
-	}
+	return out, total
 }
 
 func orStr(s, d string) string {
@@ -533,24 +380,4 @@ func orStr(s, d string) string {
 		return d
 	}
 	return s
-}
-
-// codexToolUse returns the tool use a codex item stands for: a command, a
-// file change, an MCP tool call or a web search.
-func codexToolUse(it *codexItem) (ToolUse, bool) {
-	switch it.Type {
-	case iCommand:
-		return ToolUse{ID: it.ID, Name: "shell", Arguments: truncate(it.Command, maxToolArgBytes),
-			Output: truncate(it.AggregatedOutput, maxToolOutBytes), HasResult: it.Status != "in_progress",
-			IsError: it.Status == "failed" || it.Status == "declined" || (it.ExitCode != nil && *it.ExitCode != 0)}, true
-	case iFileChange:
-		return ToolUse{ID: it.ID, Name: "file_change", Arguments: truncate(string(it.Changes), maxToolArgBytes),
-			HasResult: it.Status != "in_progress", IsError: it.Status == "failed"}, true
-	case iMCPToolCall:
-		return ToolUse{ID: it.ID, Name: it.Server + "/" + it.Tool, Arguments: truncate(string(it.Arguments), maxToolArgBytes),
-			HasResult: it.Status != "" && it.Status != "in_progress", IsError: it.Status == "failed"}, true
-	case iWebSearch:
-		return ToolUse{ID: it.ID, Name: "web_search", Arguments: truncate(it.Query, maxToolArgBytes)}, true
-	}
-	return ToolUse{}, false
 }

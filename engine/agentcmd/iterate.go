@@ -153,6 +153,13 @@ func (e *Executor) recordOutput(ctx context.Context, in *spec.Input, res *spec.R
 	// make it invalid UTF-8.
 	res.Output = strings.ToValidUTF8(run.output, "\uFFFD")
 	parsed := e.readStructured(ctx, in, res.Output, run.duration, run.live)
+	if parsed != nil {
+		res.UsageUnknown, res.CostUnknown = parsed.UsageUnknown, parsed.CostUnknown
+	} else {
+		// Creation refuses a budget on text output, but Continue may add
+		// one: the gate then asks rather than spend uncounted.
+		res.UsageUnknown = fmt.Sprintf("iteration %d's output is read as text, which reports no tokens or cost", in.Iteration)
+	}
 	if parsed != nil && parsed.OK {
 		// Promises and content checks read the agent's final answer.
 		res.Output = parsed.FinalText

@@ -32,6 +32,7 @@ type liveTools struct {
 	sentCall   map[string]bool
 	sentResult map[string]bool
 	names      map[string]string // claude tool_use id → tool name
+	args       map[string]string // older codex call_id → its command
 }
 
 // newLiveTools returns nil for formats that are not streamed line by line.
@@ -40,7 +41,7 @@ func newLiveTools(format string) *liveTools {
 		return nil
 	}
 	return &liveTools{format: format, lines: make(chan string, liveLineBuffer),
-		sentCall: map[string]bool{}, sentResult: map[string]bool{}, names: map[string]string{}}
+		sentCall: map[string]bool{}, sentResult: map[string]bool{}, names: map[string]string{}, args: map[string]string{}}
 }
 
 // write takes a chunk of output; it never blocks.
@@ -110,7 +111,7 @@ func (l *liveTools) events(line string) []liveEvent {
 	switch l.format {
 	case FormatClaudeStreamJSON:
 		var cl claudeLine
-		if json.Unmarshal([]byte(line), &cl) != nil || cl.Message == nil {
+		if decodeClaudeLine([]byte(line), &cl) != nil || cl.Message == nil {
 			return nil
 		}
 		var blocks []claudeBlock
@@ -128,7 +129,30 @@ func (l *liveTools) events(line string) []liveEvent {
 		}
 	case FormatCodexJSON:
 		var cl codexLine
-		if json.Unmarshal([]byte(line), &cl) != nil || cl.Item == nil {
+		if json.Unmarshal([]byte(line), &cl) != nil {
+			return nil
+		}
+		if m := cl.Msg; m != nil && cl.ID != nil {
+			// The older envelope: a command's begin and end.
+			tu := ToolUse{ID: m.CallID, Name: "shell", Arguments: truncate(commandText(m.Command), maxToolArgBytes)}
+			switch m.Type {
+			case mExecBegin:
+				call(tu)
+			case mExecEnd:
+				if tu.Arguments == "" {
+					tu.Arguments = l.args[m.CallID]
+				}
+				call(tu)
+				tu.Output = truncate(orStr(m.AggregatedOutput, strings.TrimSpace(m.Stdout+"\n"+m.Stderr)), maxToolOutBytes)
+				tu.IsError = m.ExitCode != nil && *m.ExitCode != 0
+				result(tu)
+			}
+			if m.Type == mExecBegin {
+				l.args[m.CallID] = tu.Arguments
+			}
+			return out
+		}
+		if cl.Item == nil {
 			return nil
 		}
 		switch cl.Type {

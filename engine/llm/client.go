@@ -186,9 +186,18 @@ func (e *Executor) chat(ctx context.Context, rec func(context.Context, spec.LLMC
 		}
 		call := spec.LLMCall{Role: role, Model: model, PromptTokens: int64(resp.Usage.PromptTokens),
 			CompletionTokens: int64(resp.Usage.CompletionTokens), LatencyMS: latency}
-		call.CostUSD, call.Priced = e.opts.Prices.Cost(model, call.PromptTokens, call.CompletionTokens)
+		if d := resp.Usage.PromptTokensDetails; d != nil {
+			call.CachedTokens = int64(d.CachedTokens)
+		}
+		if d := resp.Usage.CompletionTokensDetails; d != nil {
+			call.ReasoningTokens = int64(d.ReasoningTokens)
+		}
+		call.CostUSD, call.Priced = e.opts.Prices.Cost(model, callUsage(call))
 		if !call.Priced && resp.Model != "" {
-			call.CostUSD, call.Priced = e.opts.Prices.Cost(resp.Model, call.PromptTokens, call.CompletionTokens)
+			call.CostUSD, call.Priced = e.opts.Prices.Cost(resp.Model, callUsage(call))
+		}
+		if call.Priced {
+			call.CostSource = spec.CostSourceTable
 		}
 		var me *ModelError
 		if err != nil {

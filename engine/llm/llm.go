@@ -272,9 +272,9 @@ func (e *Executor) ValidateConfig(ctx context.Context, user *spec.User, cfg *spe
 		// A cost budget over a model without a price would never bind.
 		for _, role := range []string{RolePlanner, RoleExecutor, RoleSummarizer} {
 			m := e.Model(cfg, role)
-			if _, ok := e.opts.Prices.Lookup(m); !ok {
+			if _, _, ok := e.opts.Prices.Lookup(m); !ok {
 				return spec.FieldError("budgets.max_cost_usd", "The model %q (%s) has no known price, so a cost budget cannot be enforced. "+
-					"Add the model to the price file (--prices FILE with {\"%s\": {\"input\": USD per 1M tokens, \"output\": USD per 1M tokens}}) "+
+					"Add the model to the price file (--prices FILE with {\"%s\": {\"input\": USD per 1M tokens, \"output\": USD per 1M tokens, \"cache_read\": …}}) "+
 					"or leave out budgets.max_cost_usd.", m, role, m)
 			}
 		}

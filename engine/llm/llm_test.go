@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -530,6 +529,21 @@ func TestModelErrors(t *testing.T) {
 	})
 }
 
+func TestCachedAndReasoningTokensArePricedAtTheirRates(t *testing.T) {
+	r := report(false, "ok")
+	r.PromptTokens, r.CachedTokens, r.CompletionTokens, r.ReasoningTokens = 100_000, 80_000, 2_000, 1_500
+	f := newFixture(t, spec.Config{Model: "gpt-5.1"}, nil, r)
+	if _, err := f.iterate(f.input(1)); err != nil {
+		t.Fatal(err)
+	}
+	calls := f.host.Calls()
+	want := (20_000*1.25 + 80_000*0.125 + 2_000*10) / 1e6
+	if len(calls) != 1 || calls[0].CachedTokens != 80_000 || calls[0].ReasoningTokens != 1_500 || calls[0].CostSource != spec.CostSourceTable ||
+		math.Abs(calls[0].CostUSD-want) > 1e-12 {
+		t.Errorf("calls %+v; want 80k cached and 1.5k reasoning tokens at $%v from the table", calls, want)
+	}
+}
+
 func TestUnpricedModel(t *testing.T) {
 	f := newFixture(t, spec.Config{Model: "my-local-llama"}, nil, report(false, "ok"))
 	if _, err := f.iterate(f.input(1)); err != nil {
@@ -538,99 +552,6 @@ func TestUnpricedModel(t *testing.T) {
 	calls := f.host.Calls()
 	if len(calls) != 1 || calls[0].Priced || calls[0].CostUSD != 0 || calls[0].Model != "my-local-llama" {
 		t.Errorf("calls %+v", calls)
-	}
-}
-
-func TestPriceLookup(t *testing.T) {
-	table := DefaultPrices()
-	tests := []struct {
-		model string
-		want  string // the table entry expected, "" for unpriced
-	}{
-		{"gpt-4o-mini", "gpt-4o-mini"},
-		{"GPT-4o-Mini", "gpt-4o-mini"},
-		{"openai/gpt-4o-mini", "gpt-4o-mini"},
-		{"gpt-4o-mini-2024-07-18", "gpt-4o-mini"},
-		{"gpt-4o-2024-08-06", "gpt-4o"},
-		{"gpt-4o-2024-05-13", "gpt-4o-2024-05-13"}, // a dated model with its own price
-		{"openai/gpt-4.1-nano-2025-04-14", "gpt-4.1-nano"},
-		{"gpt-4.1", "gpt-4.1"},
-		{"o3-mini", "o3-mini"},
-		{"o4-mini-2025-04-16", "o4-mini"},
-		{"anthropic/claude-3.5-sonnet", "anthropic/claude-3.5-sonnet"},
-		{"claude-3.5-sonnet", "anthropic/claude-3.5-sonnet"},
-		{"anthropic/claude-3.5-sonnet:beta", "anthropic/claude-3.5-sonnet"},
-		{"claude-sonnet-4-20250514", "anthropic/claude-sonnet-4"},
-		// Pro models are priced as themselves, never as their base model.
-		{"o1-pro", "o1-pro"},
-		{"o3-pro-2025-06-10", "o3-pro"},
-		{"gpt-5-pro", "gpt-5-pro"},
-		// No prefix matching: close names are unpriced.
-		{"o3-pro-preview", ""},
-		{"gpt-4o-mini-2099-01-01", ""},
-		{"gpt-4o-search-preview", ""},
-		{"gpt-5-codex", ""},
-		{"gpt-4", ""},
-		{"gpt-4oo", ""},
-		{"llama3.1:8b", ""},
-		{"", ""},
-	}
-	for _, tt := range tests {
-		got, ok := table.Lookup(tt.model)
-		if tt.want == "" {
-			if ok {
-				t.Errorf("Lookup(%q) = %+v, want unpriced", tt.model, got)
-			}
-			continue
-		}
-		if !ok || got != table[tt.want] {
-			t.Errorf("Lookup(%q) = %+v, %v; want %s %+v", tt.model, got, ok, tt.want, table[tt.want])
-		}
-	}
-	if c, ok := table.Cost("gpt-4o", 1_000_000, 1_000_000); !ok || c != 12.5 {
-		t.Errorf("Cost = %v %v", c, ok)
-	}
-	if c, ok := table.Cost("mystery", 10, 10); ok || c != 0 {
-		t.Errorf("unpriced Cost = %v %v", c, ok)
-	}
-	for model, want := range map[string]Price{"o1-pro": {150, 600}, "o3-pro": {20, 80}, "gpt-5-pro": {15, 120}} {
-		if got := table[model]; got != want {
-			t.Errorf("%s priced %+v, want %+v", model, got, want)
-		}
-		base := strings.TrimSuffix(model, "-pro")
-		if table[model].Input <= table[base].Input {
-			t.Errorf("%s is priced no higher than %s", model, base)
-		}
-	}
-	if src, asOf := PricesSource(); src == "" || len(asOf) != len("2006-01-02") {
-		t.Errorf("the built-in prices name no source or date: %q %q", src, asOf)
-	}
-}
-
-func TestLoadPrices(t *testing.T) {
-	dir := t.TempDir()
-	good := filepath.Join(dir, "prices.json")
-	os.WriteFile(good, []byte(`{"gpt-4o": {"input": 1, "output": 2}, "My-Model": {"input": 0.5, "output": 0.5}}`), 0o644)
-	table, err := LoadPrices(good)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if table["gpt-4o"] != (Price{1, 2}) || table["my-model"] != (Price{0.5, 0.5}) || table["gpt-4o-mini"] != DefaultPrices()["gpt-4o-mini"] {
-		t.Errorf("merged table wrong: %v", table)
-	}
-	for name, body := range map[string]string{
-		"not json":       `{"gpt-4o": `,
-		"negative price": `{"x": {"input": -1, "output": 1}}`,
-		"unknown field":  `{"x": {"in": 1}}`,
-	} {
-		p := filepath.Join(dir, strings.ReplaceAll(name, " ", "_")+".json")
-		os.WriteFile(p, []byte(body), 0o644)
-		if _, err := LoadPrices(p); err == nil || !strings.Contains(err.Error(), "price file") {
-			t.Errorf("%s: err = %v", name, err)
-		}
-	}
-	if _, err := LoadPrices(filepath.Join(dir, "missing.json")); err == nil {
-		t.Error("missing file accepted")
 	}
 }
 

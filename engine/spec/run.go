@@ -61,6 +61,10 @@ const (
 	// root) holding a command run's work directory; it resumes by itself
 	// when one does.
 	WaitHostUnavailable = "host_unavailable"
+	// WaitUsageUnknown: a run with a cost or token budget had an iteration
+	// whose usage (or its cost) could not be read, so the budget could not
+	// be kept; the person decides whether it goes on.
+	WaitUsageUnknown = "usage_unknown"
 )
 
 // StopReason says why a run stopped, with evidence for breaker trips.
@@ -72,18 +76,26 @@ type StopReason struct {
 
 // Waiting describes what a waiting_on_user run waits for.
 type Waiting struct {
-	Reason    string   `json:"reason"` // needs_input | blocked | turn_ended | approve_plan | host_unavailable
+	Reason    string   `json:"reason"` // needs_input | blocked | turn_ended | approve_plan | host_unavailable | usage_unknown
 	Questions []string `json:"questions,omitempty"`
 	Detail    string   `json:"detail,omitempty"`
 }
 
-// ModelUsage is one model's share of a run's usage.
+// ModelUsage is one model's share of a run's usage. CachedTokens,
+// CacheWriteTokens and ReasoningTokens are parts of PromptTokens and
+// CompletionTokens (see Metrics).
 type ModelUsage struct {
 	Calls            int     `json:"calls"`
 	PromptTokens     int64   `json:"prompt_tokens"`
 	CompletionTokens int64   `json:"completion_tokens"`
+	CachedTokens     int64   `json:"cached_tokens,omitempty"`
+	CacheWriteTokens int64   `json:"cache_write_tokens,omitempty"`
+	ReasoningTokens  int64   `json:"reasoning_tokens,omitempty"`
 	CostUSD          float64 `json:"cost_usd"`
-	Unpriced         bool    `json:"unpriced,omitempty"`
+	// CostReportedUSD is the part of CostUSD the agent CLI reported itself
+	// (the rest was priced from the price table).
+	CostReportedUSD float64 `json:"cost_reported_usd,omitempty"`
+	Unpriced        bool    `json:"unpriced,omitempty"`
 }
 
 // Metrics are a run's (or one iteration's) counters. A run's metrics always
@@ -100,6 +112,16 @@ type Metrics struct {
 	ToolCallsTotal          int                   `json:"tool_calls_total"`
 	FalseCompletionsBlocked int                   `json:"false_completions_blocked"`
 	ByModel                 map[string]ModelUsage `json:"by_model"`
+
+	// CachedTokens (prompt tokens read from the provider's cache) and
+	// CacheWriteTokens (written to it) are parts of PromptTokens;
+	// ReasoningTokens is the part of CompletionTokens spent reasoning.
+	CachedTokens     int64 `json:"cached_tokens"`
+	CacheWriteTokens int64 `json:"cache_write_tokens"`
+	ReasoningTokens  int64 `json:"reasoning_tokens"`
+	// CostReportedUSD is the part of CostTotalUSD the agent CLIs reported
+	// themselves; the rest comes from the price table.
+	CostReportedUSD float64 `json:"cost_reported_usd"`
 }
 
 // Add adds o's counters to m.
@@ -108,8 +130,12 @@ func (m *Metrics) Add(o Metrics) {
 	m.RunningMS += o.RunningMS
 	m.PromptTokens += o.PromptTokens
 	m.CompletionTokens += o.CompletionTokens
+	m.CachedTokens += o.CachedTokens
+	m.CacheWriteTokens += o.CacheWriteTokens
+	m.ReasoningTokens += o.ReasoningTokens
 	m.TokensTotal += o.TokensTotal
 	m.CostTotalUSD += o.CostTotalUSD
+	m.CostReportedUSD += o.CostReportedUSD
 	m.UnpricedCalls += o.UnpricedCalls
 	m.LLMCalls += o.LLMCalls
 	m.ToolCallsTotal += o.ToolCallsTotal
@@ -122,7 +148,11 @@ func (m *Metrics) Add(o Metrics) {
 		u.Calls += v.Calls
 		u.PromptTokens += v.PromptTokens
 		u.CompletionTokens += v.CompletionTokens
+		u.CachedTokens += v.CachedTokens
+		u.CacheWriteTokens += v.CacheWriteTokens
+		u.ReasoningTokens += v.ReasoningTokens
 		u.CostUSD += v.CostUSD
+		u.CostReportedUSD += v.CostReportedUSD
 		u.Unpriced = u.Unpriced || v.Unpriced
 		m.ByModel[k] = u
 	}
@@ -130,10 +160,22 @@ func (m *Metrics) Add(o Metrics) {
 
 // AddCall adds one LLM call's usage to m.
 func (m *Metrics) AddCall(model string, prompt, completion int64, cost float64, priced bool) {
-	u := ModelUsage{Calls: 1, PromptTokens: prompt, CompletionTokens: completion, CostUSD: cost, Unpriced: !priced}
-	o := Metrics{PromptTokens: prompt, CompletionTokens: completion, TokensTotal: prompt + completion,
-		CostTotalUSD: cost, LLMCalls: 1, ByModel: map[string]ModelUsage{model: u}}
-	if !priced {
+	m.AddLLMCall(LLMCall{Model: model, PromptTokens: prompt, CompletionTokens: completion, CostUSD: cost, Priced: priced})
+}
+
+// AddLLMCall adds one LLM call's usage, with its token split and the
+// source of its cost, to m.
+func (m *Metrics) AddLLMCall(c LLMCall) {
+	u := ModelUsage{Calls: 1, PromptTokens: c.PromptTokens, CompletionTokens: c.CompletionTokens,
+		CachedTokens: c.CachedTokens, CacheWriteTokens: c.CacheWriteTokens, ReasoningTokens: c.ReasoningTokens,
+		CostUSD: c.CostUSD, Unpriced: !c.Priced}
+	if c.CostSource == CostSourceCLI {
+		u.CostReportedUSD = c.CostUSD
+	}
+	o := Metrics{PromptTokens: c.PromptTokens, CompletionTokens: c.CompletionTokens, TokensTotal: c.PromptTokens + c.CompletionTokens,
+		CachedTokens: c.CachedTokens, CacheWriteTokens: c.CacheWriteTokens, ReasoningTokens: c.ReasoningTokens,
+		CostTotalUSD: c.CostUSD, CostReportedUSD: u.CostReportedUSD, LLMCalls: 1, ByModel: map[string]ModelUsage{c.Model: u}}
+	if !c.Priced {
 		o.UnpricedCalls = 1
 	}
 	m.Add(o)

@@ -199,15 +199,34 @@ type LLMCall struct {
 	RunID            string    `json:"-"`
 	Iteration        int       `json:"-"`
 	CreatedAt        time.Time `json:"-"`
-	Role             string    // planner | executor | repair | summarizer
+	Role             string    // planner | executor | repair | summarizer | agent
 	Model            string
-	PromptTokens     int64
-	CompletionTokens int64
+	PromptTokens     int64 // every prompt token, cached or not
+	CompletionTokens int64 // every output token, reasoning included
+	// CachedTokens and CacheWriteTokens are the parts of PromptTokens read
+	// from and written to the provider's prompt cache; ReasoningTokens the
+	// part of CompletionTokens spent reasoning.
+	CachedTokens     int64
+	CacheWriteTokens int64
+	ReasoningTokens  int64
 	CostUSD          float64
 	Priced           bool
-	LatencyMS        int64
-	Error            string
+	// CostSource says where CostUSD comes from: CostSourceCLI (the agent
+	// CLI's own figure) or CostSourceTable (the price table); "" when
+	// unpriced.
+	CostSource string
+	// TableCostUSD is the price table's figure for a CLI-reported cost
+	// that differs from it by more than 5%; 0 otherwise.
+	TableCostUSD float64
+	LatencyMS    int64
+	Error        string
 }
+
+// Cost sources of an LLMCall.
+const (
+	CostSourceCLI   = "cli"
+	CostSourceTable = "table"
+)
 
 // Status is the model's report_status (seed 001 §5.2).
 type Status struct {
@@ -291,6 +310,13 @@ type Result struct {
 	// RetryAfter is how long the model endpoint asked to be left alone
 	// (its Retry-After) when the iteration ended on its failure.
 	RetryAfter time.Duration
+	// UsageUnknown says why the iteration's tokens could not be read (no
+	// usage in the agent's output, output of another format); CostUnknown
+	// why its cost could not be (a model without a price). A run with a
+	// token or cost budget (cost only, for CostUnknown) then waits on the
+	// person (WaitUsageUnknown) rather than going on blind.
+	UsageUnknown string
+	CostUnknown  string
 }
 
 // CheckResult is the outcome of one objective check.
@@ -336,7 +362,8 @@ type Decision struct {
 	Decision   string   `json:"decision"`
 	Reasons    []string `json:"reasons"`
 	StopReason string   `json:"stop_reason,omitempty"` // for stop, complete and fail
-	// WaitReason is needs_input, blocked, turn_ended or approve_plan.
+	// WaitReason is needs_input, blocked, turn_ended, approve_plan or
+	// usage_unknown.
 	WaitReason string   `json:"wait_reason,omitempty"`
 	Questions  []string `json:"questions,omitempty"`
 	// FalseCompletion is set when the agent claimed completion that the

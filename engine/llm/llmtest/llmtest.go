@@ -54,9 +54,13 @@ type Reply struct {
 	// PromptTokens and CompletionTokens are the usage; 100 and 20 when both
 	// are zero and NoUsage is false.
 	PromptTokens, CompletionTokens int
-	NoUsage                        bool
-	Model                          string // the response's model; the request's when empty
-	NoChoices                      bool   // send "choices": []
+	// CachedTokens and ReasoningTokens are sent as the usage's
+	// prompt_tokens_details.cached_tokens and
+	// completion_tokens_details.reasoning_tokens when set.
+	CachedTokens, ReasoningTokens int
+	NoUsage                       bool
+	Model                         string // the response's model; the request's when empty
+	NoChoices                     bool   // send "choices": []
 	// Delay holds the response back, or Wait blocks until it is closed.
 	Delay time.Duration
 	Wait  <-chan struct{}
@@ -301,7 +305,14 @@ func (s *Server) write(w http.ResponseWriter, req Request, reply Reply) {
 		if p == 0 && c == 0 {
 			p, c = 100, 20
 		}
-		resp["usage"] = map[string]any{"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
+		usage := map[string]any{"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
+		if reply.CachedTokens > 0 {
+			usage["prompt_tokens_details"] = map[string]any{"cached_tokens": reply.CachedTokens}
+		}
+		if reply.ReasoningTokens > 0 {
+			usage["completion_tokens_details"] = map[string]any{"reasoning_tokens": reply.ReasoningTokens}
+		}
+		resp["usage"] = usage
 	}
 	w.WriteHeader(status)
 	json.NewEncoder(w).Encode(resp)
