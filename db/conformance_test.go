@@ -12,7 +12,7 @@ import (
 
 // TestConformance runs the store conformance suite against SQLite.
 func TestConformance(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) storetest.Store[*db.Tx] {
+	storetest.Run(t, func(t *testing.T) spec.Store {
 		d, err := db.Open(context.Background(), db.Options{Path: filepath.Join(t.TempDir(), "homework.db")})
 		if err != nil {
 			t.Fatal(err)
@@ -25,7 +25,7 @@ func TestConformance(t *testing.T) {
 // TestConformanceSharedWriters runs the suite against SQLite in the
 // multi-process strategy: nothing cached between write transactions.
 func TestConformanceSharedWriters(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) storetest.Store[*db.Tx] {
+	storetest.Run(t, func(t *testing.T) spec.Store {
 		d, err := db.Open(context.Background(), db.Options{Path: filepath.Join(t.TempDir(), "homework.db"), SharedWriters: true})
 		if err != nil {
 			t.Fatal(err)
@@ -54,7 +54,7 @@ func TestSharedWritersSeeEachOthersSeqs(t *testing.T) {
 		t.Fatal(err)
 	}
 	run := &spec.Run{ID: "r", UserID: u.ID, Objective: "o", Mode: "auto", Executor: "script", Config: []byte(`{}`), Status: spec.StatusQueued}
-	if err := a.WriteTx(ctx, func(tx *db.Tx) error { return tx.InsertRun(ctx, run) }); err != nil {
+	if err := a.WriteTx(ctx, func(tx spec.Tx) error { return tx.InsertRun(ctx, run) }); err != nil {
 		t.Fatal(err)
 	}
 	for i := range 6 {
@@ -79,7 +79,7 @@ func TestSharedWritersSeeEachOthersSeqs(t *testing.T) {
 // filters, report rows, transcripts, resolving notifications, attempt
 // leases) against SQLite.
 func TestConformanceLater(t *testing.T) {
-	storetest.RunLater(t, func(t *testing.T) storetest.LaterStore[*db.Tx] {
+	storetest.RunLater(t, func(t *testing.T) spec.Store {
 		d, err := db.Open(context.Background(), db.Options{Path: filepath.Join(t.TempDir(), "homework.db")})
 		if err != nil {
 			t.Fatal(err)

@@ -246,7 +246,12 @@ type Tx struct {
 
 // WriteTx runs fn in one immediate write transaction, commits it when fn
 // returns nil and then publishes the events it appended.
-func (d *DB) WriteTx(ctx context.Context, fn func(tx *Tx) error) error {
+func (d *DB) WriteTx(ctx context.Context, fn func(tx spec.Tx) error) error {
+	return d.write(ctx, func(tx *Tx) error { return fn(tx) })
+}
+
+// write runs fn in one write transaction, as WriteTx.
+func (d *DB) write(ctx context.Context, fn func(tx *Tx) error) error {
 	d.writeMu.Lock()
 	defer d.writeMu.Unlock()
 	return d.writeTxLocked(ctx, fn)
@@ -280,7 +285,7 @@ func (d *DB) writeTxLocked(ctx context.Context, fn func(tx *Tx) error) error {
 
 // writeShared runs fn, a shared write, in one write transaction.
 func (d *DB) writeShared(ctx context.Context, fn func(tx *sqlstore.Tx) error) error {
-	return d.WriteTx(ctx, func(tx *Tx) error { return fn(tx.Tx) })
+	return d.write(ctx, func(tx *Tx) error { return fn(tx.Tx) })
 }
 
 // sqliteCode returns the extended SQLite result code of err, 0 when err is

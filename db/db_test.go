@@ -29,7 +29,7 @@ func openTest(t testing.TB, path string, opts ...func(*Options)) *DB {
 func newRun(t testing.TB, d *DB, userID int64, id string) *spec.Run {
 	t.Helper()
 	r := &spec.Run{ID: id, UserID: userID, Objective: "obj " + id, Mode: "auto", Executor: "script", Config: json.RawMessage(`{}`), Status: spec.StatusQueued}
-	if err := d.WriteTx(context.Background(), func(tx *Tx) error { return tx.InsertRun(context.Background(), r) }); err != nil {
+	if err := d.WriteTx(context.Background(), func(tx spec.Tx) error { return tx.InsertRun(context.Background(), r) }); err != nil {
 		t.Fatal(err)
 	}
 	return r
@@ -163,7 +163,7 @@ func TestStoreRoundTripsAndCrossUserReadsAreNotFound(t *testing.T) {
 	r.Metrics.AddCall("m", 10, 5, 0.5, true)
 	r.Report = &spec.Report{Title: "t", Metrics: spec.ReportMetrics{Iterations: 2}}
 	var doc *spec.Document
-	err := d.WriteTx(ctx, func(tx *Tx) error {
+	err := d.WriteTx(ctx, func(tx spec.Tx) error {
 		if err := tx.UpdateRun(ctx, r); err != nil {
 			return err
 		}
@@ -358,7 +358,7 @@ func TestARolledBackAppendLeavesNoGap(t *testing.T) {
 		t.Fatal(err)
 	}
 	boom := errors.New("boom")
-	err := d.WriteTx(ctx, func(tx *Tx) error {
+	err := d.WriteTx(ctx, func(tx spec.Tx) error {
 		if _, err := tx.AppendEvent(ctx, "r", "rolled back", nil); err != nil {
 			return err
 		}

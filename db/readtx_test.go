@@ -19,7 +19,7 @@ func TestReadTxCountsAndCachesItsStatements(t *testing.T) {
 		t.Fatal(err)
 	}
 	run := &spec.Run{ID: "rt", UserID: u.ID, Objective: "o", Mode: "auto", Executor: "script", Config: []byte(`{}`), Status: spec.StatusQueued}
-	if err := d.WriteTx(ctx, func(tx *Tx) error { return tx.InsertRun(ctx, run) }); err != nil {
+	if err := d.WriteTx(ctx, func(tx spec.Tx) error { return tx.InsertRun(ctx, run) }); err != nil {
 		t.Fatal(err)
 	}
 	view := func() {

@@ -26,7 +26,7 @@ func TestListRunsFindsAndOrdersRuns(t *testing.T) {
 		if stop != "" {
 			r.StopReason = &spec.StopReason{Type: stop}
 		}
-		if err := d.WriteTx(ctx, func(tx *Tx) error { return tx.InsertRun(ctx, r) }); err != nil {
+		if err := d.WriteTx(ctx, func(tx spec.Tx) error { return tx.InsertRun(ctx, r) }); err != nil {
 			t.Fatal(err)
 		}
 		return r
@@ -38,7 +38,7 @@ func TestListRunsFindsAndOrdersRuns(t *testing.T) {
 	put("x1", "Compare SQLite drivers for Go", "llm", spec.StatusCompleted, "completed", 9, day, other.ID)
 	// r3's workspace mentions the driver: search finds it through its documents.
 	now = day.Add(49 * time.Hour)
-	if err := d.WriteTx(ctx, func(tx *Tx) error {
+	if err := d.WriteTx(ctx, func(tx spec.Tx) error {
 		_, err := tx.PutDocument(ctx, &spec.Document{RunID: "r3", UserID: u.ID, Path: "notes.md", Kind: spec.DocNote, Content: "The modernc driver is pure Go."})
 		return err
 	}); err != nil {
@@ -85,7 +85,7 @@ func TestListRunsFindsAndOrdersRuns(t *testing.T) {
 
 	// An edited objective is found by its new words only.
 	now = day.Add(100 * time.Hour)
-	if err := d.WriteTx(ctx, func(tx *Tx) error {
+	if err := d.WriteTx(ctx, func(tx spec.Tx) error {
 		r, err := tx.FindRun(ctx, "r2")
 		if err != nil {
 			return err
@@ -109,7 +109,7 @@ func TestListRunsPagesEveryOrderWithoutGapsOrRepeats(t *testing.T) {
 	d := openTest(t, filepath.Join(t.TempDir(), "h.db"), func(o *Options) { o.Now = func() time.Time { return now } })
 	u, _ := d.CreateUser(ctx, "a@example.com", "h", false)
 	const n = 2500
-	err := d.WriteTx(ctx, func(tx *Tx) error {
+	err := d.WriteTx(ctx, func(tx spec.Tx) error {
 		for i := 0; i < n; i++ {
 			// Many runs share a creation time and a cost, so ties are paged
 			// by id; costs like 0.1+0.2 do not survive a decimal round trip

@@ -16,7 +16,7 @@ import (
 func appendLines(t *testing.T, d *DB, runID string, iteration int, capBytes int64, dropped int64, lines ...*spec.TranscriptLine) *spec.TranscriptInfo {
 	t.Helper()
 	var info *spec.TranscriptInfo
-	err := d.WriteTx(context.Background(), func(tx *Tx) error {
+	err := d.WriteTx(context.Background(), func(tx spec.Tx) error {
 		var err error
 		_, info, err = tx.AppendTranscript(context.Background(), runID, iteration, capBytes, lines, dropped)
 		return err
@@ -110,7 +110,7 @@ func TestPageIterationsWalksBothWays(t *testing.T) {
 	u, _ := d.CreateUser(ctx, "a@example.com", "h", false)
 	other, _ := d.CreateUser(ctx, "b@example.com", "h", false)
 	newRun(t, d, u.ID, "r1")
-	err := d.WriteTx(ctx, func(tx *Tx) error {
+	err := d.WriteTx(ctx, func(tx spec.Tx) error {
 		for i := 1; i <= 7; i++ {
 			if err := tx.UpsertIteration(ctx, &spec.Iteration{RunID: "r1", Iteration: i, Attempt: 1, Status: spec.IterSucceeded, StartedAt: tx.Now(), Summary: fmt.Sprint("it ", i)}); err != nil {
 				return err

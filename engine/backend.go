@@ -3,6 +3,8 @@ package engine
 import (
 	"fmt"
 
+	"homework/engine/spec"
+
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver"
 )
@@ -12,35 +14,27 @@ import (
 // the engine (cmd/homework binds SQLite or PostgreSQL), so the engine never
 // names a store.
 type Backend struct {
-	store    Store
-	inTx     inTxFunc
+	store    spec.Store
 	newQueue func(cfg *river.Config) (jobQueue, error)
 	// listens is whether the driver wakes fetches through a listener
 	// (PostgreSQL's LISTEN/NOTIFY); without one River only polls.
 	listens bool
 }
 
-// Bind binds a store whose write transactions have type T to a River driver
-// whose transactions have type TTx; driverTx returns the TTx a T runs on. A
-// state change and the job that follows from it then commit together.
+// Bind binds a store to a River driver whose transactions have type TTx;
+// driverTx returns the TTx a transaction of the store runs on. A state
+// change and the job that follows from it then commit together.
 //
-//	engine.Bind(d, riversqlite.New(d.Writer()), func(tx *db.Tx) *sql.Tx { return tx.Tx })
-func Bind[T StoreTx, TTx any](s TxStore[T], driver riverdriver.Driver[TTx], driverTx func(T) TTx) Backend {
+//	engine.Bind(d, riversqlite.New(d.Writer()), func(tx spec.Tx) *sql.Tx { return tx.(*db.Tx).SQL })
+func Bind[TTx any](s spec.Store, driver riverdriver.Driver[TTx], driverTx func(spec.Tx) TTx) Backend {
 	return Backend{
 		store: s,
-		inTx:  txRunner(s),
 		newQueue: func(cfg *river.Config) (jobQueue, error) {
 			client, err := river.NewClient(driver, cfg)
 			if err != nil {
 				return nil, fmt.Errorf("river client: %w", err)
 			}
-			return &riverQueue[TTx]{client: client, driverTx: func(tx StoreTx) TTx {
-				t, ok := tx.(T)
-				if !ok {
-					panic(fmt.Sprintf("engine: a %T where the backend's transactions are %T", tx, t))
-				}
-				return driverTx(t)
-			}}, nil
+			return &riverQueue[TTx]{client: client, driverTx: driverTx}, nil
 		},
 		listens: driver.SupportsListener(),
 	}

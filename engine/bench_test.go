@@ -33,7 +33,7 @@ func BenchmarkIterations(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer d.Close()
-	e, err := New(Options{Backend: sqliteBackend(d), Bus: bus, Executors: map[string]Executor{spec.ExecutorScript: &scripted.Executor{InTx: scripted.Over[*db.Tx](d)}},
+	e, err := New(Options{Backend: sqliteBackend(d), Bus: bus, Executors: map[string]Executor{spec.ExecutorScript: &scripted.Executor{InTx: d.WriteTx}},
 		Workers: 8, MaxConcurrentPerUser: runs, FetchPollInterval: 20 * time.Millisecond})
 	if err != nil {
 		b.Fatal(err)

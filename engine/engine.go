@@ -20,6 +20,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"homework/engine/proc"
+	"homework/engine/spec"
 )
 
 // Options configure an Engine. Zero values get the defaults noted.
@@ -44,7 +45,7 @@ type Options struct {
 	DefaultIterationTools  int           // per-iteration tool-call bound; default 50
 	LeaseTTL               time.Duration // default 15 s
 	RecoveryInterval       time.Duration // default 5 s
-	DeathWatchInterval     time.Duration // how often a Liveness store is asked for dead processes; default 200 ms
+	DeathWatchInterval     time.Duration // how often a spec.Cluster store is asked for dead processes; default 200 ms
 	ShutdownGrace          time.Duration // in-flight iterations get this long on Stop; default 10 s
 	FetchPollInterval      time.Duration // River poll; default 50 ms
 	CommandRunsAllowed     bool          // whether command checks may run for admins
@@ -57,9 +58,6 @@ type Options struct {
 	// leases to the periodic recovery pass, which takes only expired ones.
 	// See singleprocess.go for every single-process assumption.
 	SharedStore bool
-	// Interrupts delivers a run's cancellation to the process working it;
-	// nil means this process works every run of the store.
-	Interrupts Interrupter
 
 	// CommandHost and CommandRoot identify, on a shared store, the host of
 	// this process and its command-run root: command runs created here are
@@ -118,7 +116,7 @@ type Engine struct {
 	log    *slog.Logger
 	now    func() time.Time
 	id     string // lease owner id of this process
-	store  Store
+	store  spec.Store
 	inTx   inTxFunc // runs a function in one write transaction of the store
 	queue  jobQueue // River: enqueues iterate jobs inside such a transaction
 	cancel context.CancelFunc
@@ -129,7 +127,7 @@ type Engine struct {
 	stopping bool
 
 	// noLiveness is set while this process's liveness session is lost
-	// (Liveness): no attempt may begin then.
+	// (spec.Cluster.HoldLiveness): no attempt may begin then.
 	noLiveness atomic.Bool
 
 	metrics *Metrics
@@ -171,7 +169,7 @@ func New(opts Options) (*Engine, error) {
 		now:      opts.Now,
 		id:       hex.EncodeToString(b),
 		store:    opts.Backend.store,
-		inTx:     opts.Backend.inTx,
+		inTx:     opts.Backend.store.WriteTx,
 		inflight: map[string]*inflight{},
 		metrics:  newMetrics(),
 	}

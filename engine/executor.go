@@ -23,7 +23,7 @@ type ConfigValidator interface {
 // it starts (the research workspace), inside the transaction that moves it to
 // running. It may set run.WorkspaceDocID.
 type RunStarter interface {
-	StartRun(ctx context.Context, tx StoreTx, run *spec.Run, cfg *spec.Config) error
+	StartRun(ctx context.Context, tx spec.Tx, run *spec.Run, cfg *spec.Config) error
 }
 
 // GateObserver is implemented by executors that keep their own memory of

@@ -34,7 +34,7 @@ func newHarness(t *testing.T, mod func(*Options)) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := Options{Backend: sqliteBackend(d), Bus: bus, Executors: map[string]Executor{spec.ExecutorScript: &scripted.Executor{InTx: scripted.Over[*db.Tx](d)}},
+	opts := Options{Backend: sqliteBackend(d), Bus: bus, Executors: map[string]Executor{spec.ExecutorScript: &scripted.Executor{InTx: d.WriteTx}},
 		Workers: 4, FetchPollInterval: 20 * time.Millisecond, ShutdownGrace: 2 * time.Second}
 	if mod != nil {
 		mod(&opts)
@@ -172,5 +172,5 @@ func work(summary string) scripted.Step {
 // sqliteBackend binds a SQLite store as cmd/homework does (db/bind imports
 // this package, so its tests bind here).
 func sqliteBackend(d *db.DB) Backend {
-	return Bind(d, riversqlite.New(d.Writer()), func(tx *db.Tx) *sql.Tx { return tx.SQL })
+	return Bind(d, riversqlite.New(d.Writer()), func(tx spec.Tx) *sql.Tx { return tx.(*db.Tx).SQL })
 }

@@ -52,7 +52,7 @@ func (h *host) RecordLLMCall(ctx context.Context, c spec.LLMCall) error {
 	e := h.e
 	ctx = context.WithoutCancel(ctx) // spend is recorded even when the iteration is cancelled
 	var live spec.Metrics
-	err := e.inTx(ctx, func(tx StoreTx) error {
+	err := e.inTx(ctx, func(tx spec.Tx) error {
 		row := c
 		row.RunID, row.Iteration = h.runID, h.iteration
 		if err := tx.InsertLLMCall(ctx, &row); err != nil {

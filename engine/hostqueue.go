@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"time"
 
 	"github.com/riverqueue/river"
 
@@ -38,20 +37,6 @@ import (
 //
 // On a single-process store (SQLite) every run uses the default queue.
 
-// commandHostStore is implemented by stores shared by several processes
-// that bind command runs to hosts (PostgreSQL).
-type commandHostStore interface {
-	CommandHeartbeat(ctx context.Context, id string, now time.Time, host, root, queue string) error
-	LiveCommandQueues(ctx context.Context, since time.Time) (map[string]bool, error)
-	HostWaitingRuns(ctx context.Context) (map[string]string, error)
-}
-
-// commandHostTx is the transaction side of commandHostStore.
-type commandHostTx interface {
-	BindRunHost(ctx context.Context, runID, host, root, queue string) error
-	RunHost(ctx context.Context, runID string) (host, root, queue string, err error)
-}
-
 // commandQueue is the River queue of the command host with this id and
 // command-run root: "cmd_" and a hash of both, a valid queue name whatever
 // characters they hold.
@@ -76,21 +61,22 @@ func riverQueues(o Options) map[string]river.QueueConfig {
 	return q
 }
 
-// hostStore returns the store's host binding when runs are bound to hosts.
-func (e *Engine) hostStore() (commandHostStore, bool) {
+// cluster returns the store's multi-process side when other engines work
+// the same store (Options.SharedStore).
+func (e *Engine) cluster() (spec.Cluster, bool) {
 	if !e.opts.SharedStore {
 		return nil, false
 	}
-	s, ok := e.store.(commandHostStore)
-	return s, ok
+	c, ok := e.store.(spec.Cluster)
+	return c, ok
 }
 
 // bindHost binds a new command run to this process's host in tx.
-func (e *Engine) bindHost(ctx context.Context, tx StoreTx, run *spec.Run) error {
+func (e *Engine) bindHost(ctx context.Context, tx spec.Tx, run *spec.Run) error {
 	if run.Executor != spec.ExecutorCommand || !e.opts.isCommandHost() {
 		return nil
 	}
-	htx, ok := tx.(commandHostTx)
+	htx, ok := tx.(spec.ClusterTx)
 	if !ok {
 		return nil
 	}
@@ -100,11 +86,11 @@ func (e *Engine) bindHost(ctx context.Context, tx StoreTx, run *spec.Run) error 
 
 // runHost returns the host, root and queue the run is bound to ("" for the
 // default queue).
-func (e *Engine) runHost(ctx context.Context, tx StoreTx, runID string) (host, root, queue string, err error) {
-	if _, ok := e.hostStore(); !ok {
+func (e *Engine) runHost(ctx context.Context, tx spec.Tx, runID string) (host, root, queue string, err error) {
+	if _, ok := e.cluster(); !ok {
 		return "", "", "", nil
 	}
-	htx, ok := tx.(commandHostTx)
+	htx, ok := tx.(spec.ClusterTx)
 	if !ok {
 		return "", "", "", nil
 	}
@@ -113,7 +99,7 @@ func (e *Engine) runHost(ctx context.Context, tx StoreTx, runID string) (host, r
 
 // liveQueues returns the command queues some live process serves.
 func (e *Engine) liveQueues(ctx context.Context) (map[string]bool, error) {
-	hs, ok := e.hostStore()
+	hs, ok := e.cluster()
 	if !ok {
 		return nil, nil
 	}
@@ -135,7 +121,7 @@ func hostWaiting(host, root string) *spec.Waiting {
 
 // parkOnHost moves a running run whose host is gone to waiting, in tx: its
 // jobs are canceled, its interrupted iteration recorded, its slot freed.
-func (e *Engine) parkOnHost(ctx context.Context, tx StoreTx, run *spec.Run, jobs []IterateJob, host, root string) error {
+func (e *Engine) parkOnHost(ctx context.Context, tx spec.Tx, run *spec.Run, jobs []IterateJob, host, root string) error {
 	for _, j := range jobs {
 		if err := e.queue.JobCancelTx(ctx, tx, j.ID); err != nil {
 			return err
@@ -155,7 +141,7 @@ func (e *Engine) parkOnHost(ctx context.Context, tx StoreTx, run *spec.Run, jobs
 // serves again, while their users have free slots. A run whose user has
 // none is tried again at the next pass.
 func (e *Engine) resumeHostRuns(ctx context.Context) error {
-	hs, ok := e.hostStore()
+	hs, ok := e.cluster()
 	if !ok {
 		return nil
 	}
@@ -172,7 +158,7 @@ func (e *Engine) resumeHostRuns(ctx context.Context) error {
 			continue
 		}
 		resumed := false
-		err := e.inTx(ctx, func(tx StoreTx) error {
+		err := e.inTx(ctx, func(tx spec.Tx) error {
 			run, err := tx.FindRun(ctx, runID)
 			if err != nil {
 				return err

@@ -12,7 +12,7 @@ func TestIterateJobsListsTheRunsUnfinishedJobsThroughRiver(t *testing.T) {
 	a := h.create(u, spec.Config{Script: script(done("a"))})
 	b := h.create(u, spec.Config{Script: script(done("b"))})
 	var jobs []IterateJob
-	err := h.e.inTx(h.ctx, func(tx StoreTx) error {
+	err := h.e.inTx(h.ctx, func(tx spec.Tx) error {
 		var err error
 		jobs, err = h.e.queue.IterateJobs(h.ctx, tx, a.ID)
 		return err
@@ -23,7 +23,7 @@ func TestIterateJobsListsTheRunsUnfinishedJobsThroughRiver(t *testing.T) {
 	if len(jobs) != 1 || jobs[0].Iteration != 1 || jobs[0].Attempt != 1 || jobs[0].State != "available" {
 		t.Fatalf("run a's jobs = %+v, want its one available job for iteration 1, attempt 1", jobs)
 	}
-	err = h.e.inTx(h.ctx, func(tx StoreTx) error {
+	err = h.e.inTx(h.ctx, func(tx spec.Tx) error {
 		if err := h.e.queue.JobCancelTx(h.ctx, tx, jobs[0].ID); err != nil {
 			return err
 		}
@@ -36,7 +36,7 @@ func TestIterateJobsListsTheRunsUnfinishedJobsThroughRiver(t *testing.T) {
 	if len(jobs) != 0 {
 		t.Fatalf("a canceled job is still listed: %+v", jobs)
 	}
-	err = h.e.inTx(h.ctx, func(tx StoreTx) error {
+	err = h.e.inTx(h.ctx, func(tx spec.Tx) error {
 		jobs, err = h.e.queue.IterateJobs(h.ctx, tx, b.ID)
 		return err
 	})

@@ -50,7 +50,7 @@ func unstartedEngine(t *testing.T) *harness {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { d.Close() })
-	e, err := New(Options{Backend: sqliteBackend(d), Bus: bus, Executors: map[string]Executor{spec.ExecutorScript: &scripted.Executor{InTx: scripted.Over[*db.Tx](d)}}})
+	e, err := New(Options{Backend: sqliteBackend(d), Bus: bus, Executors: map[string]Executor{spec.ExecutorScript: &scripted.Executor{InTx: d.WriteTx}}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,20 +8,6 @@ import (
 	"homework/engine/spec"
 )
 
-// LifecycleLogger returns an event hook that logs each run's lifecycle —
-// created, started, waiting, stopped (with the reason), completed, failed,
-// canceled, continued, recovered — with the run id. It is meant for
-// db.Options.OnEvents, which runs after the events' transaction commits,
-// so a line is only logged for what really happened. Objectives and answers
-// are not logged: they are the person's text.
-func LifecycleLogger(log *slog.Logger) func([]*spec.Event) {
-	return func(evs []*spec.Event) {
-		for _, ev := range evs {
-			logLifecycle(log, ev)
-		}
-	}
-}
-
 func logLifecycle(log *slog.Logger, ev *spec.Event) {
 	var d struct {
 		Executor   string           `json:"executor"`

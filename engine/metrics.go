@@ -55,7 +55,7 @@ func (e *Engine) Register(reg prometheus.Registerer) error {
 }
 
 type runsCollector struct {
-	db   Store
+	db   spec.Store
 	desc *prometheus.Desc
 }
 

@@ -28,42 +28,11 @@ func (e *Engine) recoveryLoop(ctx context.Context) {
 	}
 }
 
-// Heartbeats is implemented by stores shared by several processes: each
-// process records a heartbeat, and recovery leaves the runs of a process
-// whose heartbeat is fresh (within a lease TTL) to that process, even when
-// one of their leases lapsed.
-type Heartbeats interface {
-	Heartbeat(ctx context.Context, id string, now time.Time) error
-	LiveProcesses(ctx context.Context, since time.Time) (map[string]bool, error)
-}
-
-// Liveness is implemented by stores shared by several processes that can
-// tie each process's liveness to a database session of its own (PostgreSQL:
-// a session-level advisory lock). The database ends a dead process's
-// session at once, so the others recover its runs within a poll
-// (DeathWatchInterval) instead of after its leases. The lease stays the
-// rule for a process that is alive but silent (paused, cut off).
-type Liveness interface {
-	// HoldLiveness holds id's liveness until ctx ends, telling changed when
-	// the session is lost (held false: others may take this process for
-	// dead) and held again. It returns once the liveness is first held.
-	HoldLiveness(ctx context.Context, id string, changed func(held bool, err error)) error
-	// DeadProcesses returns the processes other than self that hold a
-	// running run's lease but whose liveness is gone.
-	DeadProcesses(ctx context.Context, self string) (map[string]bool, error)
-}
-
-// livenessTx is implemented by the transactions of a Liveness store.
-type livenessTx interface {
-	// ProcessLive reports whether process id holds its liveness now.
-	ProcessLive(ctx context.Context, id string) (bool, error)
-}
-
 // holdLiveness ties this process's liveness to the store when it can
-// (Liveness); it reports whether it does.
+// (spec.Cluster); it reports whether it does.
 func (e *Engine) holdLiveness(ctx context.Context) (bool, error) {
-	lv, ok := e.store.(Liveness)
-	if !ok || !e.opts.SharedStore {
+	lv, ok := e.cluster()
+	if !ok {
 		return false, nil
 	}
 	return true, lv.HoldLiveness(ctx, e.id, e.livenessChanged)
@@ -93,7 +62,7 @@ func (e *Engine) livenessChanged(held bool, err error) {
 // deathWatch recovers the runs of processes whose liveness is gone, every
 // DeathWatchInterval until ctx ends.
 func (e *Engine) deathWatch(ctx context.Context) {
-	lv := e.store.(Liveness)
+	lv, _ := e.cluster()
 	t := time.NewTicker(e.opts.DeathWatchInterval)
 	defer t.Stop()
 	for {
@@ -122,14 +91,14 @@ func (e *Engine) deathWatch(ctx context.Context) {
 }
 
 func (e *Engine) heartbeat(ctx context.Context) {
-	if hs, ok := e.hostStore(); ok && e.opts.isCommandHost() {
+	if hs, ok := e.cluster(); ok && e.opts.isCommandHost() {
 		o := e.opts
 		if err := hs.CommandHeartbeat(ctx, e.id, e.now(), o.CommandHost, o.CommandRoot, commandQueue(o.CommandHost, o.CommandRoot)); err != nil && ctx.Err() == nil {
 			e.log.Warn("heartbeat", "err", err)
 		}
 		return
 	}
-	if hb, ok := e.store.(Heartbeats); ok && e.opts.SharedStore {
+	if hb, ok := e.cluster(); ok {
 		if err := hb.Heartbeat(ctx, e.id, e.now()); err != nil && ctx.Err() == nil {
 			e.log.Warn("heartbeat", "err", err)
 		}
@@ -145,7 +114,7 @@ func (e *Engine) recoverAtStart(ctx context.Context) (int, error) {
 
 // recoverOnce recovers stale runs. At start every lease held by another
 // owner is stale; later only expired leases are, and every lease of a
-// process in dead (its liveness is gone: see Liveness). A run this process
+// process in dead (its liveness is gone: spec.Cluster). A run this process
 // is executing right now is never stale to it, however late its renewal (a
 // pause past the lease): its attempt renews and goes on, or learns that
 // another process took the run. It returns how many runs it recovered.
@@ -156,7 +125,7 @@ func (e *Engine) recoverOnce(ctx context.Context, atStart bool, dead map[string]
 	}
 	now := e.now()
 	var live map[string]bool
-	if hb, ok := e.store.(Heartbeats); ok && e.opts.SharedStore && len(leases) > 0 {
+	if hb, ok := e.cluster(); ok && len(leases) > 0 {
 		if live, err = hb.LiveProcesses(ctx, now.Add(-e.opts.LeaseTTL)); err != nil {
 			return 0, err
 		}
@@ -216,7 +185,7 @@ func (e *Engine) recoverOnce(ctx context.Context, atStart bool, dead map[string]
 // instead (parkOnHost).
 func (e *Engine) recoverRun(ctx context.Context, runID, owner string, atStart, force bool, liveQueues map[string]bool) (bool, error) {
 	recovered, parked := false, false
-	err := e.inTx(ctx, func(tx StoreTx) error {
+	err := e.inTx(ctx, func(tx spec.Tx) error {
 		run, err := tx.FindRun(ctx, runID)
 		if err != nil {
 			return err
@@ -231,7 +200,7 @@ func (e *Engine) recoverRun(ctx context.Context, runID, owner string, atStart, f
 			// Its owner was found dead outside this transaction; one that
 			// holds its liveness again (it was cut off, not dead) may have
 			// renewed since, before the run was locked here.
-			if lt, ok := tx.(livenessTx); ok {
+			if lt, ok := tx.(spec.ClusterTx); ok {
 				if live, err := lt.ProcessLive(ctx, owner); err != nil {
 					return err
 				} else if live {
@@ -313,7 +282,7 @@ func (e *Engine) executing(runID string) bool {
 // interruptIteration records the run's running iteration, if any, as
 // interrupted with reason, counting its running time up to the last lease
 // renewal, and sums the run's metrics, in tx.
-func (e *Engine) interruptIteration(ctx context.Context, tx StoreTx, run *spec.Run, reason string) error {
+func (e *Engine) interruptIteration(ctx context.Context, tx spec.Tx, run *spec.Run, reason string) error {
 	row, err := tx.FindIteration(ctx, run.ID, run.Iteration)
 	if err != nil || row.Status != spec.IterRunning {
 		return endIteration(ctx, tx, run, nil)
@@ -331,7 +300,7 @@ func (e *Engine) interruptIteration(ctx context.Context, tx StoreTx, run *spec.R
 // endIteration records row, a running iteration that a cancel or a
 // recovery ended (nil when there was none), with its iteration_completed
 // event, and sums the run's metrics, in tx.
-func endIteration(ctx context.Context, tx StoreTx, run *spec.Run, row *spec.Iteration) error {
+func endIteration(ctx context.Context, tx spec.Tx, run *spec.Run, row *spec.Iteration) error {
 	if row != nil {
 		if err := tx.UpsertIteration(ctx, row); err != nil {
 			return err

@@ -51,7 +51,7 @@ func (e *Engine) CreateRun(ctx context.Context, user *spec.User, cfg spec.Config
 		Status:      spec.StatusQueued,
 		Metrics:     spec.Metrics{ByModel: map[string]spec.ModelUsage{}},
 	}
-	err = e.inTx(ctx, func(tx StoreTx) error {
+	err = e.inTx(ctx, func(tx spec.Tx) error {
 		if err := tx.InsertRun(ctx, run); err != nil {
 			return err
 		}
@@ -76,7 +76,7 @@ func (e *Engine) CreateRun(ctx context.Context, user *spec.User, cfg spec.Config
 
 // promote starts the user's oldest queued runs while they have free slots.
 // It runs inside the transaction that freed a slot or queued a run.
-func (e *Engine) promote(ctx context.Context, tx StoreTx, userID int64) error {
+func (e *Engine) promote(ctx context.Context, tx spec.Tx, userID int64) error {
 	if err := tx.LockUserSlots(ctx, userID); err != nil {
 		return err
 	}
@@ -101,7 +101,7 @@ func (e *Engine) promote(ctx context.Context, tx StoreTx, userID int64) error {
 }
 
 // startRun moves a queued run to running and enqueues its next iteration.
-func (e *Engine) startRun(ctx context.Context, tx StoreTx, run *spec.Run) error {
+func (e *Engine) startRun(ctx context.Context, tx spec.Tx, run *spec.Run) error {
 	cfg, err := RunConfig(run)
 	if err != nil {
 		return err
@@ -132,7 +132,7 @@ func (e *Engine) startRun(ctx context.Context, tx StoreTx, run *spec.Run) error 
 
 // enqueueNext sets the run to its next iteration (attempt 1), inserts that
 // iteration's job in tx, to run after delay (0: at once), and writes the run.
-func (e *Engine) enqueueNext(ctx context.Context, tx StoreTx, run *spec.Run, delay time.Duration) error {
+func (e *Engine) enqueueNext(ctx context.Context, tx spec.Tx, run *spec.Run, delay time.Duration) error {
 	run.Iteration++
 	run.Attempt = 1
 	run.LeaseOwner = ""
@@ -150,7 +150,7 @@ func (e *Engine) enqueueNext(ctx context.Context, tx StoreTx, run *spec.Run, del
 	return e.insertJob(ctx, tx, run.ID, run.Iteration, run.Attempt, delay)
 }
 
-func (e *Engine) insertJob(ctx context.Context, tx StoreTx, runID string, iteration, attempt int, delay time.Duration) error {
+func (e *Engine) insertJob(ctx context.Context, tx spec.Tx, runID string, iteration, attempt int, delay time.Duration) error {
 	var at time.Time
 	if delay > 0 {
 		at = time.Now().Add(delay)
@@ -173,9 +173,9 @@ func (e *Engine) insertJob(ctx context.Context, tx StoreTx, runID string, iterat
 
 // transition loads the user's run in a write transaction and calls fn with
 // it. The run is ENOTFOUND when it is another user's.
-func (e *Engine) transition(ctx context.Context, userID int64, runID string, fn func(tx StoreTx, run *spec.Run) error) (*spec.Run, error) {
+func (e *Engine) transition(ctx context.Context, userID int64, runID string, fn func(tx spec.Tx, run *spec.Run) error) (*spec.Run, error) {
 	var out *spec.Run
-	err := e.inTx(ctx, func(tx StoreTx) error {
+	err := e.inTx(ctx, func(tx spec.Tx) error {
 		run, err := tx.FindRun(ctx, runID)
 		if err != nil {
 			return err
@@ -205,7 +205,7 @@ func (e *Engine) transition(ctx context.Context, userID int64, runID string, fn 
 // iteration's context is cancelled at once and no further job runs. A
 // finished run is ECONFLICT.
 func (e *Engine) Cancel(ctx context.Context, userID int64, runID string) (*spec.Run, error) {
-	run, err := e.transition(ctx, userID, runID, func(tx StoreTx, run *spec.Run) error {
+	run, err := e.transition(ctx, userID, runID, func(tx spec.Tx, run *spec.Run) error {
 		if spec.IsTerminalStatus(run.Status) {
 			return spec.Errorf(spec.ECONFLICT, "The run is already %s.", run.Status)
 		}
@@ -234,7 +234,7 @@ func (e *Engine) Cancel(ctx context.Context, userID int64, runID string) (*spec.
 // with its usage so far, and sums the run's metrics, in the canceling
 // transaction: the attempt still in flight then finds itself stale and adds
 // nothing after the run's terminal event.
-func (e *Engine) closeRunningIteration(ctx context.Context, tx StoreTx, run *spec.Run) error {
+func (e *Engine) closeRunningIteration(ctx context.Context, tx spec.Tx, run *spec.Run) error {
 	row, err := tx.FindIteration(ctx, run.ID, run.Iteration)
 	if spec.ErrorCode(err) == spec.ENOTFOUND {
 		return nil
@@ -264,7 +264,7 @@ func (e *Engine) closeRunningIteration(ctx context.Context, tx StoreTx, run *spe
 // and spend carry over. A run that is not stopped is ECONFLICT; a budget
 // that is still exhausted is EINVALID on that budget.
 func (e *Engine) Continue(ctx context.Context, userID int64, runID string, raise *spec.Budgets) (*spec.Run, error) {
-	return e.transition(ctx, userID, runID, func(tx StoreTx, run *spec.Run) error {
+	return e.transition(ctx, userID, runID, func(tx spec.Tx, run *spec.Run) error {
 		if run.Status != spec.StatusStopped {
 			return spec.Errorf(spec.ECONFLICT, "Only a stopped run can be continued; this run is %s.", run.Status)
 		}
@@ -294,7 +294,7 @@ func (e *Engine) Continue(ctx context.Context, userID int64, runID string, raise
 
 // requeue puts a resumed run back: running at once when the user has a free
 // slot, else queued (FIFO by creation).
-func (e *Engine) requeue(ctx context.Context, tx StoreTx, run *spec.Run) error {
+func (e *Engine) requeue(ctx context.Context, tx spec.Tx, run *spec.Run) error {
 	running, err := tx.CountRunning(ctx, run.UserID)
 	if err != nil {
 		return err
@@ -327,7 +327,7 @@ func (e *Engine) Respond(ctx context.Context, userID int64, runID string, answer
 	if len(joined) > 100_000 {
 		return nil, spec.FieldError("answers", "Answers are too long (limit 100,000 bytes).")
 	}
-	return e.transition(ctx, userID, runID, func(tx StoreTx, run *spec.Run) error {
+	return e.transition(ctx, userID, runID, func(tx spec.Tx, run *spec.Run) error {
 		if run.Status != spec.StatusWaiting {
 			return spec.Errorf(spec.ECONFLICT, "Only a run waiting for you can be answered; this run is %s.", run.Status)
 		}
@@ -355,7 +355,7 @@ func (e *Engine) Message(ctx context.Context, userID int64, runID, body string) 
 	if err := checkText("body", "Message", body); err != nil {
 		return nil, err
 	}
-	return e.transition(ctx, userID, runID, func(tx StoreTx, run *spec.Run) error {
+	return e.transition(ctx, userID, runID, func(tx spec.Tx, run *spec.Run) error {
 		switch run.Status {
 		case spec.StatusQueued, spec.StatusRunning, spec.StatusWaiting:
 		default:

@@ -15,35 +15,31 @@ import "context"
 //     Options.SharedStore, Start leaves leases to the periodic pass, which
 //     recovers only expired ones (their owner stopped renewing).
 //   - Cancel delivery: Cancel interrupts a running iteration through the
-//     in-process map of in-flight iterations. Options.Interrupts replaces
+//     in-process map of in-flight iterations. A spec.Cluster store replaces
 //     that with a delivery to whichever process works the run; that process
 //     calls InterruptLocal. Answers and messages need no such path: they go
 //     through the inbox table and the next job.
 //   - Slot promotion: promote counts a user's running runs and starts the
 //     oldest queued ones in one transaction. SQLite serialises writers, so
-//     two promotions cannot both see a free slot; StoreTx.LockUserSlots is
+//     two promotions cannot both see a free slot; spec.Tx.LockUserSlots is
 //     where a store with concurrent writers takes a per-user lock first.
 
-// On PostgreSQL (Options.PG, package db/pg) each of these takes its
+// On PostgreSQL (package db/pg) each of these takes its
 // multi-process strategy: seqs come from a per-run counter row locked by the
 // appending transaction; there is no lock file; SharedStore is set and
-// processes heartbeat (Heartbeats), so recovery takes only expired leases of
-// processes that stopped; Interrupts is the store's NOTIFY channel; and
+// processes heartbeat and hold their liveness (spec.Cluster), so recovery
+// takes the leases of dead processes at once and otherwise only expired
+// ones; interrupts go through the store's NOTIFY channel; and
 // LockUserSlots takes a per-user advisory lock.
-
-// Interrupter delivers "stop working on this run now" to the process working
-// the run's current iteration. It must not block on that process.
-type Interrupter interface {
-	Interrupt(ctx context.Context, runID string, cause error) error
-}
 
 // interrupt stops the run's in-flight iteration, wherever it runs.
 func (e *Engine) interrupt(ctx context.Context, runID string, cause error) {
-	if e.opts.Interrupts == nil {
+	c, ok := e.cluster()
+	if !ok {
 		e.InterruptLocal(runID, cause)
 		return
 	}
-	if err := e.opts.Interrupts.Interrupt(ctx, runID, cause); err != nil {
+	if err := c.Interrupt(ctx, runID, cause); err != nil {
 		// The run's state already changed; its worker sees that at its next
 		// lease renewal or when the iteration ends.
 		e.log.Warn("deliver interrupt", "run", runID, "err", err)
@@ -51,12 +47,12 @@ func (e *Engine) interrupt(ctx context.Context, runID string, cause error) {
 }
 
 // CancelLocal stops the run's iteration if this process is working it, as
-// a cancellation of the run. The receiving side of an Interrupter whose
+// a cancellation of the run. The receiving side of a Cluster's Interrupt whose
 // only cause is cancellation (PostgreSQL's NOTIFY) calls it.
 func (e *Engine) CancelLocal(runID string) { e.InterruptLocal(runID, errRunCanceled) }
 
 // InterruptLocal cancels the run's iteration if this process is working it,
-// with cause. An Interrupter's receiving side calls it.
+// with cause. A Cluster's receiving side of Interrupt calls it.
 func (e *Engine) InterruptLocal(runID string, cause error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()

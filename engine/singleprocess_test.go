@@ -10,13 +10,16 @@ import (
 	"homework/engine/spec"
 )
 
-// relay is an Interrupter that delivers through a channel, as a broadcast
-// to other processes would, to a receiver that calls InterruptLocal.
-type relay struct {
+// relayStore is a store shared by several processes (spec.Cluster) whose
+// Interrupt delivers through a channel, as a broadcast to other processes
+// would, to a receiver that calls InterruptLocal. It is a single process
+// otherwise: alive, no other process, no command hosts.
+type relayStore struct {
+	spec.Store
 	c chan string
 }
 
-func (r *relay) Interrupt(ctx context.Context, runID string, cause error) error {
+func (r *relayStore) Interrupt(ctx context.Context, runID string, cause error) error {
 	select {
 	case r.c <- runID:
 		return nil
@@ -25,9 +28,33 @@ func (r *relay) Interrupt(ctx context.Context, runID string, cause error) error 
 	}
 }
 
+func (r *relayStore) Heartbeat(context.Context, string, time.Time) error { return nil }
+func (r *relayStore) LiveProcesses(context.Context, time.Time) (map[string]bool, error) {
+	return map[string]bool{}, nil
+}
+func (r *relayStore) HoldLiveness(context.Context, string, func(bool, error)) error { return nil }
+func (r *relayStore) DeadProcesses(context.Context, string) (map[string]bool, error) {
+	return map[string]bool{}, nil
+}
+func (r *relayStore) CommandHeartbeat(context.Context, string, time.Time, string, string, string) error {
+	return nil
+}
+func (r *relayStore) LiveCommandQueues(context.Context, time.Time) (map[string]bool, error) {
+	return map[string]bool{}, nil
+}
+func (r *relayStore) HostWaitingRuns(context.Context) (map[string]string, error) {
+	return map[string]string{}, nil
+}
+
+var _ spec.Cluster = (*relayStore)(nil)
+
 func TestCancelIsDeliveredThroughTheInterrupter(t *testing.T) {
-	rl := &relay{c: make(chan string, 1)}
-	h := newHarness(t, func(o *Options) { o.Interrupts = rl })
+	var rl *relayStore
+	h := newHarness(t, func(o *Options) {
+		rl = &relayStore{Store: o.Backend.store, c: make(chan string, 1)}
+		o.Backend.store = rl
+		o.SharedStore = true
+	})
 	u := h.user("a@example.com")
 	r := h.create(u, spec.Config{Script: script(scripted.Step{SleepMS: 60_000})})
 	h.waitFor(u, r.ID, "iteration started", func(r *spec.Run) bool { return r.LeaseOwner != "" })

@@ -21,7 +21,7 @@ var notifyTitles = map[string]string{
 
 // setStatus moves a run out of running (or queued) into status, appends the
 // status event and a notification in tx. The caller promotes queued runs.
-func (e *Engine) setStatus(ctx context.Context, tx StoreTx, run *spec.Run, status string, stop *spec.StopReason, wait *spec.Waiting) error {
+func (e *Engine) setStatus(ctx context.Context, tx spec.Tx, run *spec.Run, status string, stop *spec.StopReason, wait *spec.Waiting) error {
 	run.Status = status
 	run.StopReason = stop
 	run.Waiting = wait
@@ -58,7 +58,7 @@ func (e *Engine) setStatus(ctx context.Context, tx StoreTx, run *spec.Run, statu
 	return err
 }
 
-func (e *Engine) notify(ctx context.Context, tx StoreTx, run *spec.Run, status string, stop *spec.StopReason, wait *spec.Waiting) error {
+func (e *Engine) notify(ctx context.Context, tx spec.Tx, run *spec.Run, status string, stop *spec.StopReason, wait *spec.Waiting) error {
 	start := run.StartedAt
 	if start.IsZero() {
 		start = run.CreatedAt
@@ -93,7 +93,7 @@ func (e *Engine) notify(ctx context.Context, tx StoreTx, run *spec.Run, status s
 
 // finishRun ends a run that no iteration is ending (Cancel): report, status,
 // notification.
-func (e *Engine) finishRun(ctx context.Context, tx StoreTx, run *spec.Run, status string, stop *spec.StopReason, wait *spec.Waiting) error {
+func (e *Engine) finishRun(ctx context.Context, tx spec.Tx, run *spec.Run, status string, stop *spec.StopReason, wait *spec.Waiting) error {
 	if err := e.writeReport(ctx, tx, run, status, stop, "", ""); err != nil {
 		return err
 	}
@@ -102,7 +102,7 @@ func (e *Engine) finishRun(ctx context.Context, tx StoreTx, run *spec.Run, statu
 
 // writeReport builds the run's report from what actually happened (iteration
 // artifacts, documents, tasks, metrics) plus the narrative, and sets it on run.
-func (e *Engine) writeReport(ctx context.Context, tx StoreTx, run *spec.Run, status string, stop *spec.StopReason, narrative, narrativeErr string) error {
+func (e *Engine) writeReport(ctx context.Context, tx spec.Tx, run *spec.Run, status string, stop *spec.StopReason, narrative, narrativeErr string) error {
 	r, err := e.buildReport(ctx, tx, run, status, stop, nil)
 	if err != nil {
 		return err
@@ -116,7 +116,7 @@ func (e *Engine) writeReport(ctx context.Context, tx StoreTx, run *spec.Run, sta
 // buildReport builds the report from the stored iterations; pending, when
 // set, is the artifacts of an iteration not yet stored (the one ending the
 // run while the summarizer is asked for the narrative).
-func (e *Engine) buildReport(ctx context.Context, tx StoreTx, run *spec.Run, status string, stop *spec.StopReason, pending *spec.Artifacts) (*spec.Report, error) {
+func (e *Engine) buildReport(ctx context.Context, tx spec.Tx, run *spec.Run, status string, stop *spec.StopReason, pending *spec.Artifacts) (*spec.Report, error) {
 	r := &spec.Report{
 		Title:     reportTitle(status, run.Objective),
 		Objective: run.Objective,
@@ -227,7 +227,7 @@ func (e *Engine) narrate(ctx context.Context, it *iteration, d spec.Decision, re
 	} else if d.Decision == spec.DecisionFail {
 		status = spec.StatusFailed
 	}
-	err := e.inTx(ctx, func(tx StoreTx) error {
+	err := e.inTx(ctx, func(tx spec.Tx) error {
 		run, err := tx.FindRun(ctx, it.run.ID)
 		if err != nil {
 			return err

@@ -120,7 +120,7 @@ func (t *transcript) flush(ctx context.Context, final bool) {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), transcriptWriteTimeout)
 	defer cancel()
-	err := t.e.inTx(ctx, func(tx StoreTx) error {
+	err := t.e.inTx(ctx, func(tx spec.Tx) error {
 		// The run's row first, as the finishing transaction locks it.
 		run, err := tx.FindRun(ctx, t.runID)
 		if err != nil {
@@ -303,7 +303,7 @@ func (h *host) flushTranscript(ctx context.Context) {
 // the transaction that finishes the iteration, with their EventTranscript
 // before the iteration's own events. It returns what to mark stored once tx
 // commits.
-func (h *host) storeTranscript(ctx context.Context, tx StoreTx) (commit func(), err error) {
+func (h *host) storeTranscript(ctx context.Context, tx spec.Tx) (commit func(), err error) {
 	if h == nil || h.tr == nil {
 		return func() {}, nil
 	}

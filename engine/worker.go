@@ -403,16 +403,9 @@ func (e *Engine) finalWrite(ctx context.Context, it *iteration, write func(ctx c
 // reason than an unavailable store (finalWrite).
 const finalWriteFor = 30 * time.Second
 
-// unavailability is implemented by stores that can tell an outage (the
-// database unreachable, busy or out of disk) from a fault of the statement.
-type unavailability interface {
-	Unavailable(err error) bool
-}
-
 // storeUnavailable reports whether err means the store was unavailable.
 func (e *Engine) storeUnavailable(err error) bool {
-	u, ok := e.store.(unavailability)
-	return ok && err != nil && u.Unavailable(err)
+	return err != nil && e.store.Unavailable(err)
 }
 
 // current reports whether row's attempt is run's current one, leased by us.
@@ -455,7 +448,7 @@ func (e *Engine) execute(ctx context.Context, it *iteration) (res *spec.Result, 
 func (e *Engine) beginIteration(ctx context.Context, args IterateArgs) (*iteration, error) {
 	var it *iteration
 	var recent []*spec.PastIteration
-	err := e.inTx(ctx, func(tx StoreTx) error {
+	err := e.inTx(ctx, func(tx spec.Tx) error {
 		run, err := tx.FindRun(ctx, args.RunID)
 		if spec.ErrorCode(err) == spec.ENOTFOUND {
 			return nil
@@ -635,7 +628,7 @@ func minimalEnviron() []string {
 func (e *Engine) finishIteration(ctx context.Context, it *iteration, out *outcome) (bool, error) {
 	row := e.outcomeRow(it, out)
 	var stored func() // marks the transcript lines the transaction stored
-	err := e.inTx(ctx, func(tx StoreTx) error {
+	err := e.inTx(ctx, func(tx spec.Tx) error {
 		run, err := tx.FindRun(ctx, it.run.ID)
 		if err != nil {
 			return err
@@ -688,7 +681,7 @@ func (e *Engine) outcomeRow(it *iteration, out *outcome) *spec.Iteration {
 
 // recordIteration writes the iteration row, consumes its inbox, sums the
 // run's metrics and appends the iteration's events.
-func (e *Engine) recordIteration(ctx context.Context, tx StoreTx, run *spec.Run, it *iteration, row *spec.Iteration, out *outcome) error {
+func (e *Engine) recordIteration(ctx context.Context, tx spec.Tx, run *spec.Run, it *iteration, row *spec.Iteration, out *outcome) error {
 	row.EndedAt = tx.Now()
 	// Usage is re-read here so calls made after the iteration's own
 	// (the summarizer's) are in the iteration and so in the run total.
@@ -738,7 +731,7 @@ func (e *Engine) recordIteration(ctx context.Context, tx StoreTx, run *spec.Run,
 // applyDecision enqueues the next iteration or moves the run to its new
 // status (report, notification, status event last), then promotes queued
 // runs when a slot freed.
-func (e *Engine) applyDecision(ctx context.Context, tx StoreTx, run *spec.Run, out *outcome, history []spec.Signals) error {
+func (e *Engine) applyDecision(ctx context.Context, tx spec.Tx, run *spec.Run, out *outcome, history []spec.Signals) error {
 	d := out.decision
 	run.RunningSince = time.Time{}
 	switch d.Decision {

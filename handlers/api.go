@@ -105,7 +105,7 @@ func (s *Server) apiGetRun(c *fiber.Ctx) error {
 	var its []*spec.Iteration
 	var docs []*spec.Document
 	var tasks []*spec.Task
-	err := s.db.ReadTx(ctx, func(r ReadStore) error {
+	err := s.db.ReadTx(ctx, func(r spec.ReadStore) error {
 		var err error
 		if run, err = r.FindRun(ctx, u.ID, c.Params("id")); err != nil {
 			return err
@@ -282,7 +282,7 @@ func (s *Server) apiListNotifications(c *fiber.Ctx) error {
 	u := userOf(c)
 	var ns []*spec.Notification
 	var unread int
-	err = s.db.ReadTx(ctx, func(r ReadStore) error {
+	err = s.db.ReadTx(ctx, func(r spec.ReadStore) error {
 		if ns, err = r.ListNotifications(ctx, u.ID, before, int(limit)+1); err != nil {
 			return err
 		}

@@ -34,8 +34,8 @@ import (
 type testServer struct {
 	t        *testing.T
 	URL      string
-	Store    testStore // the store the server uses, SQLite or PostgreSQL
-	DB       *db.DB    // the SQLite store; nil on PostgreSQL
+	Store    spec.Store // the store the server uses, SQLite or PostgreSQL
+	DB       *db.DB     // the SQLite store; nil on PostgreSQL
 	Bus      *engine.Bus
 	Engine   *engine.Engine
 	Server   *Server
@@ -43,14 +43,6 @@ type testServer struct {
 	ctx      context.Context
 	shutOnce sync.Once
 	shutErr  error
-}
-
-// testStore is what the tests use of either store.
-type testStore interface {
-	Store
-	CreateUser(ctx context.Context, email, passwordHash string, admin bool) (*spec.User, error)
-	AppendEvent(ctx context.Context, runID, typ string, data any) (*spec.Event, error)
-	Close() error
 }
 
 // The stores a test server can run on.
@@ -128,7 +120,7 @@ func newTestServerWith(t testing.TB, extra func(d *db.DB, eng func() *engine.Eng
 	var (
 		e       *engine.Engine
 		running atomic.Pointer[engine.Engine] // e, for the PostgreSQL listener
-		store   testStore
+		store   spec.Store
 		d       *db.DB
 		err     error
 	)
@@ -146,8 +138,8 @@ func newTestServerWith(t testing.TB, extra func(d *db.DB, eng func() *engine.Eng
 		if err != nil {
 			t.Fatal(err)
 		}
-		eopts.Backend, eopts.SharedStore, eopts.Interrupts = bind.Postgres(p), true, p
-		eopts.Executors = map[string]engine.Executor{spec.ExecutorScript: &scripted.Executor{InTx: scripted.Over[*pg.Tx](p)}}
+		eopts.Backend, eopts.SharedStore = bind.Postgres(p), true
+		eopts.Executors = map[string]engine.Executor{spec.ExecutorScript: &scripted.Executor{InTx: p.WriteTx}}
 		store = p
 	} else {
 		d, err = db.Open(ctx, db.Options{Path: filepath.Join(t.TempDir(), "test.db"), OnEvents: bus.Publish})
@@ -155,7 +147,7 @@ func newTestServerWith(t testing.TB, extra func(d *db.DB, eng func() *engine.Eng
 			t.Fatal(err)
 		}
 		eopts.Backend, store = bind.SQLite(d), d
-		eopts.Executors = map[string]engine.Executor{spec.ExecutorScript: &scripted.Executor{InTx: scripted.Over[*db.Tx](d)}}
+		eopts.Executors = map[string]engine.Executor{spec.ExecutorScript: &scripted.Executor{InTx: d.WriteTx}}
 		if extra != nil {
 			for name, x := range extra(d, func() *engine.Engine { return e }) {
 				eopts.Executors[name] = x

@@ -44,7 +44,7 @@ func TestBrowserLLMRun(t *testing.T) {
 		llmtest.Text("Homework compared the two drivers and recommends modernc.org/sqlite."),
 	)
 	ts := newTestServerWith(t, func(d *db.DB, eng func() *engine.Engine) map[string]engine.Executor {
-		x, err := llm.New(llm.Options{Store: d, InTx: llm.Over[*db.Tx](d), BaseURL: endpoint.URL, APIKey: "test", DefaultModel: "gpt-4o-mini",
+		x, err := llm.New(llm.Options{Store: d, BaseURL: endpoint.URL, APIKey: "test", DefaultModel: "gpt-4o-mini",
 			RecordNarration: func(ctx context.Context, run *spec.Run, c spec.LLMCall) error {
 				return eng().RecordLLMCall(ctx, run, c)
 			}})

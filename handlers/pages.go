@@ -81,7 +81,7 @@ func (s *Server) runListData(c *fiber.Ctx) (views.RunListData, error) {
 	d.Status = d.Filter.Status
 	f.Limit = 25
 	// The list, the counts and the feed cursor are of one snapshot.
-	err = s.db.ReadTx(ctx, func(r ReadStore) error {
+	err = s.db.ReadTx(ctx, func(r spec.ReadStore) error {
 		d.Page = s.pageFrom(c, r, "Runs")
 		page, err := r.ListRuns(ctx, u.ID, f)
 		if err != nil {
@@ -128,7 +128,7 @@ func (s *Server) notifications(c *fiber.Ctx) error {
 	before, _ := strconv.ParseInt(c.Query("before"), 10, 64)
 	const limit = 50
 	var d views.NotificationsData
-	err := s.db.ReadTx(c.UserContext(), func(r ReadStore) error {
+	err := s.db.ReadTx(c.UserContext(), func(r spec.ReadStore) error {
 		items, err := r.ListNotifications(c.UserContext(), u.ID, before, limit)
 		d = views.NotificationsData{Page: s.pageFrom(c, r, "Notifications"), Items: items}
 		return err
@@ -165,7 +165,7 @@ func (s *Server) reports(c *fiber.Ctx) error {
 	var d views.ReportsData
 	var whatIf func()
 	// The list, the layout and the report's figures are of one snapshot.
-	err := s.db.ReadTx(c.UserContext(), func(r ReadStore) error {
+	err := s.db.ReadTx(c.UserContext(), func(r spec.ReadStore) error {
 		var err error
 		if page, err = r.ListReports(c.UserContext(), userOf(c).ID, c.Query("cursor"), 25); err != nil {
 			return err

@@ -16,7 +16,7 @@ import (
 // iteration: questions and answers, messages (and which iteration read
 // them), stops, continues, cancels, recoveries. They are read from the
 // run's events from the first shown iteration's start on.
-func attachActions(ctx context.Context, r ReadStore, run *spec.Run, who string, its []views.IterationView) error {
+func attachActions(ctx context.Context, r spec.ReadStore, run *spec.Run, who string, its []views.IterationView) error {
 	if len(its) == 0 || its[0].StartedAt.IsZero() {
 		return nil
 	}

@@ -18,7 +18,7 @@ import (
 )
 
 // composerData returns the composer for form f, its layout read from r.
-func (s *Server) composerData(c *fiber.Ctx, r ReadStore, f views.ComposerForm) views.ComposerData {
+func (s *Server) composerData(c *fiber.Ctx, r spec.ReadStore, f views.ComposerForm) views.ComposerData {
 	u := userOf(c)
 	title := "New run"
 	if f.ParentRunID != "" {
@@ -45,7 +45,7 @@ func (s *Server) composer(c *fiber.Ctx) error {
 		from, asFollowUp = id, true
 	}
 	var d views.ComposerData
-	err := s.db.ReadTx(c.UserContext(), func(r ReadStore) error {
+	err := s.db.ReadTx(c.UserContext(), func(r spec.ReadStore) error {
 		if from != "" {
 			src, err := r.FindRun(c.UserContext(), userOf(c).ID, from)
 			if err != nil {
@@ -239,7 +239,7 @@ func (s *Server) createRun(c *fiber.Ctx) error {
 		}
 	}
 	var d views.ComposerData
-	if rerr := s.db.ReadTx(c.UserContext(), func(r ReadStore) error {
+	if rerr := s.db.ReadTx(c.UserContext(), func(r spec.ReadStore) error {
 		d = s.composerData(c, r, f)
 		if f.ParentRunID != "" {
 			if p, err := r.FindRun(c.UserContext(), u.ID, f.ParentRunID); err == nil {

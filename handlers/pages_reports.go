@@ -20,7 +20,7 @@ import (
 // made from r; the what-if replay, which the engine reads itself, is
 // returned as whatIf (nil when not asked for), to run after r's
 // transaction.
-func (s *Server) effectData(c *fiber.Ctx, r ReadStore) (d *views.EffectData, whatIf func()) {
+func (s *Server) effectData(c *fiber.Ctx, r spec.ReadStore) (d *views.EffectData, whatIf func()) {
 	ctx := c.UserContext()
 	u := userOf(c)
 	q := func(k string) string { return strings.TrimSpace(c.Query(k)) }

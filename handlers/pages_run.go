@@ -37,7 +37,7 @@ const (
 // runView loads the parts of the run page in parts, every read in one
 // snapshot. Another user's run is ENOTFOUND.
 func (s *Server) runView(c *fiber.Ctx, runID string, parts runParts) (v views.RunView, err error) {
-	err = s.db.ReadTx(c.UserContext(), func(r ReadStore) error {
+	err = s.db.ReadTx(c.UserContext(), func(r spec.ReadStore) error {
 		v, err = s.readRunView(c, r, runID, parts)
 		return err
 	})
@@ -47,7 +47,7 @@ func (s *Server) runView(c *fiber.Ctx, runID string, parts runParts) (v views.Ru
 // readRunView reads the parts of the run page from r. The feed cursor (in
 // page) is of the same snapshot as the run: the page's stream replays
 // every event committed after what it shows.
-func (s *Server) readRunView(c *fiber.Ctx, r ReadStore, runID string, parts runParts) (views.RunView, error) {
+func (s *Server) readRunView(c *fiber.Ctx, r spec.ReadStore, runID string, parts runParts) (views.RunView, error) {
 	ctx := c.UserContext()
 	u := userOf(c)
 	page := s.pageFrom(c, r, "")
@@ -115,7 +115,7 @@ func (s *Server) readRunView(c *fiber.Ctx, r ReadStore, runID string, parts runP
 // when from > 0 (a live refresh keeps every row the page showed), else the
 // latest recentIterations; v.EarlierBefore says where "Show earlier"
 // continues.
-func (s *Server) loadTimeline(c *fiber.Ctx, r ReadStore, v *views.RunView, from int) error {
+func (s *Server) loadTimeline(c *fiber.Ctx, r spec.ReadStore, v *views.RunView, from int) error {
 	ctx := c.UserContext()
 	u := userOf(c)
 	var page *spec.IterationPage
@@ -313,7 +313,7 @@ func (s *Server) runTimeline(c *fiber.Ctx) error {
 		return s.pageError(c, err)
 	}
 	var v views.RunView
-	err = s.db.ReadTx(c.UserContext(), func(r ReadStore) error {
+	err = s.db.ReadTx(c.UserContext(), func(r spec.ReadStore) error {
 		if v, err = s.readRunView(c, r, c.Params("id"), 0); err != nil {
 			return err
 		}
@@ -433,7 +433,7 @@ func (s *Server) documentPage(c *fiber.Ctx) error {
 	ctx := c.UserContext()
 	u := userOf(c)
 	var d views.DocumentData
-	err := s.db.ReadTx(ctx, func(r ReadStore) error {
+	err := s.db.ReadTx(ctx, func(r spec.ReadStore) error {
 		run, err := r.FindRun(ctx, u.ID, c.Params("id"))
 		if err != nil {
 			return err

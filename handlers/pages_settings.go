@@ -22,7 +22,7 @@ func (s *Server) tokenRoutes(app *fiber.App, auth fiber.Handler) {
 // renderTokens renders the token page with the user's tokens.
 func (s *Server) renderTokens(c *fiber.Ctx, status int, d views.TokensData) error {
 	flash := d.Flash
-	err := s.db.ReadTx(c.UserContext(), func(r ReadStore) error {
+	err := s.db.ReadTx(c.UserContext(), func(r spec.ReadStore) error {
 		toks, err := r.ListAPITokens(c.UserContext(), userOf(c).ID)
 		d.Page, d.Tokens = s.pageFrom(c, r, "API tokens"), toks
 		return err

@@ -35,7 +35,7 @@ func TestRunPageShowsTokensAndCostWithTheirSource(t *testing.T) {
 	it2.AddLLMCall(codex)
 	total.Add(it1)
 	total.Add(it2)
-	err := ts.DB.WriteTx(context.Background(), func(tx *db.Tx) error {
+	err := ts.DB.WriteTx(context.Background(), func(tx spec.Tx) error {
 		run := &spec.Run{ID: id, UserID: ada.ID, Objective: "Fix the parser", Mode: "auto", Executor: "script",
 			Config: json.RawMessage(`{"objective":"Fix the parser","executor":"script","script":{"steps":[{}]}}`),
 			Status: spec.StatusRunning, Iteration: 3, StartedAt: tx.Now(), Metrics: total}

@@ -9,7 +9,6 @@ import (
 	"sync"
 	"testing"
 
-	"homework/db"
 	"homework/engine/spec"
 )
 
@@ -18,7 +17,7 @@ import (
 // transaction: it lets a test commit a change in the middle of a page's
 // assembly.
 type hookedStore struct {
-	Store
+	spec.Store
 	mu    sync.Mutex
 	after string // the read after which the hook runs: "FindRun" or "ListRuns"
 	hook  func()
@@ -62,12 +61,12 @@ func (h *hookedStore) ListRuns(ctx context.Context, userID int64, f spec.RunFilt
 	return p, err
 }
 
-func (h *hookedStore) ReadTx(ctx context.Context, fn func(r ReadStore) error) error {
-	return h.Store.ReadTx(ctx, func(r ReadStore) error { return fn(hookedReads{ReadStore: r, h: h}) })
+func (h *hookedStore) ReadTx(ctx context.Context, fn func(r spec.ReadStore) error) error {
+	return h.Store.ReadTx(ctx, func(r spec.ReadStore) error { return fn(hookedReads{ReadStore: r, h: h}) })
 }
 
 type hookedReads struct {
-	ReadStore
+	spec.ReadStore
 	h *hookedStore
 }
 
@@ -102,7 +101,7 @@ func TestPageViewsReadOneSnapshot(t *testing.T) {
 	// A run waiting for its person after iteration 1: nothing in the
 	// engine touches it until the test does.
 	id := "snapshot-run"
-	if err := ts.DB.WriteTx(ctx, func(tx *db.Tx) error {
+	if err := ts.DB.WriteTx(ctx, func(tx spec.Tx) error {
 		run := &spec.Run{ID: id, UserID: ada.ID, Objective: "Snapshot objective", Mode: "auto", Executor: "script",
 			Config: json.RawMessage(`{"objective":"Snapshot objective","executor":"script","script":{"steps":[{}]}}`),
 			Status: spec.StatusWaiting, Iteration: 2, StartedAt: tx.Now()}
@@ -121,7 +120,7 @@ func TestPageViewsReadOneSnapshot(t *testing.T) {
 	// change adds iteration n with a marker summary and cancels the run.
 	change := func(n int) func() {
 		return func() {
-			err := ts.DB.WriteTx(ctx, func(tx *db.Tx) error {
+			err := ts.DB.WriteTx(ctx, func(tx spec.Tx) error {
 				run, err := tx.FindRun(ctx, id)
 				if err != nil {
 					return err
@@ -150,7 +149,7 @@ func TestPageViewsReadOneSnapshot(t *testing.T) {
 		return n
 	}
 	reset := func() {
-		if err := ts.DB.WriteTx(ctx, func(tx *db.Tx) error {
+		if err := ts.DB.WriteTx(ctx, func(tx spec.Tx) error {
 			run, err := tx.FindRun(ctx, id)
 			if err != nil {
 				return err

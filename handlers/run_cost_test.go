@@ -12,8 +12,6 @@ import (
 	"time"
 
 	"homework/engine/spec"
-
-	"homework/db"
 )
 
 // seedRun stores a running scripted run with iterations finished
@@ -23,7 +21,7 @@ func seedRun(tb testing.TB, ts *testServer, userID int64, iterations, docs int) 
 	tb.Helper()
 	ctx := context.Background()
 	id := fmt.Sprintf("seed-%d-%d-%d", iterations, docs, time.Now().UnixNano())
-	err := ts.DB.WriteTx(ctx, func(tx *db.Tx) error {
+	err := ts.DB.WriteTx(ctx, func(tx spec.Tx) error {
 		run := &spec.Run{ID: id, UserID: userID, Objective: "A long run", Mode: "auto", Executor: "script",
 			Config: json.RawMessage(`{"objective":"A long run","executor":"script","script":{"steps":[{}]}}`),
 			Status: spec.StatusRunning, Iteration: iterations + 1, StartedAt: tx.Now()}

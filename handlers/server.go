@@ -22,13 +22,14 @@ import (
 
 	"homework/engine"
 	"homework/engine/llm/prices"
+	"homework/engine/spec"
 	"homework/static"
 	"homework/views"
 )
 
 // Options configure a Server.
 type Options struct {
-	DB      Store // required; *db.DB
+	DB      spec.Store // required: the store (see engine/spec/store.go)
 	Engine  *engine.Engine
 	Logger  *slog.Logger
 	Version string
@@ -63,7 +64,7 @@ type Options struct {
 type Server struct {
 	opts   Options
 	app    *fiber.App
-	db     Store
+	db     spec.Store
 	engine *engine.Engine
 	log    *slog.Logger
 
@@ -239,7 +240,7 @@ func (s *Server) page(c *fiber.Ctx, title string) views.Page {
 
 // pageFrom returns the layout data for the current request, read from r:
 // a page that reads in a ReadTx reads its layout in the same snapshot.
-func (s *Server) pageFrom(c *fiber.Ctx, r ReadStore, title string) views.Page {
+func (s *Server) pageFrom(c *fiber.Ctx, r spec.ReadStore, title string) views.Page {
 	p := views.Page{Title: title}
 	if u := userOf(c); u != nil {
 		p.UserEmail = u.Email

@@ -28,8 +28,6 @@ import (
 	"time"
 
 	"homework/engine/spec"
-
-	"homework/db"
 )
 
 func benchScale(n int) int {
@@ -292,7 +290,7 @@ func BenchmarkSSEReplay(b *testing.B) {
 		ctx := context.Background()
 		for done := 0; done < n; {
 			k := min(1000, n-done)
-			err := ts.DB.WriteTx(ctx, func(tx *db.Tx) error {
+			err := ts.DB.WriteTx(ctx, func(tx spec.Tx) error {
 				for i := range k {
 					if _, err := tx.AppendEvent(ctx, id, "bench", map[string]int{"i": done + i}); err != nil {
 						return err

@@ -3,6 +3,7 @@ package handlers
 import (
 	"context"
 	"errors"
+	"homework/engine/spec"
 	"log/slog"
 	"math"
 	"runtime"
@@ -42,7 +43,7 @@ const afterNow = math.MaxInt64
 
 // verifier runs the coalesced credential checks of a server's streams.
 type verifier struct {
-	store Store
+	store spec.Store
 	ctx   context.Context // the server's: cancelled at shutdown
 	log   *slog.Logger
 	// clock is the bus's count of publishes begun (Bus.Published) plus the

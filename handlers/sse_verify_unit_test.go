@@ -2,6 +2,7 @@ package handlers
 
 import (
 	"context"
+	"homework/engine/spec"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -12,7 +13,7 @@ import (
 // then holds the answer until released: a query in flight cannot see a
 // revocation that commits after it started.
 type gatedStore struct {
-	Store
+	spec.Store
 	mu      sync.Mutex
 	revoked map[string]bool
 	started chan []string // each query's token hashes, as it starts

@@ -13,8 +13,7 @@ import (
 
 	"golang.org/x/crypto/bcrypt"
 
-	"homework/db"
-	"homework/db/pg"
+	"homework/db/bind"
 	"homework/engine/spec"
 )
 
@@ -33,34 +32,15 @@ func HashPassword(pw string) (string, error) {
 	return string(b), err
 }
 
-// adminStore is what the short-lived admin commands use of either store.
-type adminStore interface {
-	CreateUser(ctx context.Context, email, passwordHash string, admin bool) (*spec.User, error)
-	FindUserByEmail(ctx context.Context, email string) (*spec.User, error)
-	CreateAPIToken(ctx context.Context, userID int64, name string) (string, *spec.APIToken, error)
-	ListAPITokens(ctx context.Context, userID int64) ([]*spec.APIToken, error)
-	RevokeAPIToken(ctx context.Context, userID, tokenID int64) error
-	ListUsers(ctx context.Context) ([]*spec.User, error)
-	SetPassword(ctx context.Context, email, passwordHash string) (*spec.User, error)
-	Close() error
-}
-
 // openShort opens the store named by --db for one command: a PostgreSQL
 // database for a postgres:// or postgresql:// URL, a SQLite file otherwise.
 // Both apply pending migrations; neither takes the server's lock.
-func openShort(ctx context.Context, path string) (adminStore, error) {
-	if pg.IsURL(path) {
-		d, err := pg.Open(ctx, pg.Options{URL: path})
-		if err != nil {
-			return nil, fmt.Errorf("open database %s: %w", pg.Redact(path), err)
-		}
-		return d, nil
-	}
-	d, err := db.Open(ctx, db.Options{Path: path})
+func openShort(ctx context.Context, path string) (spec.Store, error) {
+	s, err := bind.Open(ctx, bind.Options{URL: path})
 	if err != nil {
-		return nil, fmt.Errorf("open database %s: %w", path, err)
+		return nil, err
 	}
-	return d, nil
+	return s, nil
 }
 
 func userAdd(ctx context.Context, args []string, env func(string) string, stdin io.Reader, stdout io.Writer) error {
@@ -207,7 +187,7 @@ func tokenCreate(ctx context.Context, args []string, env func(string) string, st
 }
 
 // openForUser parses --email and --db, opens the database and finds the user.
-func openForUser(ctx context.Context, fs *flag.FlagSet, args []string, env func(string) string) (adminStore, *spec.User, error) {
+func openForUser(ctx context.Context, fs *flag.FlagSet, args []string, env func(string) string) (spec.Store, *spec.User, error) {
 	email := fs.String("email", "", "the account's email")
 	dbPath := dbFlag(fs, env)
 	if err := parseFlags(fs, args); err != nil {
@@ -281,9 +261,7 @@ func migrate(ctx context.Context, args []string, env func(string) string, stdout
 	}
 	defer d.Close()
 	name := *dbPath
-	if pg.IsURL(name) {
-		name = pg.Redact(name)
-	}
+	name = bind.Redact(name)
 	fmt.Fprintf(stdout, "migrated %s\n", name)
 	return nil
 }

@@ -14,9 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
-	"homework/db"
 	"homework/db/bind"
-	"homework/db/pg"
 	"homework/engine"
 	"homework/engine/agentcmd"
 	"homework/engine/llm"
@@ -31,8 +29,7 @@ type Main struct {
 	Config *Config
 	Logger *slog.Logger
 
-	DB     *db.DB // the SQLite store; nil on PostgreSQL
-	PG     *pg.DB // the PostgreSQL store when --db is a postgres:// URL
+	Store  *bind.Store // the store --db names
 	Bus    *engine.Bus
 	Engine *engine.Engine
 	Server *handlers.Server
@@ -55,38 +52,22 @@ func (m *Main) Run(ctx context.Context) error {
 	cfg := m.Config
 	m.Bus = engine.NewBus()
 	var err error
-	logLifecycle := engine.LifecycleLogger(m.Logger)
-	publish := func(evs []*spec.Event) {
-		logLifecycle(evs)
-		m.Bus.Publish(evs)
-	}
-	var store handlers.Store
-	var backend engine.Backend
-	dbName := cfg.DBPath
-	if pg.IsURL(cfg.DBPath) {
-		// Several processes may serve one PostgreSQL database: no lock.
-		dbName = pg.Redact(cfg.DBPath)
-		m.PG, err = pg.Open(ctx, pg.Options{URL: cfg.DBPath, OnEvents: publish,
-			OnInterrupt: func(runID string) {
-				if e := m.engine.Load(); e != nil {
-					e.CancelLocal(runID)
-				}
-			},
-			OnListenError: func(err error) { m.Logger.Warn("event listener reconnecting", "err", err) }})
-		if err != nil {
-			return fmt.Errorf("open database %s: %w", dbName, err)
-		}
-		store, backend = m.PG, bind.Postgres(m.PG)
-	} else {
-		m.DB, err = db.Open(ctx, db.Options{Path: cfg.DBPath, Lock: true, OnEvents: publish})
-		if err != nil {
-			if errors.Is(err, db.ErrLocked) {
-				return fmt.Errorf("%w: another `homework serve` is using %s; stop it first", err, cfg.DBPath)
+	// Several processes may serve one PostgreSQL database: the lock is
+	// SQLite's alone.
+	m.Store, err = bind.Open(ctx, bind.Options{URL: cfg.DBPath, Serve: true,
+		Publish: engine.NewRelay(m.Bus, m.Logger).Deliver,
+		OnInterrupt: func(runID string) {
+			if e := m.engine.Load(); e != nil {
+				e.CancelLocal(runID)
 			}
-			return fmt.Errorf("open database %s: %w", cfg.DBPath, err)
-		}
-		store, backend = m.DB, bind.SQLite(m.DB)
+		},
+		OnListenError: func(err error) { m.Logger.Warn("event listener reconnecting", "err", err) }})
+	if errors.Is(err, bind.ErrLocked) {
+		return fmt.Errorf("%w: another `homework serve` is using %s; stop it first", err, cfg.DBPath)
+	} else if err != nil {
+		return err
 	}
+	store, backend, dbName := m.Store, m.Store.Backend, m.Store.Name
 
 	executors, llmConfigured, err := m.executors()
 	if err != nil {
@@ -101,12 +82,9 @@ func (m *Main) Run(ctx context.Context) error {
 		CommandHost:        cfg.HostID,
 		CommandRoot:        commandRoot(cfg.AllowCommandRuns),
 		// On PostgreSQL other processes work the same runs: recovery takes
-		// only expired leases.
-		SharedStore: m.PG != nil,
-	}
-	if m.PG != nil {
-		// A canceled run's iteration may run in another process.
-		eopts.Interrupts = m.PG
+		// only what dead or silent processes left, and a canceled run's
+		// iteration may run in another process.
+		SharedStore: m.Store.Shared,
 	}
 	m.Engine, err = engine.New(eopts)
 	if err != nil {
@@ -207,20 +185,8 @@ func (m *Main) executors() (map[string]engine.Executor, bool, error) {
 	}
 	// The pages show the table the executors price with.
 	m.Config.Prices = prices
-	// Every executor works on either store: the LLM executor and the
-	// script executor write through one transaction of it.
-	var (
-		store llm.Store
-		inTx  llm.InTxFunc
-		steps func(ctx context.Context, fn func(tx scripted.Tx) error) error
-	)
-	if m.PG != nil {
-		store, inTx, steps = m.PG, llm.Over[*pg.Tx](m.PG), scripted.Over[*pg.Tx](m.PG)
-	} else {
-		store, inTx, steps = m.DB, llm.Over[*db.Tx](m.DB), scripted.Over[*db.Tx](m.DB)
-	}
 	x, err := llm.New(llm.Options{
-		Store: store, InTx: inTx, BaseURL: m.Config.LLMBaseURL, APIKey: m.Config.LLMAPIKey, DefaultModel: m.Config.LLMModel,
+		Store: m.Store, BaseURL: m.Config.LLMBaseURL, APIKey: m.Config.LLMAPIKey, DefaultModel: m.Config.LLMModel,
 		Prices: prices, Logger: m.Logger,
 		WebFetch: llm.WebFetchOptions{Enabled: len(m.Config.WebFetchHosts) > 0, AllowHosts: m.Config.WebFetchHosts},
 		RecordNarration: func(ctx context.Context, run *spec.Run, c spec.LLMCall) error {
@@ -230,27 +196,15 @@ func (m *Main) executors() (map[string]engine.Executor, bool, error) {
 	if err != nil {
 		return nil, false, err
 	}
-	out[spec.ExecutorLLM] = llmExecutor{x}
+	out[spec.ExecutorLLM] = x
 	if m.Config.AllowCommandRuns != "" {
 		out[spec.ExecutorCommand] = agentcmd.New(agentcmd.Options{Root: m.Config.AllowCommandRuns, Prices: prices})
 	}
 	if m.Config.ScriptExecutor {
-		out[spec.ExecutorScript] = &scripted.Executor{InTx: steps}
+		out[spec.ExecutorScript] = &scripted.Executor{InTx: m.Store.WriteTx}
 	}
 	return out, x.Configured(), nil
 }
-
-// llmExecutor offers the LLM executor to the engine. Its StartRun takes the
-// engine's transaction, which has every method llm.StoreTx needs, so the
-// engine finds a RunStarter and creates the workspace as the run starts.
-type llmExecutor struct{ *llm.Executor }
-
-// StartRun creates the run's workspace root and scratchpad in tx.
-func (x llmExecutor) StartRun(ctx context.Context, tx engine.StoreTx, run *spec.Run, cfg *spec.Config) error {
-	return x.Executor.StartRun(ctx, tx, run, cfg)
-}
-
-var _ engine.RunStarter = llmExecutor{}
 
 // Close shuts down in order, each step bounded: the HTTP server (streams
 // first), then the engine (in-flight iterations get a grace period), then
@@ -289,11 +243,8 @@ func (m *Main) Close() error {
 			errs = append(errs, m.Engine.Stop(ctx))
 			cancel()
 		}
-		if m.DB != nil {
-			errs = append(errs, m.DB.Close())
-		}
-		if m.PG != nil {
-			errs = append(errs, m.PG.Close())
+		if m.Store != nil {
+			errs = append(errs, m.Store.Close())
 		}
 		m.closeErr = errors.Join(errs...)
 	})

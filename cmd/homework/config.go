@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"homework/db/pg"
+	"homework/db/bind"
 	"homework/engine/llm"
 )
 
@@ -67,8 +67,8 @@ func dbFlag(fs *flag.FlagSet, env func(string) string) *string {
 		def = "./homework.db"
 	}
 	v := fs.String("db", def, "SQLite database file, or a postgres:// URL (env HOMEWORK_DB)")
-	if pg.IsURL(def) {
-		fs.Lookup("db").DefValue = pg.Redact(def) // usage never shows the password
+	if bind.Shared(def) {
+		fs.Lookup("db").DefValue = bind.Redact(def) // usage never shows the password
 	}
 	return v
 }
@@ -282,7 +282,7 @@ func parseServeConfig(args []string, env func(string) string) (*Config, error) {
 		if err != nil || !st.IsDir() {
 			return nil, usagef("--allow-command-runs: %q is not a directory", cfg.AllowCommandRuns)
 		}
-		if pg.IsURL(cfg.DBPath) && strings.TrimSpace(cfg.HostID) == "" {
+		if bind.Shared(cfg.DBPath) && strings.TrimSpace(cfg.HostID) == "" {
 			return nil, usagef("--host-id must not be empty with --allow-command-runs on PostgreSQL")
 		}
 	}

@@ -90,11 +90,11 @@ func TestLogsRequestsAndRunLifecycleInJSON(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { m.Close() })
-	u, err := m.DB.CreateUser(context.Background(), "log@example.com", "x", false)
+	u, err := m.Store.CreateUser(context.Background(), "log@example.com", "x", false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	token, _, err := m.DB.CreateAPIToken(context.Background(), u.ID, "test")
+	token, _, err := m.Store.CreateAPIToken(context.Background(), u.ID, "test")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -120,7 +120,7 @@ func TestUserAndTokenCommandsAndBearerAuth(t *testing.T) {
 	if !strings.HasPrefix(token, "hw_") {
 		t.Fatalf("token %q", token)
 	}
-	u, _ := m.DB.FindUserByEmail(context.Background(), "ann@example.com")
+	u, _ := m.Store.FindUserByEmail(context.Background(), "ann@example.com")
 	if u == nil || !u.IsAdmin || strings.Contains(u.PasswordHash, "horse") {
 		t.Fatalf("user %+v", u)
 	}
@@ -215,7 +215,7 @@ func TestASecondServerOnTheSameDatabaseRefusesToStart(t *testing.T) {
 		t.Fatalf("second server: %v", err)
 	}
 	// The first still answers.
-	if err := m.DB.Ping(context.Background()); err != nil {
+	if err := m.Store.Ping(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -223,11 +223,11 @@ func TestASecondServerOnTheSameDatabaseRefusesToStart(t *testing.T) {
 func TestShutdownReturnsWithinItsBoundWhileARequestIsInFlight(t *testing.T) {
 	m, base := startMain(t, func(c *Config) { c.ShutdownTimeout = 4 * time.Second })
 	secret, _, err := func() (string, *spec.APIToken, error) {
-		u, err := m.DB.CreateUser(context.Background(), "a@example.com", "x", false)
+		u, err := m.Store.CreateUser(context.Background(), "a@example.com", "x", false)
 		if err != nil {
 			return "", nil, err
 		}
-		return m.DB.CreateAPIToken(context.Background(), u.ID, "")
+		return m.Store.CreateAPIToken(context.Background(), u.ID, "")
 	}()
 	if err != nil {
 		t.Fatal(err)

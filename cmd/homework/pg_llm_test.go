@@ -61,7 +61,7 @@ func TestLLMRunCompletesOnPostgres(t *testing.T) {
 	}
 	waitRunStatus(t, s, token, created.RunID, spec.StatusCompleted)
 
-	r, err := m.PG.FindRunByID(ctx, created.RunID)
+	r, err := m.Store.FindRunByID(ctx, created.RunID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +74,7 @@ func TestLLMRunCompletesOnPostgres(t *testing.T) {
 		t.Errorf("%d scripted replies unused", n)
 	}
 	for _, p := range []string{"", "scratchpad.md", "report.md"} {
-		if _, err := m.PG.FindRunDocumentByPath(ctx, r.UserID, r.ID, p); err != nil {
+		if _, err := m.Store.FindRunDocumentByPath(ctx, r.UserID, r.ID, p); err != nil {
 			t.Errorf("document %q: %v", p, err)
 		}
 	}

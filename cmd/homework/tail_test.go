@@ -35,11 +35,11 @@ func testMain(t *testing.T) (*Main, string) {
 			t.Errorf("close: %v", err)
 		}
 	})
-	u, err := m.DB.CreateUser(context.Background(), "tail@example.com", "x", false)
+	u, err := m.Store.CreateUser(context.Background(), "tail@example.com", "x", false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tok, _, err := m.DB.CreateAPIToken(context.Background(), u.ID, "test")
+	tok, _, err := m.Store.CreateAPIToken(context.Background(), u.ID, "test")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +94,7 @@ func waitStatus(t *testing.T, m *Main, runID, status string) {
 	defer func() { sub.Close() }()
 	deadline := time.After(20 * time.Second)
 	for {
-		r, err := m.DB.FindRunByID(context.Background(), runID)
+		r, err := m.Store.FindRunByID(context.Background(), runID)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -259,7 +259,7 @@ func TestTailFinishedRun(t *testing.T) {
 	m, token := testMain(t)
 	id := createRun(t, m, token, `{"objective":"x","executor":"script","script":{"steps":[{"status":{"exit_signal":true,"completion_evidence":["ok"]}}]}}`)
 	waitStatus(t, m, id, spec.StatusCompleted)
-	last, err := m.DB.LastSeq(context.Background(), id)
+	last, err := m.Store.LastSeq(context.Background(), id)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -55,7 +55,7 @@ func BenchmarkPublishToReceive(b *testing.B) {
 		u, _ := writer.CreateUser(ctx, "a@example.com", "h", false)
 		run := &spec.Run{ID: "r", UserID: u.ID, Objective: "o", Mode: spec.ModeAuto, Executor: spec.ExecutorScript,
 			Config: []byte(`{}`), Status: spec.StatusRunning}
-		writer.WriteTx(ctx, func(tx *pg.Tx) error { return tx.InsertRun(ctx, run) })
+		writer.WriteTx(ctx, func(tx spec.Tx) error { return tx.InsertRun(ctx, run) })
 		cross := measure(func() error {
 			_, err := writer.AppendEvent(ctx, "r", spec.EventToolCall, map[string]int{"n": 1})
 			return err
@@ -75,7 +75,7 @@ func BenchmarkPublishToReceive(b *testing.B) {
 		su, _ := sq.CreateUser(ctx, "a@example.com", "h", false)
 		srun := *run
 		srun.UserID = su.ID
-		sq.WriteTx(ctx, func(tx *db.Tx) error { return tx.InsertRun(ctx, &srun) })
+		sq.WriteTx(ctx, func(tx spec.Tx) error { return tx.InsertRun(ctx, &srun) })
 		in := measure(func() error {
 			_, err := sq.AppendEvent(ctx, "r", spec.EventToolCall, map[string]int{"n": 1})
 			return err
@@ -118,7 +118,7 @@ func BenchmarkConcurrentAppendsOneUserVsMany(b *testing.B) {
 			id := fmt.Sprint("r", i)
 			run := &spec.Run{ID: id, UserID: uid, Objective: "o", Mode: spec.ModeAuto, Executor: spec.ExecutorScript,
 				Config: []byte(`{}`), Status: spec.StatusRunning}
-			if err := d.WriteTx(ctx, func(tx *pg.Tx) error { return tx.InsertRun(ctx, run) }); err != nil {
+			if err := d.WriteTx(ctx, func(tx spec.Tx) error { return tx.InsertRun(ctx, run) }); err != nil {
 				b.Fatal(err)
 			}
 			runs = append(runs, id)

@@ -62,7 +62,7 @@ func (d *DB) Interrupt(ctx context.Context, runID string, cause error) error {
 // AppendEvent appends one event in its own transaction.
 func (d *DB) AppendEvent(ctx context.Context, runID, typ string, data any) (*spec.Event, error) {
 	var e *spec.Event
-	err := d.WriteTx(ctx, func(tx *Tx) (err error) {
+	err := d.write(ctx, func(tx *Tx) (err error) {
 		e, err = tx.AppendEvent(ctx, runID, typ, data)
 		return err
 	})

@@ -34,7 +34,7 @@ func TestLivenessEndsWithTheSession(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = watcher.WriteTx(ctx, func(tx *pg.Tx) error {
+	err = watcher.WriteTx(ctx, func(tx spec.Tx) error {
 		return tx.InsertRun(ctx, &spec.Run{ID: "r1", UserID: u.ID, Objective: "o", Mode: spec.ModeAuto, Executor: spec.ExecutorScript,
 			Config: []byte(`{}`), Status: spec.StatusRunning, Iteration: 1, Attempt: 1, LeaseOwner: "victim", LeaseUntil: time.Now().Add(time.Hour)})
 	})
@@ -64,9 +64,9 @@ func TestLivenessEndsWithTheSession(t *testing.T) {
 	if live, _ := watcher.LiveProcesses(ctx, time.Now().Add(-time.Hour)); live["victim"] {
 		t.Fatal("a process whose liveness is gone is still live by its heartbeat")
 	}
-	err = watcher.WriteTx(ctx, func(tx *pg.Tx) error {
+	err = watcher.WriteTx(ctx, func(tx spec.Tx) error {
 		for id, want := range map[string]bool{"victim": false, "watcher": true} {
-			if live, err := tx.ProcessLive(ctx, id); err != nil || live != want {
+			if live, err := tx.(spec.ClusterTx).ProcessLive(ctx, id); err != nil || live != want {
 				t.Errorf("ProcessLive(%s) = %v, %v; want %v", id, live, err, want)
 			}
 		}

@@ -204,7 +204,12 @@ type Tx struct {
 // WriteTx runs fn in one transaction and commits it when fn returns nil.
 // Transactions of this and other processes run concurrently; the rows they
 // share are locked by the statements that write them.
-func (d *DB) WriteTx(ctx context.Context, fn func(tx *Tx) error) error {
+func (d *DB) WriteTx(ctx context.Context, fn func(tx spec.Tx) error) error {
+	return d.write(ctx, func(tx *Tx) error { return fn(tx) })
+}
+
+// write runs fn in one write transaction, as WriteTx.
+func (d *DB) write(ctx context.Context, fn func(tx *Tx) error) error {
 	ptx, err := d.pool.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
@@ -226,7 +231,7 @@ func (d *DB) WriteTx(ctx context.Context, fn func(tx *Tx) error) error {
 
 // writeShared runs fn, a shared write, in one write transaction.
 func (d *DB) writeShared(ctx context.Context, fn func(tx *sqlstore.Tx) error) error {
-	return d.WriteTx(ctx, func(tx *Tx) error { return fn(tx.Tx) })
+	return d.write(ctx, func(tx *Tx) error { return fn(tx.Tx) })
 }
 
 // sqlErrNoRows is the shared code's no-rows error.

@@ -26,7 +26,7 @@ func open(t *testing.T, url string, onEvents func([]*spec.Event)) *pg.DB {
 // TestConformance runs the store conformance suite against PostgreSQL.
 func TestConformance(t *testing.T) {
 	pgtest.ServerURL(t)
-	storetest.Run(t, func(t *testing.T) storetest.Store[*pg.Tx] {
+	storetest.Run(t, func(t *testing.T) spec.Store {
 		return open(t, pgtest.NewDatabase(t), nil)
 	})
 }
@@ -34,7 +34,7 @@ func TestConformance(t *testing.T) {
 // TestConformanceLater runs the suite's later parts against PostgreSQL.
 func TestConformanceLater(t *testing.T) {
 	pgtest.ServerURL(t)
-	storetest.RunLater(t, func(t *testing.T) storetest.LaterStore[*pg.Tx] {
+	storetest.RunLater(t, func(t *testing.T) spec.Store {
 		return open(t, pgtest.NewDatabase(t), nil)
 	})
 }
@@ -70,7 +70,7 @@ func TestTwoStoresShareSeqsAndEvents(t *testing.T) {
 	}
 	run := &spec.Run{ID: "r", UserID: u.ID, Objective: "o", Mode: spec.ModeAuto, Executor: spec.ExecutorScript,
 		Config: []byte(`{}`), Status: spec.StatusQueued}
-	if err := a.WriteTx(ctx, func(tx *pg.Tx) error { return tx.InsertRun(ctx, run) }); err != nil {
+	if err := a.WriteTx(ctx, func(tx spec.Tx) error { return tx.InsertRun(ctx, run) }); err != nil {
 		t.Fatal(err)
 	}
 	const n = 40
@@ -111,7 +111,7 @@ func TestLockUserSlotsSerialisesPromotions(t *testing.T) {
 	locked, release := make(chan struct{}), make(chan struct{})
 	second := make(chan struct{})
 	go func() {
-		d.WriteTx(ctx, func(tx *pg.Tx) error {
+		d.WriteTx(ctx, func(tx spec.Tx) error {
 			if err := tx.LockUserSlots(ctx, 7); err != nil {
 				t.Error(err)
 			}
@@ -122,7 +122,7 @@ func TestLockUserSlotsSerialisesPromotions(t *testing.T) {
 	}()
 	<-locked
 	go func() {
-		d.WriteTx(ctx, func(tx *pg.Tx) error {
+		d.WriteTx(ctx, func(tx spec.Tx) error {
 			err := tx.LockUserSlots(ctx, 7)
 			close(second)
 			return err
@@ -144,7 +144,7 @@ func TestLockUserSlotsSerialisesPromotions(t *testing.T) {
 		}
 	}
 	// A lock on another user is not held off.
-	if err := d.WriteTx(ctx, func(tx *pg.Tx) error { return tx.LockUserSlots(ctx, 8) }); err != nil {
+	if err := d.WriteTx(ctx, func(tx spec.Tx) error { return tx.LockUserSlots(ctx, 8) }); err != nil {
 		t.Fatal(err)
 	}
 	close(release)
@@ -205,14 +205,14 @@ func TestFeedSkipsNoEventCommittedOutOfAppendOrder(t *testing.T) {
 	for _, id := range []string{"r1", "r2"} {
 		run := &spec.Run{ID: id, UserID: u.ID, Objective: "o", Mode: spec.ModeAuto, Executor: spec.ExecutorScript,
 			Config: []byte(`{}`), Status: spec.StatusQueued}
-		if err := a.WriteTx(ctx, func(tx *pg.Tx) error { return tx.InsertRun(ctx, run) }); err != nil {
+		if err := a.WriteTx(ctx, func(tx spec.Tx) error { return tx.InsertRun(ctx, run) }); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// The first transaction appends and then waits, uncommitted.
 	appended, commit, firstDone := make(chan int64), make(chan struct{}), make(chan error)
 	go func() {
-		firstDone <- a.WriteTx(ctx, func(tx *pg.Tx) error {
+		firstDone <- a.WriteTx(ctx, func(tx spec.Tx) error {
 			e, err := tx.AppendEvent(ctx, "r1", spec.EventToolCall, nil)
 			if err != nil {
 				close(appended)
@@ -238,7 +238,7 @@ func TestFeedSkipsNoEventCommittedOutOfAppendOrder(t *testing.T) {
 	// The second appends later, with a larger id at append time, and
 	// commits first.
 	var secondID int64
-	if err := b.WriteTx(ctx, func(tx *pg.Tx) error {
+	if err := b.WriteTx(ctx, func(tx spec.Tx) error {
 		e, err := tx.AppendEvent(ctx, "r2", spec.EventToolCall, nil)
 		if err == nil {
 			secondID = e.ID
@@ -304,7 +304,7 @@ func TestAnnouncedEventsCarryTheirFinalIDs(t *testing.T) {
 	}
 	run := &spec.Run{ID: "r", UserID: u.ID, Objective: "o", Mode: spec.ModeAuto, Executor: spec.ExecutorScript,
 		Config: []byte(`{}`), Status: spec.StatusQueued}
-	if err := d.WriteTx(ctx, func(tx *pg.Tx) error { return tx.InsertRun(ctx, run) }); err != nil {
+	if err := d.WriteTx(ctx, func(tx spec.Tx) error { return tx.InsertRun(ctx, run) }); err != nil {
 		t.Fatal(err)
 	}
 	big := strings.Repeat("x", 10_000)
@@ -351,7 +351,7 @@ func TestATransactionOfManyEventsIsAnnouncedWhole(t *testing.T) {
 	run := &spec.Run{ID: "r", UserID: u.ID, Objective: "o", Mode: spec.ModeAuto, Executor: spec.ExecutorScript,
 		Config: []byte(`{}`), Status: spec.StatusQueued}
 	var appended []*spec.Event
-	err = d.WriteTx(ctx, func(tx *pg.Tx) error {
+	err = d.WriteTx(ctx, func(tx spec.Tx) error {
 		if err := tx.InsertRun(ctx, run); err != nil {
 			return err
 		}

@@ -10,37 +10,9 @@ import (
 	"homework/engine/spec"
 )
 
-// LaterTx is the part of a store's write transaction that the run list's
-// tags, the run page's transcripts and notifications that resolve need.
-type LaterTx interface {
-	Tx
-	InsertRunTags(ctx context.Context, runID string, userID int64, tags []string) error
-	AppendTranscript(ctx context.Context, runID string, iteration int, capBytes int64, lines []*spec.TranscriptLine, dropped int64) ([]*spec.TranscriptLine, *spec.TranscriptInfo, error)
-	ResolveRunNotifications(ctx context.Context, runID, kind string) error
-	InsertLLMCall(ctx context.Context, c *spec.LLMCall) error
-	SumLLMCalls(ctx context.Context, runID string, iteration int) (spec.Metrics, error)
-}
-
-// LaterStore is the store contract the suite's later parts test: run
-// search, filters and sorts with tags, the report's rows, transcripts,
-// notifications that resolve, and attempt leases.
-type LaterStore[T LaterTx] interface {
-	Store[T]
-	ListUserTags(ctx context.Context, userID int64) ([]spec.TagCount, error)
-	StatsRows(ctx context.Context, userID int64, f spec.StatsFilter) ([]spec.StatsRow, error)
-	FindTranscript(ctx context.Context, userID int64, runID string, iteration int, afterSeq int64, limit int) (*spec.Transcript, error)
-	PageIterations(ctx context.Context, userID int64, runID, cursor string, limit int, desc bool) (*spec.IterationPage, error)
-	SearchTranscripts(ctx context.Context, userID int64, runID, q string, limit int) ([]*spec.TranscriptLine, error)
-	MarkRunNotificationsRead(ctx context.Context, userID int64, runID string) (int, error)
-	RenewAttemptLease(ctx context.Context, runID, owner string, iteration, attempt int, until time.Time) (bool, error)
-	ListLLMCalls(ctx context.Context, userID int64, runID string) ([]*spec.LLMCall, error)
-	// ReadTx runs a function with reads that all see one snapshot.
-	spec.ReadTxer
-}
-
 // RunLater runs the suite's later parts against a store that has them.
-func RunLater[T LaterTx](t *testing.T, open func(t *testing.T) LaterStore[T]) {
-	s := laterSuite[T]{open: open}
+func RunLater(t *testing.T, open func(t *testing.T) spec.Store) {
+	s := laterSuite{open: open}
 	t.Run("the run list filters by tag, status, stop reason and words, and sorts by cost", s.runList)
 	t.Run("the report's rows carry each run's figures, tags and escalation", s.statsRows)
 	t.Run("transcripts keep their lines under the cap and page with their iterations", s.transcripts)
@@ -50,14 +22,14 @@ func RunLater[T LaterTx](t *testing.T, open func(t *testing.T) LaterStore[T]) {
 	t.Run("model calls keep their token split and their cost's source", s.llmCalls)
 }
 
-type laterSuite[T LaterTx] struct {
-	open func(t *testing.T) LaterStore[T]
+type laterSuite struct {
+	open func(t *testing.T) spec.Store
 }
 
-func (s laterSuite[T]) fixture(t *testing.T) (*fixture[T], LaterStore[T]) {
+func (s laterSuite) fixture(t *testing.T) (*fixture, spec.Store) {
 	t.Helper()
 	ls := s.open(t)
-	return &fixture[T]{t: t, ctx: context.Background(), s: ls}, ls
+	return &fixture{t: t, ctx: context.Background(), s: ls}, ls
 }
 
 func ids(runs []*spec.Run) string {
@@ -68,7 +40,7 @@ func ids(runs []*spec.Run) string {
 	return strings.Join(out, " ")
 }
 
-func (s laterSuite[T]) runList(t *testing.T) {
+func (s laterSuite) runList(t *testing.T) {
 	f, ls := s.fixture(t)
 	u, other := f.user("list@example.com"), f.user("other@example.com")
 	for i, cost := range []float64{0.5, 2, 0.1} {
@@ -78,7 +50,7 @@ func (s laterSuite[T]) runList(t *testing.T) {
 			r.Objective = "Compare the SQLite drivers"
 			r.Status, r.StopReason = spec.StatusStopped, &spec.StopReason{Type: spec.StopNoProgress}
 		}
-		f.tx(func(tx T) error {
+		f.tx(func(tx spec.Tx) error {
 			if err := tx.UpdateRun(f.ctx, r); err != nil {
 				return err
 			}
@@ -89,7 +61,7 @@ func (s laterSuite[T]) runList(t *testing.T) {
 		})
 	}
 	o := f.run(other.ID, "theirs")
-	f.tx(func(tx T) error { return tx.InsertRunTags(f.ctx, o.ID, other.ID, []string{"nightly"}) })
+	f.tx(func(tx spec.Tx) error { return tx.InsertRunTags(f.ctx, o.ID, other.ID, []string{"nightly"}) })
 
 	for _, c := range []struct {
 		name string
@@ -135,7 +107,7 @@ func (s laterSuite[T]) runList(t *testing.T) {
 	}
 }
 
-func (s laterSuite[T]) statsRows(t *testing.T) {
+func (s laterSuite) statsRows(t *testing.T) {
 	f, ls := s.fixture(t)
 	u := f.user("stats@example.com")
 	done := f.run(u.ID, "done")
@@ -144,7 +116,7 @@ func (s laterSuite[T]) statsRows(t *testing.T) {
 	done.Metrics = spec.Metrics{Iterations: 3, RunningMS: 900, ToolCallsTotal: 4, FalseCompletionsBlocked: 1}
 	done.Metrics.AddCall("m", 100, 50, 0.75, true)
 	waited := f.run(u.ID, "waited")
-	f.tx(func(tx T) error {
+	f.tx(func(tx spec.Tx) error {
 		if err := tx.UpdateRun(f.ctx, done); err != nil {
 			return err
 		}
@@ -173,11 +145,11 @@ func (s laterSuite[T]) statsRows(t *testing.T) {
 	}
 }
 
-func (s laterSuite[T]) transcripts(t *testing.T) {
+func (s laterSuite) transcripts(t *testing.T) {
 	f, ls := s.fixture(t)
 	u, other := f.user("tr@example.com"), f.user("tr2@example.com")
 	r := f.run(u.ID, "tr")
-	f.tx(func(tx T) error {
+	f.tx(func(tx spec.Tx) error {
 		for i := 1; i <= 3; i++ {
 			if err := tx.UpsertIteration(f.ctx, &spec.Iteration{RunID: r.ID, Iteration: i, Attempt: 1, Status: spec.IterSucceeded,
 				StartedAt: tx.Now(), EndedAt: tx.Now()}); err != nil {
@@ -187,7 +159,7 @@ func (s laterSuite[T]) transcripts(t *testing.T) {
 		return nil
 	})
 	var info *spec.TranscriptInfo
-	f.tx(func(tx T) error {
+	f.tx(func(tx spec.Tx) error {
 		lines := []*spec.TranscriptLine{{Kind: spec.TranscriptAssistant, Text: "hello"}, {Kind: spec.TranscriptToolCall, Name: "search", Text: "needle"}}
 		kept, in, err := tx.AppendTranscript(f.ctx, r.ID, 2, 20, lines, 0)
 		if err != nil {
@@ -230,11 +202,11 @@ func (s laterSuite[T]) transcripts(t *testing.T) {
 	wantCode(t, "a bad iteration cursor", err, spec.EINVALID)
 }
 
-func (s laterSuite[T]) notificationsResolve(t *testing.T) {
+func (s laterSuite) notificationsResolve(t *testing.T) {
 	f, ls := s.fixture(t)
 	u := f.user("nr@example.com")
 	r := f.run(u.ID, "nr")
-	f.tx(func(tx T) error {
+	f.tx(func(tx spec.Tx) error {
 		for _, kind := range []string{"run_waiting_on_user", "run_completed"} {
 			if err := tx.InsertNotification(f.ctx, &spec.Notification{UserID: u.ID, RunID: r.ID, Kind: kind, Title: kind}); err != nil {
 				return err
@@ -242,7 +214,7 @@ func (s laterSuite[T]) notificationsResolve(t *testing.T) {
 		}
 		return nil
 	})
-	f.tx(func(tx T) error { return tx.ResolveRunNotifications(f.ctx, r.ID, "run_waiting_on_user") })
+	f.tx(func(tx spec.Tx) error { return tx.ResolveRunNotifications(f.ctx, r.ID, "run_waiting_on_user") })
 	if n, err := ls.CountUnread(f.ctx, u.ID); err != nil || n != 1 {
 		t.Errorf("unread after resolving the waiting one = %d, %v; want 1", n, err)
 	}
@@ -254,12 +226,12 @@ func (s laterSuite[T]) notificationsResolve(t *testing.T) {
 	}
 }
 
-func (s laterSuite[T]) attemptLease(t *testing.T) {
+func (s laterSuite) attemptLease(t *testing.T) {
 	f, ls := s.fixture(t)
 	u := f.user("lease@example.com")
 	r := f.run(u.ID, "lease")
 	r.Status, r.Iteration, r.Attempt, r.LeaseOwner, r.LeaseUntil = spec.StatusRunning, 2, 1, "me", time.Now().Add(time.Minute)
-	f.tx(func(tx T) error { return tx.UpdateRun(f.ctx, r) })
+	f.tx(func(tx spec.Tx) error { return tx.UpdateRun(f.ctx, r) })
 	until := time.Now().Add(time.Hour)
 	if ok, err := ls.RenewAttemptLease(f.ctx, r.ID, "me", 2, 1, until); err != nil || !ok {
 		t.Errorf("the current attempt's renewal = %v, %v", ok, err)
@@ -278,11 +250,11 @@ func (s laterSuite[T]) attemptLease(t *testing.T) {
 // a transcript, an event, a task, a document) after a read transaction's
 // first read, and checks that every later read of the transaction still
 // sees the run as it was, while reads outside it see the change.
-func (s laterSuite[T]) readSnapshot(t *testing.T) {
+func (s laterSuite) readSnapshot(t *testing.T) {
 	f, ls := s.fixture(t)
 	u := f.user("snap@example.com")
 	r := f.run(u.ID, "snap")
-	f.tx(func(tx T) error {
+	f.tx(func(tx spec.Tx) error {
 		if _, err := tx.AppendEvent(f.ctx, r.ID, "run_created", nil); err != nil {
 			return err
 		}
@@ -290,7 +262,7 @@ func (s laterSuite[T]) readSnapshot(t *testing.T) {
 			StartedAt: tx.Now(), EndedAt: tx.Now()})
 	})
 	change := func() {
-		f.tx(func(tx T) error {
+		f.tx(func(tx spec.Tx) error {
 			cur, err := tx.FindRun(f.ctx, r.ID)
 			if err != nil {
 				return err

@@ -24,61 +24,10 @@ import (
 	"homework/engine/spec"
 )
 
-// Tx is the part of a store's write transaction the suite uses.
-type Tx interface {
-	Now() time.Time
-	AppendEvent(ctx context.Context, runID, typ string, data any) (*spec.Event, error)
-	InsertRun(ctx context.Context, r *spec.Run) error
-	UpdateRun(ctx context.Context, r *spec.Run) error
-	FindRun(ctx context.Context, id string) (*spec.Run, error)
-	UpsertIteration(ctx context.Context, it *spec.Iteration) error
-	FindIteration(ctx context.Context, runID string, n int) (*spec.Iteration, error)
-	PastIterations(ctx context.Context, runID string, before, n int) ([]*spec.PastIteration, error)
-	PutDocument(ctx context.Context, doc *spec.Document) (created bool, err error)
-	InsertTask(ctx context.Context, t *spec.Task) error
-	UpdateTask(ctx context.Context, t *spec.Task) error
-	InsertInbox(ctx context.Context, it *spec.InboxItem) error
-	PendingInbox(ctx context.Context, runID string) ([]*spec.InboxItem, error)
-	ConsumeInbox(ctx context.Context, runID string, maxID int64, iteration int) error
-	InsertNotification(ctx context.Context, n *spec.Notification) error
-}
-
-// Store is the store contract the suite tests; T is the store's transaction
-// type. *db.DB is a Store[*db.Tx].
-type Store[T Tx] interface {
-	WriteTx(ctx context.Context, fn func(tx T) error) error
-	AppendEvent(ctx context.Context, runID, typ string, data any) (*spec.Event, error)
-
-	CreateUser(ctx context.Context, email, passwordHash string, admin bool) (*spec.User, error)
-	FindUserByEmail(ctx context.Context, email string) (*spec.User, error)
-	CreateAPIToken(ctx context.Context, userID int64, name string) (string, *spec.APIToken, error)
-	FindUserByToken(ctx context.Context, secret string) (*spec.User, error)
-	RevokeAPIToken(ctx context.Context, userID, tokenID int64) error
-	CreateSession(ctx context.Context, userID int64, ttl time.Duration) (string, *spec.Session, error)
-	FindSession(ctx context.Context, secret string) (*spec.Session, *spec.User, error)
-	DeleteSession(ctx context.Context, secret string) error
-	LiveCredentials(ctx context.Context, tokenHashes, sessionHashes []string) (tokens, sessions map[string]bool, err error)
-
-	FindRun(ctx context.Context, userID int64, id string) (*spec.Run, error)
-	ListRuns(ctx context.Context, userID int64, f spec.RunFilter) (*spec.RunPage, error)
-	CountRunsByStatus(ctx context.Context, userID int64) (map[string]int, error)
-	ListIterations(ctx context.Context, userID int64, runID string) ([]*spec.Iteration, error)
-	ListRunEvents(ctx context.Context, userID int64, runID string, afterSeq int64, limit int) ([]*spec.Event, error)
-	ListUserEvents(ctx context.Context, userID, afterID int64, limit int) ([]*spec.Event, error)
-	FindDocument(ctx context.Context, userID int64, id string) (*spec.Document, error)
-	ListRunDocuments(ctx context.Context, userID int64, runID string) ([]*spec.Document, error)
-	SearchDocuments(ctx context.Context, userID int64, runID, query string, limit int) ([]spec.SearchHit, error)
-	ListTasks(ctx context.Context, userID int64, runID string) ([]*spec.Task, error)
-	ListInbox(ctx context.Context, userID int64, runID string) ([]*spec.InboxItem, error)
-	ListNotifications(ctx context.Context, userID int64, beforeID int64, limit int) ([]*spec.Notification, error)
-	CountUnread(ctx context.Context, userID int64) (int, error)
-	MarkNotificationRead(ctx context.Context, userID, id int64) error
-}
-
 // Run runs the conformance suite. open returns a new, empty store that lives
 // until t ends.
-func Run[T Tx](t *testing.T, open func(t *testing.T) Store[T]) {
-	s := suite[T]{open: open}
+func Run(t *testing.T, open func(t *testing.T) spec.Store) {
+	s := suite{open: open}
 	t.Run("runs round-trip, page newest first and count by status", s.runs)
 	t.Run("concurrent event appends get gap-free seqs per run", s.concurrentEvents)
 	t.Run("a rolled-back append leaves no gap", s.rollbackEvents)
@@ -95,22 +44,22 @@ func Run[T Tx](t *testing.T, open func(t *testing.T) Store[T]) {
 	t.Run("another user's objects are not found", s.isolation)
 }
 
-type suite[T Tx] struct {
-	open func(t *testing.T) Store[T]
+type suite struct {
+	open func(t *testing.T) spec.Store
 }
 
-type fixture[T Tx] struct {
+type fixture struct {
 	t   *testing.T
 	ctx context.Context
-	s   Store[T]
+	s   spec.Store
 }
 
-func (s suite[T]) fixture(t *testing.T) *fixture[T] {
+func (s suite) fixture(t *testing.T) *fixture {
 	t.Helper()
-	return &fixture[T]{t: t, ctx: context.Background(), s: s.open(t)}
+	return &fixture{t: t, ctx: context.Background(), s: s.open(t)}
 }
 
-func (f *fixture[T]) user(email string) *spec.User {
+func (f *fixture) user(email string) *spec.User {
 	f.t.Helper()
 	u, err := f.s.CreateUser(f.ctx, email, "hash", false)
 	if err != nil {
@@ -119,15 +68,15 @@ func (f *fixture[T]) user(email string) *spec.User {
 	return u
 }
 
-func (f *fixture[T]) run(userID int64, id string) *spec.Run {
+func (f *fixture) run(userID int64, id string) *spec.Run {
 	f.t.Helper()
 	r := &spec.Run{ID: id, UserID: userID, Objective: "objective " + id, Mode: spec.ModeAuto, Executor: spec.ExecutorScript,
 		Config: json.RawMessage(`{}`), Status: spec.StatusQueued}
-	f.tx(func(tx T) error { return tx.InsertRun(f.ctx, r) })
+	f.tx(func(tx spec.Tx) error { return tx.InsertRun(f.ctx, r) })
 	return r
 }
 
-func (f *fixture[T]) tx(fn func(tx T) error) {
+func (f *fixture) tx(fn func(tx spec.Tx) error) {
 	f.t.Helper()
 	if err := f.s.WriteTx(f.ctx, fn); err != nil {
 		f.t.Fatal(err)
@@ -141,7 +90,7 @@ func wantCode(t *testing.T, what string, err error, code string) {
 	}
 }
 
-func (s suite[T]) runs(t *testing.T) {
+func (s suite) runs(t *testing.T) {
 	f := s.fixture(t)
 	u := f.user("a@example.com")
 	for i := range 5 {
@@ -156,7 +105,7 @@ func (s suite[T]) runs(t *testing.T) {
 	r.Metrics.AddCall("model-a", 100, 20, 0.25, true)
 	r.Report = &spec.Report{Title: "Stopped", Status: spec.StatusStopped, Metrics: spec.ReportMetrics{Iterations: 4},
 		StoppingReason: spec.StoppingReason{Type: spec.StopNoProgress}}
-	f.tx(func(tx T) error { return tx.UpdateRun(f.ctx, r) })
+	f.tx(func(tx spec.Tx) error { return tx.UpdateRun(f.ctx, r) })
 	got, err := f.s.FindRun(f.ctx, u.ID, "run-2")
 	if err != nil {
 		t.Fatal(err)
@@ -169,19 +118,19 @@ func (s suite[T]) runs(t *testing.T) {
 	if got.CreatedAt.IsZero() || got.UpdatedAt.IsZero() {
 		t.Errorf("run times not stamped: %+v", got)
 	}
-	f.tx(func(tx T) error {
+	f.tx(func(tx spec.Tx) error {
 		_, err := tx.FindRun(f.ctx, "no-such-run")
 		wantCode(t, "tx.FindRun of a missing run", err, spec.ENOTFOUND)
 		return nil
 	})
-	err = f.s.WriteTx(f.ctx, func(tx T) error {
+	err = f.s.WriteTx(f.ctx, func(tx spec.Tx) error {
 		return tx.InsertRun(f.ctx, &spec.Run{ID: "orphan", UserID: u.ID, ParentRunID: "no-such-run", Objective: "o",
 			Mode: spec.ModeAuto, Executor: spec.ExecutorScript, Config: json.RawMessage(`{}`), Status: spec.StatusQueued})
 	})
 	if wantCode(t, "a run with a missing parent", err, spec.EINVALID); spec.ErrorField(err) != "parent_run_id" {
 		t.Errorf("a run with a missing parent: field %q, want parent_run_id", spec.ErrorField(err))
 	}
-	err = f.s.WriteTx(f.ctx, func(tx T) error {
+	err = f.s.WriteTx(f.ctx, func(tx spec.Tx) error {
 		return tx.InsertRun(f.ctx, &spec.Run{ID: "run-0", UserID: u.ID, Objective: "o", Mode: spec.ModeAuto,
 			Executor: spec.ExecutorScript, Config: json.RawMessage(`{}`), Status: spec.StatusQueued})
 	})
@@ -218,7 +167,7 @@ func (s suite[T]) runs(t *testing.T) {
 	}
 }
 
-func (s suite[T]) concurrentEvents(t *testing.T) {
+func (s suite) concurrentEvents(t *testing.T) {
 	f := s.fixture(t)
 	u := f.user("a@example.com")
 	runs := []string{"r1", "r2", "r3"}
@@ -237,7 +186,7 @@ func (s suite[T]) concurrentEvents(t *testing.T) {
 				if i%5 == 0 {
 					// Appends inside a state transaction interleave with
 					// the group-committed ones.
-					err = f.s.WriteTx(f.ctx, func(tx T) error {
+					err = f.s.WriteTx(f.ctx, func(tx spec.Tx) error {
 						_, err := tx.AppendEvent(f.ctx, runID, spec.EventTaskUpdated, map[string]int{"g": g, "i": i})
 						return err
 					})
@@ -279,7 +228,7 @@ func (s suite[T]) concurrentEvents(t *testing.T) {
 	wantCode(t, "append to a missing run", err, spec.ENOTFOUND)
 }
 
-func (s suite[T]) rollbackEvents(t *testing.T) {
+func (s suite) rollbackEvents(t *testing.T) {
 	f := s.fixture(t)
 	u := f.user("a@example.com")
 	f.run(u.ID, "r")
@@ -287,7 +236,7 @@ func (s suite[T]) rollbackEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 	boom := errors.New("boom")
-	err := f.s.WriteTx(f.ctx, func(tx T) error {
+	err := f.s.WriteTx(f.ctx, func(tx spec.Tx) error {
 		if _, err := tx.AppendEvent(f.ctx, "r", spec.EventRunStarted, nil); err != nil {
 			return err
 		}
@@ -302,7 +251,7 @@ func (s suite[T]) rollbackEvents(t *testing.T) {
 	}
 }
 
-func (s suite[T]) userFeed(t *testing.T) {
+func (s suite) userFeed(t *testing.T) {
 	f := s.fixture(t)
 	a, b := f.user("a@example.com"), f.user("b@example.com")
 	f.run(a.ID, "ra")
@@ -334,7 +283,7 @@ func (s suite[T]) userFeed(t *testing.T) {
 // feed by id as the user feed stream does (after the last id it got). The
 // reader must get every committed event exactly once: ids only grow, and an
 // event that commits after the reader passed its id would be lost.
-func (s suite[T]) feedUnderConcurrentWrites(t *testing.T) {
+func (s suite) feedUnderConcurrentWrites(t *testing.T) {
 	f := s.fixture(t)
 	u := f.user("a@example.com")
 	runs := []string{"f1", "f2", "f3", "f4"}
@@ -349,7 +298,7 @@ func (s suite[T]) feedUnderConcurrentWrites(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := range each {
-				err := f.s.WriteTx(f.ctx, func(tx T) error {
+				err := f.s.WriteTx(f.ctx, func(tx spec.Tx) error {
 					if _, err := tx.AppendEvent(f.ctx, id, spec.EventToolCall, map[string]int{"i": i}); err != nil {
 						return err
 					}
@@ -411,7 +360,7 @@ func (s suite[T]) feedUnderConcurrentWrites(t *testing.T) {
 	}
 }
 
-func (s suite[T]) iterations(t *testing.T) {
+func (s suite) iterations(t *testing.T) {
 	f := s.fixture(t)
 	u := f.user("a@example.com")
 	f.run(u.ID, "r")
@@ -419,7 +368,7 @@ func (s suite[T]) iterations(t *testing.T) {
 		Signals: spec.Signals{Progress: "fp1", Score: 50}, RemainingWork: []string{"write tests"}}
 	checks := []spec.CheckResult{{Name: "tests", Type: spec.CheckCommand, Passed: false, Message: "exit 1"}}
 	refs := spec.Artifacts{Created: []spec.Ref{{Type: "document", ID: "d1", Path: "notes.md"}}}
-	f.tx(func(tx T) error {
+	f.tx(func(tx spec.Tx) error {
 		if err := tx.UpsertIteration(f.ctx, &spec.Iteration{RunID: "r", Iteration: 1, Attempt: 1, Status: spec.IterRunning,
 			StartedAt: tx.Now()}); err != nil {
 			return err
@@ -428,7 +377,7 @@ func (s suite[T]) iterations(t *testing.T) {
 			StartedAt: tx.Now(), EndedAt: tx.Now(), Summary: "did things", GateRecord: gate, CheckResults: checks,
 			ArtifactRefs: refs, Metrics: spec.Metrics{Iterations: 1, ToolCallsTotal: 3}})
 	})
-	f.tx(func(tx T) error {
+	f.tx(func(tx spec.Tx) error {
 		return tx.UpsertIteration(f.ctx, &spec.Iteration{RunID: "r", Iteration: 2, Attempt: 1, Status: spec.IterRunning, StartedAt: tx.Now()})
 	})
 	its, err := f.s.ListIterations(f.ctx, u.ID, "r")
@@ -452,7 +401,7 @@ func (s suite[T]) iterations(t *testing.T) {
 	if its[1].GateRecord != nil || its[1].CheckResults != nil || its[1].Status != spec.IterRunning {
 		t.Errorf("a running iteration has gate %+v checks %+v", its[1].GateRecord, its[1].CheckResults)
 	}
-	f.tx(func(tx T) error {
+	f.tx(func(tx spec.Tx) error {
 		_, err := tx.FindIteration(f.ctx, "r", 9)
 		wantCode(t, "FindIteration of a missing iteration", err, spec.ENOTFOUND)
 		return nil
@@ -462,14 +411,14 @@ func (s suite[T]) iterations(t *testing.T) {
 
 // pastIterations: what a starting iteration is given of earlier ones skips
 // running rows, stops below its own number and carries the newest's checks.
-func (s suite[T]) pastIterations(f *fixture[T], gate *spec.GateRecord, checks []spec.CheckResult) {
+func (s suite) pastIterations(f *fixture, gate *spec.GateRecord, checks []spec.CheckResult) {
 	t := f.t
 	stop := &spec.GateRecord{Decision: spec.Decision{Decision: spec.DecisionWait}, Signals: spec.Signals{Progress: "fp3"}}
-	f.tx(func(tx T) error {
+	f.tx(func(tx spec.Tx) error {
 		return tx.UpsertIteration(f.ctx, &spec.Iteration{RunID: "r", Iteration: 3, Attempt: 1, Status: spec.IterFailed,
 			StartedAt: tx.Now(), EndedAt: tx.Now(), Summary: "third", GateRecord: stop, CheckResults: checks})
 	})
-	f.tx(func(tx T) error {
+	f.tx(func(tx spec.Tx) error {
 		past, err := tx.PastIterations(f.ctx, "r", 4, 20)
 		if err != nil || len(past) != 2 || past[0].Iteration != 3 || past[1].Iteration != 1 {
 			t.Fatalf("past iterations below 4: %+v (%v)", past, err)
@@ -516,14 +465,14 @@ func decodeChecks(t *testing.T, raw json.RawMessage) []spec.CheckResult {
 	return c
 }
 
-func (s suite[T]) documents(t *testing.T) {
+func (s suite) documents(t *testing.T) {
 	f := s.fixture(t)
 	u := f.user("a@example.com")
 	f.run(u.ID, "r1")
 	f.run(u.ID, "r2")
 	doc := &spec.Document{RunID: "r1", Path: "notes/drivers.md", Title: "SQLite drivers", Content: "modernc is a pure Go translation"}
 	var created bool
-	f.tx(func(tx T) (err error) {
+	f.tx(func(tx spec.Tx) (err error) {
 		created, err = tx.PutDocument(f.ctx, doc)
 		return err
 	})
@@ -531,14 +480,14 @@ func (s suite[T]) documents(t *testing.T) {
 		t.Fatalf("first put: created %v, doc %+v", created, doc)
 	}
 	upd := &spec.Document{RunID: "r1", Path: "notes/drivers.md", Title: "SQLite drivers", Content: "modernc and mattn compared", Iteration: 2}
-	f.tx(func(tx T) (err error) {
+	f.tx(func(tx spec.Tx) (err error) {
 		created, err = tx.PutDocument(f.ctx, upd)
 		return err
 	})
 	if created || upd.ID != doc.ID {
 		t.Errorf("second put at the same path: created %v, id %s want %s", created, upd.ID, doc.ID)
 	}
-	f.tx(func(tx T) error {
+	f.tx(func(tx spec.Tx) error {
 		_, err := tx.PutDocument(f.ctx, &spec.Document{RunID: "r2", Path: "other.md", Title: "Other", Content: "mattn uses cgo"})
 		return err
 	})
@@ -564,19 +513,19 @@ func (s suite[T]) documents(t *testing.T) {
 	}
 	_, err = f.s.SearchDocuments(f.ctx, u.ID, "", "  ", 10)
 	wantCode(t, "an empty search", err, spec.EINVALID)
-	f.tx(func(tx T) error {
+	f.tx(func(tx spec.Tx) error {
 		_, err := tx.PutDocument(f.ctx, &spec.Document{RunID: "missing", Path: "x.md"})
 		wantCode(t, "a document in a missing run", err, spec.ENOTFOUND)
 		return nil
 	})
 }
 
-func (s suite[T]) tasks(t *testing.T) {
+func (s suite) tasks(t *testing.T) {
 	f := s.fixture(t)
 	u := f.user("a@example.com")
 	f.run(u.ID, "r")
 	var tasks []*spec.Task
-	f.tx(func(tx T) error {
+	f.tx(func(tx spec.Tx) error {
 		for _, title := range []string{"first", "second", "third"} {
 			task := &spec.Task{RunID: "r", Title: title}
 			if err := tx.InsertTask(f.ctx, task); err != nil {
@@ -599,19 +548,19 @@ func (s suite[T]) tasks(t *testing.T) {
 	if got[0].Status != spec.TaskTodo || got[1].Status != spec.TaskDone || !got[1].Passes {
 		t.Errorf("statuses = %s %s passes %v", got[0].Status, got[1].Status, got[1].Passes)
 	}
-	f.tx(func(tx T) error {
+	f.tx(func(tx spec.Tx) error {
 		err := tx.UpdateTask(f.ctx, &spec.Task{ID: "missing", RunID: "r", Title: "x", Status: spec.TaskTodo})
 		wantCode(t, "updating a missing task", err, spec.ENOTFOUND)
 		return nil
 	})
 }
 
-func (s suite[T]) inbox(t *testing.T) {
+func (s suite) inbox(t *testing.T) {
 	f := s.fixture(t)
 	u := f.user("a@example.com")
 	f.run(u.ID, "r")
 	var last int64
-	f.tx(func(tx T) error {
+	f.tx(func(tx spec.Tx) error {
 		for _, body := range []string{"yes", "and also this"} {
 			it := &spec.InboxItem{RunID: "r", Kind: spec.InboxMessage, Body: body}
 			if err := tx.InsertInbox(f.ctx, it); err != nil {
@@ -621,7 +570,7 @@ func (s suite[T]) inbox(t *testing.T) {
 		}
 		return nil
 	})
-	f.tx(func(tx T) error {
+	f.tx(func(tx spec.Tx) error {
 		pending, err := tx.PendingInbox(f.ctx, "r")
 		if err != nil {
 			return err
@@ -631,7 +580,7 @@ func (s suite[T]) inbox(t *testing.T) {
 		}
 		return tx.ConsumeInbox(f.ctx, "r", last, 4)
 	})
-	f.tx(func(tx T) error {
+	f.tx(func(tx spec.Tx) error {
 		pending, err := tx.PendingInbox(f.ctx, "r")
 		if len(pending) != 0 {
 			t.Errorf("pending after consume = %+v", pending)
@@ -644,12 +593,12 @@ func (s suite[T]) inbox(t *testing.T) {
 	}
 }
 
-func (s suite[T]) notifications(t *testing.T) {
+func (s suite) notifications(t *testing.T) {
 	f := s.fixture(t)
 	u := f.user("a@example.com")
 	f.run(u.ID, "r")
 	var ids []int64
-	f.tx(func(tx T) error {
+	f.tx(func(tx spec.Tx) error {
 		for i := range 3 {
 			n := &spec.Notification{UserID: u.ID, RunID: "r", Kind: "run_stopped", Title: fmt.Sprint("n", i), ActionURL: "/runs/r"}
 			if err := tx.InsertNotification(f.ctx, n); err != nil {
@@ -685,7 +634,7 @@ func (s suite[T]) notifications(t *testing.T) {
 	wantCode(t, "marking a missing notification", f.s.MarkNotificationRead(f.ctx, u.ID, 1<<40), spec.ENOTFOUND)
 }
 
-func (s suite[T]) tokens(t *testing.T) {
+func (s suite) tokens(t *testing.T) {
 	f := s.fixture(t)
 	u := f.user("a@example.com")
 	_, err := f.s.CreateUser(f.ctx, "a@example.com", "hash", false)
@@ -708,7 +657,7 @@ func (s suite[T]) tokens(t *testing.T) {
 	wantCode(t, "revoking twice", f.s.RevokeAPIToken(f.ctx, u.ID, tok.ID), spec.ENOTFOUND)
 }
 
-func (s suite[T]) sessions(t *testing.T) {
+func (s suite) sessions(t *testing.T) {
 	f := s.fixture(t)
 	u := f.user("a@example.com")
 	secret, sess, err := f.s.CreateSession(f.ctx, u.ID, time.Hour)
@@ -732,7 +681,7 @@ func (s suite[T]) sessions(t *testing.T) {
 	wantCode(t, "a deleted session", err, spec.EUNAUTHORIZED)
 }
 
-func (s suite[T]) liveCredentials(t *testing.T) {
+func (s suite) liveCredentials(t *testing.T) {
 	f := s.fixture(t)
 	u := f.user("a@example.com")
 	tokA, a, err := f.s.CreateAPIToken(f.ctx, u.ID, "a")
@@ -823,13 +772,13 @@ func count(bs []bool) int {
 	return n
 }
 
-func (s suite[T]) isolation(t *testing.T) {
+func (s suite) isolation(t *testing.T) {
 	f := s.fixture(t)
 	a, b := f.user("a@example.com"), f.user("b@example.com")
 	f.run(a.ID, "ra")
 	doc := &spec.Document{RunID: "ra", Path: "secret.md", Title: "Secret", Content: "plans of a"}
 	var note *spec.Notification
-	f.tx(func(tx T) error {
+	f.tx(func(tx spec.Tx) error {
 		if _, err := tx.PutDocument(f.ctx, doc); err != nil {
 			return err
 		}

@@ -9,7 +9,7 @@ import (
 // llmCalls: a model call's cached, cache-write and reasoning tokens, its
 // cost's source and the price table's differing figure round-trip, and an
 // iteration's sum attributes each model its own.
-func (s laterSuite[T]) llmCalls(t *testing.T) {
+func (s laterSuite) llmCalls(t *testing.T) {
 	f, ls := s.fixture(t)
 	u := f.user("calls@example.com")
 	r := f.run(u.ID, "run-calls")
@@ -18,7 +18,7 @@ func (s laterSuite[T]) llmCalls(t *testing.T) {
 	haiku := spec.LLMCall{RunID: r.ID, Iteration: 1, Role: "agent", Model: "claude-haiku-4-5-20251001", PromptTokens: 2000, CompletionTokens: 300,
 		ReasoningTokens: 120, CostUSD: 0.0035, Priced: true, CostSource: spec.CostSourceTable}
 	var sum spec.Metrics
-	f.tx(func(tx T) error {
+	f.tx(func(tx spec.Tx) error {
 		for _, c := range []*spec.LLMCall{&opus, &haiku} {
 			if err := tx.InsertLLMCall(f.ctx, c); err != nil {
 				return err

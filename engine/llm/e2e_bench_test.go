@@ -71,7 +71,7 @@ func measureLLM(b *testing.B) float64 {
 func measureScripted(b *testing.B) float64 {
 	h := newE2E(b, e2eOptions{engine: func(o *engine.Options, d *db.DB) {
 		benchEngine(o, d)
-		o.Executors[spec.ExecutorScript] = &scripted.Executor{InTx: scripted.Over[*db.Tx](d)}
+		o.Executors[spec.ExecutorScript] = &scripted.Executor{InTx: d.WriteTx}
 	}})
 	script, err := json.Marshal(scripted.Script{Steps: []scripted.Step{{Summary: "Working.",
 		Status: &spec.Status{ProgressSummary: "Working.", RemainingWork: []string{"more"}}}}})

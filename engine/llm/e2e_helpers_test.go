@@ -57,7 +57,7 @@ func newE2E(t testing.TB, o e2eOptions, script ...llmtest.Reply) *e2e {
 		t.Fatal(err)
 	}
 	var eng *engine.Engine
-	lo := llm.Options{Store: d, InTx: llm.Over[*db.Tx](d), BaseURL: srv.URL, APIKey: "test", DefaultModel: "gpt-4o-mini",
+	lo := llm.Options{Store: d, BaseURL: srv.URL, APIKey: "test", DefaultModel: "gpt-4o-mini",
 		RetryBaseDelay: time.Millisecond,
 		RecordNarration: func(ctx context.Context, run *spec.Run, c spec.LLMCall) error {
 			return eng.RecordLLMCall(ctx, run, c)

@@ -107,7 +107,7 @@ func newFixture(t *testing.T, cfg spec.Config, opt func(*Options), script ...llm
 	}
 	cfg.Executor = spec.ExecutorLLM
 	srv := llmtest.New(t, script...)
-	opts := Options{Store: d, InTx: Over[*db.Tx](d), BaseURL: srv.URL, APIKey: "sk-test", RetryBaseDelay: time.Millisecond, RetryMax: 2}
+	opts := Options{Store: d, BaseURL: srv.URL, APIKey: "sk-test", RetryBaseDelay: time.Millisecond, RetryMax: 2}
 	if opt != nil {
 		opt(&opts)
 	}
@@ -118,7 +118,7 @@ func newFixture(t *testing.T, cfg spec.Config, opt func(*Options), script ...llm
 	raw, _ := json.Marshal(cfg)
 	run := &spec.Run{ID: uuid.NewString(), UserID: user.ID, Objective: cfg.Objective, Mode: spec.ModeAuto,
 		Executor: spec.ExecutorLLM, Config: raw, Status: spec.StatusRunning, Iteration: 1}
-	err = d.WriteTx(ctx, func(tx *db.Tx) error {
+	err = d.WriteTx(ctx, func(tx spec.Tx) error {
 		if err := tx.InsertRun(ctx, run); err != nil {
 			return err
 		}

@@ -58,7 +58,7 @@ func (e *Executor) Iterate(ctx context.Context, in *spec.Input) (*spec.Result, e
 		res.Fatal = &spec.Fatal{Type: "error", Detail: "No model is configured: set the run's model or HOMEWORK_LLM_MODEL."}
 		return res, &spec.Error{Code: spec.EUNAVAILABLE, Field: "model", Message: res.Fatal.Detail}
 	}
-	if err := e.inTx(ctx, func(tx StoreTx) error { return ensureWorkspace(ctx, tx, in.RunID, cfg.Objective) }); err != nil {
+	if err := e.store.WriteTx(ctx, func(tx spec.Tx) error { return ensureWorkspace(ctx, tx, in.RunID, cfg.Objective) }); err != nil {
 		return res, fmt.Errorf("prepare workspace: %w", err)
 	}
 	prompt, err := it.buildContext(ctx)
@@ -188,7 +188,7 @@ func hasAnswer(items []spec.InboxItem) bool {
 }
 
 // ensureWorkspace creates the root and scratchpad.md when missing.
-func ensureWorkspace(ctx context.Context, tx StoreTx, runID, objective string) error {
+func ensureWorkspace(ctx context.Context, tx spec.Tx, runID, objective string) error {
 	run, err := tx.FindRun(ctx, runID)
 	if err != nil {
 		return err

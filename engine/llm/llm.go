@@ -52,11 +52,9 @@ type WebFetchOptions struct {
 
 // Options configure New.
 type Options struct {
-	// Store is read outside transactions; required.
-	Store Store
-	// InTx runs the executor's writes in one transaction of the same store
-	// (see Over); required.
-	InTx InTxFunc
+	// Store is read outside transactions, and its WriteTx runs the
+	// executor's writes; required.
+	Store spec.Store
 	// BaseURL is the endpoint, normalised to end in /v1. When empty and
 	// APIKey is set, OpenAI's endpoint is used.
 	BaseURL string
@@ -107,12 +105,10 @@ type Options struct {
 
 // Executor is the LLM executor. It implements the engine's Executor,
 // ConfigValidator and Narrator interfaces and is safe for concurrent use by
-// many iterations. Its StartRun takes this package's StoreTx, so the engine's
-// RunStarter is met by a wrapper that passes the engine's transaction (see
-// cmd/homework); without it the workspace is created by the first iteration.
+// many iterations. It is the engine's RunStarter too: the workspace is
+// created in the transaction that starts the run.
 type Executor struct {
-	store      Store
-	inTx       InTxFunc
+	store      spec.Store
 	client     *openai.Client
 	opts       Options
 	configured bool
@@ -122,8 +118,8 @@ type Executor struct {
 
 // New returns an Executor for opts, filling in defaults.
 func New(opts Options) (*Executor, error) {
-	if opts.Store == nil || opts.InTx == nil {
-		return nil, errors.New("llm: Options.Store and Options.InTx are required")
+	if opts.Store == nil {
+		return nil, errors.New("llm: Options.Store is required")
 	}
 	configured := opts.BaseURL != "" || opts.APIKey != ""
 	base := NormalizeBaseURL(opts.BaseURL)
@@ -181,14 +177,13 @@ func New(opts Options) (*Executor, error) {
 	cc.HTTPClient = headerCapture{next: opts.HTTPClient}
 	e := &Executor{
 		store:      opts.Store,
-		inTx:       opts.InTx,
 		client:     openai.NewClientWithConfig(cc),
 		opts:       opts,
 		configured: configured,
 		log:        opts.Logger,
 	}
 	if e.opts.RecordNarration == nil {
-		e.opts.RecordNarration = StoreNarrationRecorder(opts.InTx)
+		e.opts.RecordNarration = StoreNarrationRecorder(opts.Store)
 	}
 	tools, err := e.buildTools()
 	if err != nil {
@@ -286,7 +281,7 @@ func (e *Executor) ValidateConfig(ctx context.Context, user *spec.User, cfg *spe
 // scratchpad.md inside tx (any store's, or the engine's transaction that
 // starts the run), appends their document_created events and sets
 // run.WorkspaceDocID. It is idempotent.
-func (e *Executor) StartRun(ctx context.Context, tx StoreTx, run *spec.Run, cfg *spec.Config) error {
+func (e *Executor) StartRun(ctx context.Context, tx spec.Tx, run *spec.Run, cfg *spec.Config) error {
 	objective := run.Objective
 	if cfg != nil && cfg.Objective != "" {
 		objective = cfg.Objective
@@ -294,7 +289,7 @@ func (e *Executor) StartRun(ctx context.Context, tx StoreTx, run *spec.Run, cfg 
 	return startRun(ctx, tx, run, objective)
 }
 
-func startRun(ctx context.Context, tx StoreTx, run *spec.Run, objective string) error {
+func startRun(ctx context.Context, tx spec.Tx, run *spec.Run, objective string) error {
 	root, err := ensureRoot(ctx, tx, run.ID, objective, nil)
 	if err != nil {
 		return err
@@ -317,7 +312,7 @@ func startRun(ctx context.Context, tx StoreTx, run *spec.Run, objective string) 
 
 // ensureRoot returns the run's root document, creating it (with its event)
 // when missing. Created documents are appended to *created when non-nil.
-func ensureRoot(ctx context.Context, tx StoreTx, runID, objective string, created *[]*spec.Document) (*spec.Document, error) {
+func ensureRoot(ctx context.Context, tx spec.Tx, runID, objective string, created *[]*spec.Document) (*spec.Document, error) {
 	root, err := tx.FindDocumentByPath(ctx, runID, "")
 	if err == nil {
 		return root, nil
@@ -355,9 +350,9 @@ func docEvent(d *spec.Document) map[string]any {
 // StoreNarrationRecorder returns a RecordNarration func that inserts the
 // call into llm_calls for the run's current iteration. It does not update
 // the run's metrics; the engine passes its own recorder when it needs that.
-func StoreNarrationRecorder(inTx InTxFunc) func(ctx context.Context, run *spec.Run, c spec.LLMCall) error {
+func StoreNarrationRecorder(store spec.Store) func(ctx context.Context, run *spec.Run, c spec.LLMCall) error {
 	return func(ctx context.Context, run *spec.Run, c spec.LLMCall) error {
-		return inTx(ctx, func(tx StoreTx) error {
+		return store.WriteTx(ctx, func(tx spec.Tx) error {
 			return tx.InsertLLMCall(ctx, &spec.LLMCall{RunID: run.ID, Iteration: run.Iteration, Role: c.Role, Model: c.Model,
 				PromptTokens: c.PromptTokens, CompletionTokens: c.CompletionTokens, CostUSD: c.CostUSD, Priced: c.Priced,
 				LatencyMS: c.LatencyMS, Error: c.Error})

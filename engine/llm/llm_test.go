@@ -701,7 +701,7 @@ func TestStartRunIsIdempotent(t *testing.T) {
 	f := newFixture(t, spec.Config{}, nil)
 	root := f.run.WorkspaceDocID
 	ctx := context.Background()
-	err := f.db.WriteTx(ctx, func(tx *db.Tx) error { return f.e.StartRun(ctx, tx, f.run, f.cfg) })
+	err := f.db.WriteTx(ctx, func(tx spec.Tx) error { return f.e.StartRun(ctx, tx, f.run, f.cfg) })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -726,7 +726,7 @@ func TestValidateConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.Close()
-	unconfigured, _ := New(Options{Store: d, InTx: Over[*db.Tx](d), DefaultModel: "gpt-4o"})
+	unconfigured, _ := New(Options{Store: d, DefaultModel: "gpt-4o"})
 	err = unconfigured.ValidateConfig(ctx, nil, &spec.Config{})
 	if spec.ErrorCode(err) != spec.EUNAVAILABLE || spec.ErrorField(err) != "executor" || unconfigured.Configured() {
 		t.Errorf("unconfigured: %v", err)
@@ -736,7 +736,7 @@ func TestValidateConfig(t *testing.T) {
 			t.Errorf("message does not mention %s", env)
 		}
 	}
-	noModel, _ := New(Options{Store: d, InTx: Over[*db.Tx](d), BaseURL: "http://localhost:11434"})
+	noModel, _ := New(Options{Store: d, BaseURL: "http://localhost:11434"})
 	if err := noModel.ValidateConfig(ctx, nil, &spec.Config{}); spec.ErrorField(err) != "model" {
 		t.Errorf("no model: %v", err)
 	}
@@ -746,7 +746,7 @@ func TestValidateConfig(t *testing.T) {
 	if noModel.BaseURL() != "http://localhost:11434/v1" {
 		t.Errorf("base URL %q", noModel.BaseURL())
 	}
-	withDefault, _ := New(Options{Store: d, InTx: Over[*db.Tx](d), APIKey: "k", DefaultModel: "gpt-4o"})
+	withDefault, _ := New(Options{Store: d, APIKey: "k", DefaultModel: "gpt-4o"})
 	if err := withDefault.ValidateConfig(ctx, nil, &spec.Config{}); err != nil {
 		t.Errorf("default model: %v", err)
 	}

@@ -49,7 +49,7 @@ func cleanPath(runID, p string) (string, error) {
 // ensureParents creates the folders above p that are missing (kind folder,
 // each in the tree) and returns the id of p's parent. New documents are
 // appended to *created and get their document_created events.
-func ensureParents(ctx context.Context, tx StoreTx, runID, objective, p string, iteration int, created *[]*spec.Document) (string, error) {
+func ensureParents(ctx context.Context, tx spec.Tx, runID, objective, p string, iteration int, created *[]*spec.Document) (string, error) {
 	root, err := ensureRoot(ctx, tx, runID, objective, created)
 	if err != nil {
 		return "", err
@@ -82,7 +82,7 @@ func ensureParents(ctx context.Context, tx StoreTx, runID, objective, p string, 
 // one transaction with its events, and records it in the artifacts.
 func (it *iteration) putDoc(ctx context.Context, doc *spec.Document) (created bool, err error) {
 	var folders []*spec.Document
-	err = it.e.inTx(ctx, func(tx StoreTx) error {
+	err = it.e.store.WriteTx(ctx, func(tx spec.Tx) error {
 		folders = folders[:0]
 		var err error
 		doc.RunID, doc.Iteration = it.in.RunID, it.in.Iteration
@@ -132,7 +132,7 @@ func (it *iteration) appendScratchpad(ctx context.Context, heading, text string)
 	var archived string
 	var spDoc *spec.Document
 	var spCreated bool
-	err := it.e.inTx(ctx, func(tx StoreTx) error {
+	err := it.e.store.WriteTx(ctx, func(tx spec.Tx) error {
 		docs, archived = docs[:0], ""
 		sp, err := tx.FindDocumentByPath(ctx, it.in.RunID, scratchpadPath)
 		if spec.ErrorCode(err) == spec.ENOTFOUND {
@@ -182,7 +182,7 @@ func (it *iteration) appendScratchpad(ctx context.Context, heading, text string)
 // archiveScratchpad copies the notes of the full scratchpad sp to the next
 // scratchpad/NNN.md in tx, adds the archive and any folder it creates to
 // docs, and returns the archive's path.
-func (it *iteration) archiveScratchpad(ctx context.Context, tx StoreTx, sp *spec.Document, docs *[]*spec.Document) (string, error) {
+func (it *iteration) archiveScratchpad(ctx context.Context, tx spec.Tx, sp *spec.Document, docs *[]*spec.Document) (string, error) {
 	all, err := tx.ListRunDocuments(ctx, it.in.RunID)
 	if err != nil {
 		return "", err

@@ -76,28 +76,10 @@ type Task struct {
 }
 
 // Executor plays scripts. It writes a step's documents and tasks through
-// InTx, one transaction of any store (see Over); InTx is required when a
-// script writes.
+// InTx, one write transaction of the store (spec.Store's WriteTx); InTx is
+// required when a script writes.
 type Executor struct {
-	InTx func(ctx context.Context, fn func(tx Tx) error) error
-}
-
-// Tx is what a step writes in one transaction of the store.
-type Tx interface {
-	PutDocument(ctx context.Context, doc *spec.Document) (created bool, err error)
-	AppendEvent(ctx context.Context, runID, typ string, data any) (*spec.Event, error)
-	ListTasks(ctx context.Context, runID string) ([]*spec.Task, error)
-	InsertTask(ctx context.Context, t *spec.Task) error
-	UpdateTask(ctx context.Context, t *spec.Task) error
-}
-
-// Over returns an InTx for a store whose transactions have type T.
-func Over[T Tx](s interface {
-	WriteTx(ctx context.Context, fn func(tx T) error) error
-}) func(ctx context.Context, fn func(tx Tx) error) error {
-	return func(ctx context.Context, fn func(tx Tx) error) error {
-		return s.WriteTx(ctx, func(tx T) error { return fn(tx) })
-	}
+	InTx func(ctx context.Context, fn func(tx spec.Tx) error) error
 }
 
 // ValidateConfig checks that the script parses and has steps.
@@ -203,7 +185,7 @@ func (x *Executor) write(ctx context.Context, in *spec.Input, st Step, res *spec
 	if x.InTx == nil {
 		return errors.New("scripted: Executor.InTx is required to write documents and tasks")
 	}
-	return x.InTx(ctx, func(tx Tx) error {
+	return x.InTx(ctx, func(tx spec.Tx) error {
 		for _, d := range st.Docs {
 			doc := &spec.Document{RunID: in.RunID, Path: d.Path, Title: d.Path, Content: d.Content, Iteration: in.Iteration}
 			created, err := tx.PutDocument(ctx, doc)

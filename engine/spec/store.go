@@ -1,0 +1,231 @@
+package spec
+
+import (
+	"context"
+	"time"
+)
+
+// This file is the store contract: everything a Homework store must do,
+// stated once. The SQLite store (package db) and the PostgreSQL store
+// (package db/pg) implement it over the shared SQL of db/sqlstore; one
+// conformance suite (db/storetest) runs against both. The engine and the
+// handlers work through it and never name a store.
+//
+// Every method that takes a user id returns only that user's objects:
+// another user's run, document or notification is ENOTFOUND, never a
+// different error. Times are the store's clock (Now), stamped once per
+// transaction.
+//
+// Events reach subscribers from the store, not from the code that appends
+// them: a store is opened with a Publish function, the engine's Relay
+// (engine/relay.go), and calls it with every transaction's events after
+// that transaction commits, in commit order. The SQLite store calls it in
+// the committing goroutine; the PostgreSQL store from its one LISTEN
+// connection, for the events of every process, this one's included. The
+// Relay logs each run's lifecycle and publishes to the bus; nothing else
+// publishes events.
+
+// Store is a Homework store.
+type Store interface {
+	// Now is the store's clock, the one its rows are stamped with.
+	Now() time.Time
+	// Ping reports whether the store answers (readiness).
+	Ping(ctx context.Context) error
+	// Unavailable reports whether err means the database could not be
+	// reached or used for a while (an outage), as opposed to a fault of
+	// the statement.
+	Unavailable(err error) bool
+	Close() error
+
+	// ReadStore's methods read from whichever connection is free, each
+	// statement its own moment; ReadTx runs fn with reads that all see one
+	// snapshot. A page view reads through ReadTx only.
+	ReadStore
+	ReadTxer
+	// WriteTx runs fn in one write transaction, committing when fn returns
+	// nil and rolling back otherwise; the transaction's events are
+	// published after it commits.
+	WriteTx(ctx context.Context, fn func(tx Tx) error) error
+	// AppendEvent appends a non-state event (tool calls, output) in a
+	// transaction of its own; concurrent appends may be group-committed.
+	AppendEvent(ctx context.Context, runID, typ string, data any) (*Event, error)
+
+	Accounts
+	EngineReads
+	RunReads
+}
+
+// Accounts are users, browser sessions and API tokens. Secrets are stored
+// hashed only (HashToken).
+type Accounts interface {
+	CountUsers(ctx context.Context) (int, error)
+	// CreateUser stores a new account; a taken email is ECONFLICT.
+	CreateUser(ctx context.Context, email, passwordHash string, admin bool) (*User, error)
+	// CreateFirstUser creates an admin account only when there is none
+	// yet; otherwise ECONFLICT.
+	CreateFirstUser(ctx context.Context, email, passwordHash string) (*User, error)
+	FindUserByEmail(ctx context.Context, email string) (*User, error)
+	FindUserByID(ctx context.Context, id int64) (*User, error)
+	ListUsers(ctx context.Context) ([]*User, error)
+	// SetPassword replaces the password hash and signs out the account's
+	// browser sessions.
+	SetPassword(ctx context.Context, email, passwordHash string) (*User, error)
+
+	// CreateAPIToken returns the new token's secret, shown once.
+	CreateAPIToken(ctx context.Context, userID int64, name string) (string, *APIToken, error)
+	RevokeAPIToken(ctx context.Context, userID, tokenID int64) error
+	// FindUserByToken returns an unrevoked token's user, or EUNAUTHORIZED.
+	FindUserByToken(ctx context.Context, secret string) (*User, error)
+	CreateSession(ctx context.Context, userID int64, ttl time.Duration) (string, *Session, error)
+	// FindSession returns an unexpired session and its user, or
+	// EUNAUTHORIZED.
+	FindSession(ctx context.Context, secret string) (*Session, *User, error)
+	DeleteSession(ctx context.Context, secret string) error
+	// LiveCredentials reports, in one query, which API tokens (by the hash
+	// of their secret: present, unrevoked) and sessions (by the hash of
+	// theirs: present, unexpired) still authenticate. Open event streams
+	// re-check their credentials with it.
+	LiveCredentials(ctx context.Context, tokenHashes, sessionHashes []string) (tokens, sessions map[string]bool, err error)
+}
+
+// EngineReads are what the engine reads and renews outside a transaction.
+type EngineReads interface {
+	// FindRunByID returns the run whoever owns it (engine use only).
+	FindRunByID(ctx context.Context, id string) (*Run, error)
+	CountAllRunsByStatus(ctx context.Context) (map[string]int, error)
+	// QueueDepth is how many iterate jobs wait to be worked.
+	QueueDepth(ctx context.Context) (int, error)
+	// RunningRuns lists every running run's lease, for recovery.
+	RunningRuns(ctx context.Context) ([]RunLease, error)
+	// RenewAttemptLease extends owner's lease only while (iteration,
+	// attempt) is still the run's current attempt; false otherwise.
+	RenewAttemptLease(ctx context.Context, runID, owner string, iteration, attempt int, until time.Time) (bool, error)
+	// SumLLMCalls returns the usage of the run's model calls in iteration.
+	SumLLMCalls(ctx context.Context, runID string, iteration int) (Metrics, error)
+}
+
+// RunReads are reads of one user's runs beyond a page view's.
+type RunReads interface {
+	FindRunDocumentByPath(ctx context.Context, userID int64, runID, path string) (*Document, error)
+	// SearchDocuments runs a full-text query over the user's documents, all
+	// runs when runID is empty, best first.
+	SearchDocuments(ctx context.Context, userID int64, runID, query string, limit int) ([]SearchHit, error)
+	// SearchTranscripts returns lines of the run's transcripts whose text
+	// contains q (case-insensitive), oldest first.
+	SearchTranscripts(ctx context.Context, userID int64, runID, q string, limit int) ([]*TranscriptLine, error)
+	// ListUserEvents returns the user's events after afterID in id order
+	// (the dashboard feed). A user's event ids become visible in increasing
+	// order, and the bus gets them in that order, so following the feed by
+	// id skips nothing.
+	ListUserEvents(ctx context.Context, userID, afterID int64, limit int) ([]*Event, error)
+	ListLLMCalls(ctx context.Context, userID int64, runID string) ([]*LLMCall, error)
+	ListInbox(ctx context.Context, userID int64, runID string) ([]*InboxItem, error)
+	// MarkNotificationRead marks one notification read, or all (id 0).
+	MarkNotificationRead(ctx context.Context, userID, id int64) error
+	// MarkRunNotificationsRead marks every notification of the run read
+	// and returns how many changed.
+	MarkRunNotificationsRead(ctx context.Context, userID int64, runID string) (int, error)
+}
+
+// Tx is one write transaction: every state change of a run happens in one,
+// together with the events that record it and the job that works its next
+// iteration. Events appended in a transaction are published after it
+// commits, never before.
+type Tx interface {
+	// Now is the transaction's time, stamped once.
+	Now() time.Time
+	AppendEvent(ctx context.Context, runID, typ string, data any) (*Event, error)
+
+	InsertRun(ctx context.Context, r *Run) error
+	// InsertRunTags records a new run's tags (already normalized).
+	InsertRunTags(ctx context.Context, runID string, userID int64, tags []string) error
+	// FindRun returns the run whoever owns it; where several processes
+	// write, it locks the run for the rest of the transaction.
+	FindRun(ctx context.Context, id string) (*Run, error)
+	UpdateRun(ctx context.Context, r *Run) error
+	SetRunMetrics(ctx context.Context, r *Run) error
+	SetLease(ctx context.Context, r *Run, owner string, until time.Time) error
+	// LockUserSlots, CountRunning and OldestQueued serve slot promotion:
+	// lock the user's slots for the rest of the transaction, count the runs
+	// holding one, and read the user's oldest queued runs.
+	LockUserSlots(ctx context.Context, userID int64) error
+	CountRunning(ctx context.Context, userID int64) (int, error)
+	OldestQueued(ctx context.Context, userID int64, n int) ([]*Run, error)
+
+	FindIteration(ctx context.Context, runID string, iteration int) (*Iteration, error)
+	UpsertIteration(ctx context.Context, it *Iteration) error
+	RecentIterations(ctx context.Context, runID string, n int) ([]*Iteration, error)
+	// PastIterations returns the run's last n finished iterations numbered
+	// below before, newest first, as an iteration starting is given them:
+	// summaries and gate records, and the check results of the newest only,
+	// as stored JSON.
+	PastIterations(ctx context.Context, runID string, before, n int) ([]*PastIteration, error)
+	// SumIterationMetrics adds up the recorded iterations' metrics of a run.
+	SumIterationMetrics(ctx context.Context, runID string) (Metrics, error)
+	// AppendTranscript appends lines to an iteration's transcript under its
+	// cap (CapTranscript) and returns the kept lines and the new info.
+	AppendTranscript(ctx context.Context, runID string, iteration int, capBytes int64, lines []*TranscriptLine, dropped int64) ([]*TranscriptLine, *TranscriptInfo, error)
+
+	InsertInbox(ctx context.Context, it *InboxItem) error
+	PendingInbox(ctx context.Context, runID string) ([]*InboxItem, error)
+	ConsumeInbox(ctx context.Context, runID string, maxID int64, iteration int) error
+	InsertLLMCall(ctx context.Context, c *LLMCall) error
+	SumLLMCalls(ctx context.Context, runID string, iteration int) (Metrics, error)
+	InsertNotification(ctx context.Context, n *Notification) error
+	// ResolveRunNotifications marks the run's open notifications of kind
+	// resolved: the run moved on from what they asked of the person.
+	ResolveRunNotifications(ctx context.Context, runID, kind string) error
+
+	// The run's workspace and checklist.
+	ListRunDocuments(ctx context.Context, runID string) ([]*Document, error)
+	FindDocumentByPath(ctx context.Context, runID, path string) (*Document, error)
+	// PutDocument inserts the document or updates the one at its path;
+	// created is true for an insert.
+	PutDocument(ctx context.Context, doc *Document) (created bool, err error)
+	ListTasks(ctx context.Context, runID string) ([]*Task, error)
+	InsertTask(ctx context.Context, t *Task) error
+	UpdateTask(ctx context.Context, t *Task) error
+}
+
+// Cluster is what a store shared by several server processes adds
+// (PostgreSQL): process liveness, command hosts and cross-process
+// interrupts.
+type Cluster interface {
+	// Heartbeat records that process id is alive at now.
+	Heartbeat(ctx context.Context, id string, now time.Time) error
+	// LiveProcesses returns the processes whose last heartbeat is after
+	// since and whose liveness, where they hold one, is held.
+	LiveProcesses(ctx context.Context, since time.Time) (map[string]bool, error)
+	// HoldLiveness ties process id's liveness to a database session of its
+	// own until ctx ends, telling changed when the session is lost (others
+	// may then take this process for dead) and held again. It returns once
+	// the liveness is first held.
+	HoldLiveness(ctx context.Context, id string, changed func(held bool, err error)) error
+	// DeadProcesses returns the processes other than self that hold a
+	// running run's lease but whose liveness is gone.
+	DeadProcesses(ctx context.Context, self string) (map[string]bool, error)
+
+	// CommandHeartbeat is Heartbeat for a process that serves command runs
+	// of host and root through queue.
+	CommandHeartbeat(ctx context.Context, id string, now time.Time, host, root, queue string) error
+	// LiveCommandQueues returns the command queues a live process serves.
+	LiveCommandQueues(ctx context.Context, since time.Time) (map[string]bool, error)
+	// HostWaitingRuns returns the runs waiting for their host, by run id,
+	// with the queue that serves it.
+	HostWaitingRuns(ctx context.Context) (map[string]string, error)
+
+	// Interrupt tells the process working the run's iteration to stop it.
+	Interrupt(ctx context.Context, runID string, cause error) error
+}
+
+// ClusterTx is the transaction side of Cluster.
+type ClusterTx interface {
+	// BindRunHost binds a new command run to the host, root and queue of
+	// the process that accepted it.
+	BindRunHost(ctx context.Context, runID, host, root, queue string) error
+	// RunHost returns the host, root and queue the run is bound to ("" when
+	// it is not bound).
+	RunHost(ctx context.Context, runID string) (host, root, queue string, err error)
+	// ProcessLive reports whether process id holds its liveness now.
+	ProcessLive(ctx context.Context, id string) (bool, error)
+}
