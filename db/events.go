@@ -11,7 +11,7 @@ import (
 
 // AppendEvent appends an event of typ with data (marshalled to JSON) to the
 // run's log inside tx and returns it. It is published after tx commits.
-func (tx *Tx) AppendEvent(ctx context.Context, runID, typ string, data any) (*spec.Event, error) {
+func (tx *Tx) AppendEvent(ctx context.Context, runID string, typ spec.EventType, data any) (*spec.Event, error) {
 	b, err := sqlstore.MarshalEventData(data)
 	if err != nil {
 		return nil, err
@@ -171,7 +171,7 @@ type appendReq struct {
 // commits every pending append in one transaction, looping until none is
 // left, while the others just wait for their result. Throughput grows with
 // concurrency instead of paying one commit per event.
-func (d *DB) AppendEvent(ctx context.Context, runID, typ string, data any) (*spec.Event, error) {
+func (d *DB) AppendEvent(ctx context.Context, runID string, typ spec.EventType, data any) (*spec.Event, error) {
 	b, err := sqlstore.MarshalEventData(data)
 	if err != nil {
 		return nil, err

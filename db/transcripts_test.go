@@ -166,7 +166,7 @@ func TestRunActionsIndex(t *testing.T) {
 	d := openTest(t, filepath.Join(t.TempDir(), "t.db"))
 	var want []string
 	for _, typ := range spec.ActionEventTypes {
-		want = append(want, "type = '"+typ+"'")
+		want = append(want, "type = '"+string(typ)+"'")
 	}
 	if got := strings.Join(strings.Fields(sqlstore.ActionPredicate), " "); got != strings.Join(want, " OR ") {
 		t.Errorf("ActionPredicate = %s\nwant the action event types %v", got, spec.ActionEventTypes)
@@ -190,7 +190,7 @@ func TestRunActionsIndex(t *testing.T) {
 
 	u, _ := d.CreateUser(ctx, "a@example.com", "h", false)
 	newRun(t, d, u.ID, "r1")
-	for _, typ := range []string{"iteration_started", "tool_call", "run_waiting_on_user", "gate_decision", "run_completed"} {
+	for _, typ := range []spec.EventType{spec.EventIterationStarted, spec.EventToolCall, spec.EventRunWaitingOnUser, spec.EventGateDecision, spec.EventRunCompleted} {
 		if _, err := d.AppendEvent(ctx, "r1", typ, nil); err != nil {
 			t.Fatal(err)
 		}
@@ -198,7 +198,7 @@ func TestRunActionsIndex(t *testing.T) {
 	evs, err := d.ListRunActions(ctx, "r1", time.Time{})
 	var got []string
 	for _, e := range evs {
-		got = append(got, e.Type)
+		got = append(got, string(e.Type))
 	}
 	if err != nil || fmt.Sprint(got) != "[iteration_started run_waiting_on_user run_completed]" {
 		t.Errorf("run actions = %v (%v)", got, err)

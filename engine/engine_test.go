@@ -38,7 +38,7 @@ func TestRunCompletesWithGapFreeEventsAndMetricsThatAddUp(t *testing.T) {
 	if evs[0].Type != "run_created" || evs[len(evs)-1].Type != "run_completed" {
 		t.Fatalf("first/last events: %s %s", evs[0].Type, evs[len(evs)-1].Type)
 	}
-	for typ, n := range map[string]int{"iteration_started": 3, "iteration_completed": 3, "gate_decision": 3, "run_completed": 1, "llm_call": 2, "iteration_cost_update": 2} {
+	for typ, n := range map[spec.EventType]int{"iteration_started": 3, "iteration_completed": 3, "gate_decision": 3, "run_completed": 1, "llm_call": 2, "iteration_cost_update": 2} {
 		if got := countType(evs, typ); got != n {
 			t.Errorf("%d %s events, want %d", got, typ, n)
 		}

@@ -120,7 +120,7 @@ func (h *harness) events(u *spec.User, runID string) []*spec.Event {
 	return evs
 }
 
-func countType(evs []*spec.Event, typ string) int {
+func countType(evs []*spec.Event, typ spec.EventType) int {
 	n := 0
 	for _, e := range evs {
 		if e.Type == typ {

@@ -25,9 +25,9 @@ func (h *host) Now() time.Time { return h.e.now() }
 
 // Emit appends a non-state event through the group committer. A tool_call
 // counts against the run's tool-call budget.
-func (h *host) Emit(ctx context.Context, typ string, data any) error {
+func (h *host) Emit(ctx context.Context, typ spec.EventType, data any) error {
 	_, err := h.e.store.AppendEvent(ctx, h.runID, typ, data)
-	if typ == "tool_call" && h.budgets != nil && h.budgets.MaxToolCalls > 0 {
+	if typ == spec.EventToolCall && h.budgets != nil && h.budgets.MaxToolCalls > 0 {
 		n := h.baseTools + int(h.tools.Add(1))
 		h.checkBudgets(spec.Metrics{ToolCallsTotal: n})
 	}
@@ -79,10 +79,10 @@ func (h *host) RecordLLMCall(ctx context.Context, c spec.LLMCall) error {
 		if _, err := tx.AppendEvent(ctx, h.runID, spec.EventLLMCall, llmCallEvent(h.iteration, c)); err != nil {
 			return err
 		}
-		_, err = tx.AppendEvent(ctx, h.runID, spec.EventIterationCostUpdate, map[string]any{
-			"iteration": h.iteration, "iteration_tokens": iter.TokensTotal, "iteration_cost_usd": iter.CostTotalUSD,
-			"tokens_total": run.Metrics.TokensTotal, "cost_total_usd": run.Metrics.CostTotalUSD,
-			"unpriced_calls": run.Metrics.UnpricedCalls, "by_model": run.Metrics.ByModel,
+		_, err = tx.AppendEvent(ctx, h.runID, spec.EventIterationCostUpdate, spec.CostUpdateData{
+			Iteration: h.iteration, IterationTokens: iter.TokensTotal, IterationCostUSD: iter.CostTotalUSD,
+			TokensTotal: run.Metrics.TokensTotal, CostTotalUSD: run.Metrics.CostTotalUSD,
+			UnpricedCalls: run.Metrics.UnpricedCalls, ByModel: run.Metrics.ByModel,
 		})
 		return err
 	})
@@ -100,24 +100,11 @@ func (h *host) RecordLLMCall(ctx context.Context, c spec.LLMCall) error {
 // into cached, cache-write and reasoning parts when it has them, and its
 // cost with the cost's source (and the table's own figure when a
 // CLI-reported cost differs from it by more than 5%).
-func llmCallEvent(iteration int, c spec.LLMCall) map[string]any {
-	d := map[string]any{
-		"iteration": iteration, "role": c.Role, "model": c.Model, "prompt_tokens": c.PromptTokens,
-		"completion_tokens": c.CompletionTokens, "cost_usd": c.CostUSD, "priced": c.Priced,
-		"latency_ms": c.LatencyMS, "error": c.Error,
-	}
-	for k, v := range map[string]int64{"cached_tokens": c.CachedTokens, "cache_write_tokens": c.CacheWriteTokens, "reasoning_tokens": c.ReasoningTokens} {
-		if v != 0 {
-			d[k] = v
-		}
-	}
-	if c.CostSource != "" {
-		d["cost_source"] = c.CostSource
-	}
-	if c.TableCostUSD != 0 {
-		d["table_cost_usd"] = c.TableCostUSD
-	}
-	return d
+func llmCallEvent(iteration int, c spec.LLMCall) spec.LLMCallData {
+	return spec.LLMCallData{Iteration: iteration, Role: c.Role, Model: c.Model, PromptTokens: c.PromptTokens,
+		CompletionTokens: c.CompletionTokens, CachedTokens: c.CachedTokens, CacheWriteTokens: c.CacheWriteTokens,
+		ReasoningTokens: c.ReasoningTokens, CostUSD: c.CostUSD, Priced: c.Priced, CostSource: c.CostSource,
+		TableCostUSD: c.TableCostUSD, LatencyMS: c.LatencyMS, Error: c.Error}
 }
 
 // budgetCut is the cancel cause of an iteration ended at once because the

@@ -185,8 +185,8 @@ func (e *Engine) resumeHostRuns(ctx context.Context) error {
 			if err := tx.ResolveRunNotifications(ctx, run.ID, "run_"+spec.StatusWaiting); err != nil {
 				return err
 			}
-			if _, err := tx.AppendEvent(ctx, run.ID, spec.EventRunStarted, map[string]any{
-				"iteration": run.Iteration, "resumed": true, "reason": "host_available",
+			if _, err := tx.AppendEvent(ctx, run.ID, spec.EventRunStarted, spec.RunStartedData{
+				Iteration: run.Iteration, Resumed: true, Reason: "host_available",
 			}); err != nil {
 				return err
 			}

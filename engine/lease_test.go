@@ -61,7 +61,7 @@ func TestStaleAttemptFinishWritesNothing(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		moveOn  func(h *harness, u *spec.User, runID string)
-		wantEnd string
+		wantEnd spec.EventType
 		// keepLines is whether the attempt's transcript is kept: a
 		// canceled run keeps what its agent did; a recovered one's new
 		// attempt owns the iteration.
@@ -159,7 +159,7 @@ func TestCancelDuringAnIterationEndsWithTheTerminalEvent(t *testing.T) {
 			if last := evs[len(evs)-1].Type; last != "run_canceled" {
 				var types []string
 				for _, e := range evs {
-					types = append(types, e.Type)
+					types = append(types, string(e.Type))
 				}
 				t.Fatalf("last event %s: %s", last, strings.Join(types, " "))
 			}

@@ -20,23 +20,23 @@ func logLifecycle(log *slog.Logger, ev *spec.Event) {
 	}
 	msg, level := "", slog.LevelInfo
 	switch ev.Type {
-	case "run_created":
+	case spec.EventRunCreated:
 		msg = "run created"
-	case "run_started":
+	case spec.EventRunStarted:
 		msg = "run started"
-	case "run_waiting_on_user":
+	case spec.EventRunWaitingOnUser:
 		msg = "run waiting for the user"
-	case "run_stopped", "run_stalled":
+	case spec.EventRunStopped, spec.EventRunStalled:
 		msg = "run stopped"
-	case "run_completed":
+	case spec.EventRunCompleted:
 		msg = "run completed"
-	case "run_canceled":
+	case spec.EventRunCanceled:
 		msg = "run canceled"
-	case "run_failed":
+	case spec.EventRunFailed:
 		msg, level = "run failed", slog.LevelWarn
-	case "run_continued":
+	case spec.EventRunContinued:
 		msg = "run continued"
-	case "run_recovered":
+	case spec.EventRunRecovered:
 		msg, level = "run recovered after a crash", slog.LevelWarn
 	default:
 		return
@@ -49,7 +49,7 @@ func logLifecycle(log *slog.Logger, ev *spec.Event) {
 	if d.Iteration > 0 {
 		attrs = append(attrs, slog.Int("iteration", d.Iteration))
 	}
-	if ev.Type == "run_started" {
+	if ev.Type == spec.EventRunStarted {
 		attrs = append(attrs, slog.Bool("resumed", d.Resumed))
 	}
 	if d.Reason != "" {

@@ -253,8 +253,8 @@ func (e *Engine) recoverRun(ctx context.Context, runID, owner string, atStart, f
 		if err := tx.UpdateRun(ctx, run); err != nil {
 			return err
 		}
-		if _, err := tx.AppendEvent(ctx, runID, "run_recovered", map[string]any{
-			"iteration": run.Iteration, "attempt": run.Attempt,
+		if _, err := tx.AppendEvent(ctx, runID, spec.EventRunRecovered, spec.AttemptData{
+			Iteration: run.Iteration, Attempt: run.Attempt,
 		}); err != nil {
 			return err
 		}
@@ -305,8 +305,8 @@ func endIteration(ctx context.Context, tx spec.Tx, run *spec.Run, row *spec.Iter
 		if err := tx.UpsertIteration(ctx, row); err != nil {
 			return err
 		}
-		if _, err := tx.AppendEvent(ctx, run.ID, spec.EventIterationCompleted, map[string]any{
-			"iteration": row.Iteration, "attempt": row.Attempt, "status": row.Status, "error": row.Error, "metrics": row.Metrics,
+		if _, err := tx.AppendEvent(ctx, run.ID, spec.EventIterationCompleted, spec.IterationCompletedData{
+			Iteration: row.Iteration, Attempt: row.Attempt, Status: row.Status, Error: row.Error, Metrics: row.Metrics,
 		}); err != nil {
 			return err
 		}

@@ -61,8 +61,8 @@ func (e *Engine) CreateRun(ctx context.Context, user *spec.User, cfg spec.Config
 		if err := e.bindHost(ctx, tx, run); err != nil {
 			return err
 		}
-		if _, err := tx.AppendEvent(ctx, run.ID, spec.EventRunCreated, map[string]any{
-			"objective": cfg.Objective, "mode": cfg.Mode, "executor": cfg.Executor, "config": json.RawMessage(raw),
+		if _, err := tx.AppendEvent(ctx, run.ID, spec.EventRunCreated, spec.RunCreatedData{
+			Objective: cfg.Objective, Mode: cfg.Mode, Executor: cfg.Executor, Config: json.RawMessage(raw),
 		}); err != nil {
 			return err
 		}
@@ -122,8 +122,8 @@ func (e *Engine) startRun(ctx context.Context, tx spec.Tx, run *spec.Run) error 
 	run.StopReason = nil
 	run.Report = nil // a running run has no final report; the next end writes a new one
 	run.RunningSince = tx.Now()
-	if _, err := tx.AppendEvent(ctx, run.ID, spec.EventRunStarted, map[string]any{
-		"iteration": run.Iteration + 1, "resumed": !first,
+	if _, err := tx.AppendEvent(ctx, run.ID, spec.EventRunStarted, spec.RunStartedData{
+		Iteration: run.Iteration + 1, Resumed: !first,
 	}); err != nil {
 		return err
 	}
@@ -141,8 +141,8 @@ func (e *Engine) enqueueNext(ctx context.Context, tx spec.Tx, run *spec.Run, del
 		return err
 	}
 	if delay > 0 {
-		if _, err := tx.AppendEvent(ctx, run.ID, spec.EventIterationBackoff, map[string]any{
-			"iteration": run.Iteration, "delay_ms": delay.Milliseconds(), "not_before": tx.Now().Add(delay),
+		if _, err := tx.AppendEvent(ctx, run.ID, spec.EventIterationBackoff, spec.BackoffData{
+			Iteration: run.Iteration, DelayMS: delay.Milliseconds(), NotBefore: tx.Now().Add(delay),
 		}); err != nil {
 			return err
 		}
@@ -285,7 +285,7 @@ func (e *Engine) Continue(ctx context.Context, userID int64, runID string, raise
 			return err
 		}
 		run.Config = raw
-		if _, err := tx.AppendEvent(ctx, run.ID, spec.EventRunContinued, map[string]any{"budgets": b}); err != nil {
+		if _, err := tx.AppendEvent(ctx, run.ID, spec.EventRunContinued, spec.RunContinuedData{Budgets: b}); err != nil {
 			return err
 		}
 		return e.requeue(ctx, tx, run)
@@ -335,7 +335,7 @@ func (e *Engine) Respond(ctx context.Context, userID int64, runID string, answer
 		if err := tx.InsertInbox(ctx, item); err != nil {
 			return err
 		}
-		if _, err := tx.AppendEvent(ctx, run.ID, spec.EventUserResponse, map[string]any{"inbox_id": item.ID, "answers": body}); err != nil {
+		if _, err := tx.AppendEvent(ctx, run.ID, spec.EventUserResponse, spec.UserResponseData{InboxID: item.ID, Answers: body}); err != nil {
 			return err
 		}
 		return e.requeue(ctx, tx, run)
@@ -365,7 +365,7 @@ func (e *Engine) Message(ctx context.Context, userID int64, runID, body string) 
 		if err := tx.InsertInbox(ctx, item); err != nil {
 			return err
 		}
-		_, err := tx.AppendEvent(ctx, run.ID, spec.EventMessageQueued, map[string]any{"inbox_id": item.ID, "body": body})
+		_, err := tx.AppendEvent(ctx, run.ID, spec.EventMessageQueued, spec.MessageQueuedData{InboxID: item.ID, Body: body})
 		return err
 	})
 }

@@ -34,15 +34,11 @@ func (e *Engine) setStatus(ctx context.Context, tx spec.Tx, run *spec.Run, statu
 	if err := tx.UpdateRun(ctx, run); err != nil {
 		return err
 	}
-	data := map[string]any{"status": status, "iteration": run.Iteration, "metrics": run.Metrics}
-	if stop != nil {
-		data["stop_reason"] = stop
-	}
+	data := spec.StatusData{Status: status, Iteration: run.Iteration, Metrics: run.Metrics, StopReason: stop}
 	if wait != nil {
-		data["reason"] = wait.Reason
-		data["questions"] = wait.Questions
+		data.Reason, data.Questions = wait.Reason, wait.Questions
 		if wait.Reason == spec.WaitHostUnavailable {
-			data["detail"] = wait.Detail
+			data.Detail = wait.Detail
 		}
 	}
 	typ := spec.StatusEvent(status)
@@ -85,8 +81,8 @@ func (e *Engine) notify(ctx context.Context, tx spec.Tx, run *spec.Run, status s
 	if err := tx.InsertNotification(ctx, n); err != nil {
 		return err
 	}
-	_, err := tx.AppendEvent(ctx, run.ID, spec.EventNotificationCreated, map[string]any{
-		"id": n.ID, "kind": n.Kind, "title": n.Title, "message": n.Message, "action_url": n.ActionURL,
+	_, err := tx.AppendEvent(ctx, run.ID, spec.EventNotificationCreated, spec.NotificationData{
+		ID: n.ID, Kind: n.Kind, Title: n.Title, Message: n.Message, ActionURL: n.ActionURL,
 	})
 	return err
 }

@@ -23,10 +23,6 @@ const (
 	transcriptWriteTimeout  = 10 * time.Second
 )
 
-// EventTranscript is appended, in the same transaction, whenever lines are
-// added to an iteration's transcript, so that pages append them live.
-const EventTranscript = "transcript"
-
 // transcript collects one iteration attempt's transcript and stores it.
 // Entries and streamed output are batched by a flusher goroutine (every
 // transcriptFlushInterval, or at once when a stream's buffer is big) that
@@ -143,9 +139,9 @@ func (t *transcript) flush(ctx context.Context, final bool) {
 			// its agent did, and its end stays its last event.
 			return nil
 		}
-		_, err = tx.AppendEvent(ctx, t.runID, EventTranscript, map[string]any{
-			"iteration": t.iteration, "attempt": t.attempt, "from_seq": kept[0].Seq, "to_seq": kept[len(kept)-1].Seq,
-			"lines": info.Lines, "bytes": info.Bytes, "dropped_bytes": info.DroppedBytes,
+		_, err = tx.AppendEvent(ctx, t.runID, spec.EventTranscript, spec.TranscriptData{
+			Iteration: t.iteration, Attempt: t.attempt, FromSeq: kept[0].Seq, ToSeq: kept[len(kept)-1].Seq,
+			Lines: info.Lines, Bytes: info.Bytes, DroppedBytes: info.DroppedBytes,
 		})
 		return err
 	})
@@ -317,9 +313,9 @@ func (h *host) storeTranscript(ctx context.Context, tx spec.Tx) (commit func(), 
 		return nil, err
 	}
 	if len(kept) > 0 {
-		if _, err := tx.AppendEvent(ctx, t.runID, EventTranscript, map[string]any{
-			"iteration": t.iteration, "attempt": t.attempt, "from_seq": kept[0].Seq, "to_seq": kept[len(kept)-1].Seq,
-			"lines": info.Lines, "bytes": info.Bytes, "dropped_bytes": info.DroppedBytes,
+		if _, err := tx.AppendEvent(ctx, t.runID, spec.EventTranscript, spec.TranscriptData{
+			Iteration: t.iteration, Attempt: t.attempt, FromSeq: kept[0].Seq, ToSeq: kept[len(kept)-1].Seq,
+			Lines: info.Lines, Bytes: info.Bytes, DroppedBytes: info.DroppedBytes,
 		}); err != nil {
 			return nil, err
 		}

@@ -495,8 +495,8 @@ func (e *Engine) beginIteration(ctx context.Context, args IterateArgs) (*iterati
 			it.maxInbox = m.ID
 		}
 		it.input = in
-		if _, err := tx.AppendEvent(ctx, run.ID, "iteration_started", map[string]any{
-			"iteration": args.Iteration, "attempt": args.Attempt, "inbox": len(inbox),
+		if _, err := tx.AppendEvent(ctx, run.ID, spec.EventIterationStarted, spec.IterationStartedData{
+			Iteration: args.Iteration, Attempt: args.Attempt, Inbox: len(inbox),
 		}); err != nil {
 			return err
 		}
@@ -708,22 +708,22 @@ func (e *Engine) recordIteration(ctx context.Context, tx spec.Tx, run *spec.Run,
 		}
 	}
 	for _, c := range out.checks {
-		if _, err := tx.AppendEvent(ctx, run.ID, "check_result", map[string]any{"iteration": row.Iteration, "check": c}); err != nil {
+		if _, err := tx.AppendEvent(ctx, run.ID, spec.EventCheckResult, spec.CheckResultData{Iteration: row.Iteration, Check: c}); err != nil {
 			return err
 		}
 	}
 	d, res := out.decision, out.res
-	if _, err := tx.AppendEvent(ctx, run.ID, "gate_decision", map[string]any{
-		"iteration": row.Iteration, "decision": d.Decision, "reasons": d.Reasons, "stop_reason": d.StopReason,
-		"wait_reason": d.WaitReason, "questions": d.Questions, "false_completion": d.FalseCompletion,
-		"evidence": d.Evidence, "check_score": out.sig.Score,
+	if _, err := tx.AppendEvent(ctx, run.ID, spec.EventGateDecision, spec.GateDecisionData{
+		Iteration: row.Iteration, Decision: d.Decision, Reasons: d.Reasons, StopReason: d.StopReason,
+		WaitReason: d.WaitReason, Questions: d.Questions, FalseCompletion: d.FalseCompletion,
+		Evidence: d.Evidence, CheckScore: out.sig.Score,
 	}); err != nil {
 		return err
 	}
-	_, err = tx.AppendEvent(ctx, run.ID, "iteration_completed", map[string]any{
-		"iteration": row.Iteration, "attempt": row.Attempt, "status": row.Status, "summary": truncate(res.Summary, 2000),
-		"error": truncate(res.Error, 2000), "metrics": row.Metrics, "decision": d.Decision,
-		"run_metrics": map[string]any{"iterations": total.Iterations, "tokens_total": total.TokensTotal, "cost_total_usd": total.CostTotalUSD},
+	_, err = tx.AppendEvent(ctx, run.ID, spec.EventIterationCompleted, spec.IterationCompletedData{
+		Iteration: row.Iteration, Attempt: row.Attempt, Status: row.Status, Summary: truncate(res.Summary, 2000),
+		Error: truncate(res.Error, 2000), Metrics: row.Metrics, Decision: d.Decision,
+		RunMetrics: &spec.RunSoFarData{Iterations: total.Iterations, TokensTotal: total.TokensTotal, CostTotalUSD: total.CostTotalUSD},
 	})
 	return err
 }

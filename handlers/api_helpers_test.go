@@ -437,13 +437,13 @@ func (c *sseConn) NextEvent() (sseMsg, error) {
 }
 
 // event decodes an SSE message's data.
-func (m sseMsg) event(t testing.TB) EventJSON {
+func (m sseMsg) event(t testing.TB) *spec.Event {
 	t.Helper()
-	var e EventJSON
+	var e spec.Event
 	if err := json.Unmarshal([]byte(m.Data), &e); err != nil {
 		t.Fatalf("event data %q: %v", m.Data, err)
 	}
-	return e
+	return &e
 }
 
 // readAll reads events until the stream ends and returns them.

@@ -128,29 +128,18 @@ type NotificationList struct {
 	Unread        int                `json:"unread"`
 }
 
-// EventJSON is one event, in the JSON pages and as the data of every SSE
-// message.
-type EventJSON struct {
-	ID        int64           `json:"id"`
-	RunID     string          `json:"run_id"`
-	Seq       int64           `json:"seq"`
-	Type      string          `json:"type"`
-	Data      json.RawMessage `json:"data"`
-	CreatedAt time.Time       `json:"created_at"`
-}
-
 // EventPage is one page of GET /api/runs/{id}/events as JSON.
 type EventPage struct {
-	Events       []EventJSON `json:"events"`
-	NextSinceSeq int64       `json:"next_since_seq"`
-	HasMore      bool        `json:"has_more"`
+	Events       []*spec.Event `json:"events"`
+	NextSinceSeq int64         `json:"next_since_seq"`
+	HasMore      bool          `json:"has_more"`
 }
 
 // UserEventPage is one page of GET /api/events as JSON.
 type UserEventPage struct {
-	Events      []EventJSON `json:"events"`
-	NextSinceID int64       `json:"next_since_id"`
-	HasMore     bool        `json:"has_more"`
+	Events      []*spec.Event `json:"events"`
+	NextSinceID int64         `json:"next_since_id"`
+	HasMore     bool          `json:"has_more"`
 }
 
 func runJSON(r *spec.Run) *RunJSON {
@@ -212,8 +201,4 @@ func notificationJSON(n *spec.Notification) NotificationJSON {
 	return NotificationJSON{ID: n.ID, RunID: n.RunID, Kind: n.Kind, Title: n.Title, Message: n.Message,
 		ActionURL: n.ActionURL, Data: rawOrNull(n.Data), Read: !n.ReadAt.IsZero(), ReadAt: timeOrNil(n.ReadAt),
 		ResolvedAt: timeOrNil(n.ResolvedAt), CreatedAt: timeOrNil(n.CreatedAt)}
-}
-
-func eventJSON(e *spec.Event) EventJSON {
-	return EventJSON{ID: e.ID, RunID: e.RunID, Seq: e.Seq, Type: e.Type, Data: rawOrNull(e.Data), CreatedAt: e.CreatedAt.UTC()}
 }

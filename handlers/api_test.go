@@ -186,7 +186,7 @@ func TestGetRun(t *testing.T) {
 			Status      string `json:"status"`
 			CompletedAt string `json:"completed_at"`
 			StopReason  struct {
-				Type string `json:"type"`
+				Type spec.EventType `json:"type"`
 			} `json:"stop_reason"`
 			Metrics map[string]json.RawMessage `json:"metrics"`
 		}

@@ -97,13 +97,13 @@ func TestTranscriptAPI(t *testing.T) {
 	})
 	t.Run("the live stream announced the lines", func(t *testing.T) {
 		var page struct {
-			Events []EventJSON `json:"events"`
+			Events []*spec.Event `json:"events"`
 		}
 		ts.expect(t, alice, "GET", "/api/runs/"+runID+"/events", nil, 200, &page)
 		n, ended := 0, false
 		for _, e := range page.Events {
 			switch e.Type {
-			case engine.EventTranscript:
+			case spec.EventTranscript:
 				if ended {
 					t.Fatal("a transcript event came after the run ended")
 				}
@@ -113,7 +113,7 @@ func TestTranscriptAPI(t *testing.T) {
 			}
 		}
 		if n == 0 {
-			t.Fatalf("no %s events in %d events", engine.EventTranscript, len(page.Events))
+			t.Fatalf("no %s events in %d events", spec.EventTranscript, len(page.Events))
 		}
 	})
 	t.Run("another user's run is 404", func(t *testing.T) {

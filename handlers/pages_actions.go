@@ -32,73 +32,70 @@ func attachActions(ctx context.Context, r spec.ReadStore, run *spec.Run, who str
 	var unread []*views.Action // messages not yet read by an iteration
 	var waitReason string
 	for _, e := range evs {
-		var d map[string]json.RawMessage
-		json.Unmarshal(e.Data, &d)
-		str := func(k string) string {
-			var v string
-			if json.Unmarshal(d[k], &v) == nil {
-				return v
-			}
-			var list []string
-			json.Unmarshal(d[k], &list)
-			return strings.Join(list, " · ")
-		}
-		num := func(k string) int {
-			var v int
-			json.Unmarshal(d[k], &v)
-			return v
-		}
-		a := &views.Action{At: e.CreatedAt, Kind: e.Type}
+		a := &views.Action{At: e.CreatedAt, Kind: string(e.Type)}
 		switch e.Type {
-		case "iteration_started":
-			cur = num("iteration")
-			if num("inbox") > 0 {
+		case spec.EventIterationStarted:
+			var d spec.IterationStartedData
+			json.Unmarshal(e.Data, &d)
+			cur = d.Iteration
+			if d.Inbox > 0 {
 				for _, m := range unread {
 					m.Text += fmt.Sprintf(" — read by iteration %d", cur)
 				}
 				unread = nil
 				if i, ok := byIter[cur]; ok {
-					its[i].Inbox = num("inbox")
+					its[i].Inbox = d.Inbox
 				}
 			}
 			continue
-		case "run_waiting_on_user":
-			waitReason = str("reason")
-			var qs []string
-			json.Unmarshal(d["questions"], &qs)
+		case spec.EventRunWaitingOnUser:
+			var d spec.StatusData
+			json.Unmarshal(e.Data, &d)
+			waitReason = d.Reason
 			switch waitReason {
-			case "approve_plan":
+			case spec.WaitApprovePlan:
 				a.Text = "Waiting for your approval of the plan"
-			case "turn_ended":
+			case spec.WaitTurnEnded:
 				a.Text = "Turn ended; waiting for you"
 			default:
 				a.Text = "Asked you"
 			}
-			if len(qs) > 0 {
-				a.Text += ": " + strings.Join(qs, " · ")
+			if len(d.Questions) > 0 {
+				a.Text += ": " + strings.Join(d.Questions, " · ")
 			}
-		case "user_response":
-			a.Text = "You answered: " + str("answers")
-			if waitReason == "approve_plan" {
-				a.Text = "You approved the plan: " + str("answers")
+		case spec.EventUserResponse:
+			var d spec.UserResponseData
+			json.Unmarshal(e.Data, &d)
+			answers := strings.Join(d.Answers, " · ")
+			a.Text = "You answered: " + answers
+			if waitReason == spec.WaitApprovePlan {
+				a.Text = "You approved the plan: " + answers
 			}
 			waitReason = ""
-		case "message_queued":
-			a.Text = "You queued a message: " + str("body")
+		case spec.EventMessageQueued:
+			var d spec.MessageQueuedData
+			json.Unmarshal(e.Data, &d)
+			a.Text = "You queued a message: " + d.Body
 			unread = append(unread, a)
-		case "run_stopped", "run_stalled", "run_completed", "run_failed", "run_canceled":
+		case spec.EventRunStopped, spec.EventRunStalled, spec.EventRunCompleted, spec.EventRunFailed, spec.EventRunCanceled:
+			var d spec.StatusData
+			json.Unmarshal(e.Data, &d)
 			var stop spec.StopReason
-			json.Unmarshal(d["stop_reason"], &stop)
+			if d.StopReason != nil {
+				stop = *d.StopReason
+			}
 			a.Text = stopText(e.Type, stop, who)
-		case "run_continued":
-			var b spec.Budgets
-			json.Unmarshal(d["budgets"], &b)
+		case spec.EventRunContinued:
+			var d spec.RunContinuedData
+			json.Unmarshal(e.Data, &d)
 			a.Text = "Continued"
-			if raised := raisedBudgets(b); raised != "" {
+			if raised := raisedBudgets(d.Budgets); raised != "" {
 				a.Text += " with budgets raised: " + raised
 			}
-		case "run_recovered":
-			a.Text = fmt.Sprintf("Recovered after the server stopped: iteration %d runs again (attempt %d)", num("iteration"), num("attempt"))
+		case spec.EventRunRecovered:
+			var d spec.AttemptData
+			json.Unmarshal(e.Data, &d)
+			a.Text = fmt.Sprintf("Recovered after the server stopped: iteration %d runs again (attempt %d)", d.Iteration, d.Attempt)
 		}
 		i, ok := byIter[cur]
 		if !ok {
@@ -112,14 +109,14 @@ func attachActions(ctx context.Context, r spec.ReadStore, run *spec.Run, who str
 	return nil
 }
 
-func stopText(typ string, stop spec.StopReason, who string) string {
+func stopText(typ spec.EventType, stop spec.StopReason, who string) string {
 	detail := stop.Detail
 	switch typ {
-	case "run_canceled":
+	case spec.EventRunCanceled:
 		return "Canceled by " + who
-	case "run_completed":
+	case spec.EventRunCompleted:
 		return "Completed" + dashed(detail)
-	case "run_failed":
+	case spec.EventRunFailed:
 		return "Failed" + dashed(detail)
 	}
 	return "Stopped: " + views.Humanize(stop.Type) + dashed(detail)

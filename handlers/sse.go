@@ -2,15 +2,12 @@ package handlers
 
 import (
 	"bufio"
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"math"
 	"strconv"
 	"strings"
 	"sync/atomic"
-	"time"
 
 	"homework/engine/spec"
 
@@ -25,7 +22,7 @@ import (
 //
 //	id: <cursor>
 //	event: <type>
-//	data: <one-line JSON: the event as EventJSON>
+//	data: <one-line JSON: the event, spec.Event.AppendJSON>
 //
 // where the cursor is the event's seq on a run stream and its global id on
 // the user feed. A stream starts after the cursor given by Last-Event-ID, or
@@ -167,9 +164,9 @@ func (s *Server) runEventsPage(c *fiber.Ctx, userID int64, runID string) error {
 	if len(evs) > int(limit) {
 		evs, page.HasMore = evs[:limit], true
 	}
-	page.Events = make([]EventJSON, 0, len(evs))
+	page.Events = make([]*spec.Event, 0, len(evs))
 	for _, e := range evs {
-		page.Events = append(page.Events, eventJSON(e))
+		page.Events = append(page.Events, e)
 		page.NextSinceSeq = e.Seq
 	}
 	return c.JSON(page)
@@ -193,9 +190,9 @@ func (s *Server) userEventsPage(c *fiber.Ctx, userID int64) error {
 	if len(evs) > int(limit) {
 		evs, page.HasMore = evs[:limit], true
 	}
-	page.Events = make([]EventJSON, 0, len(evs))
+	page.Events = make([]*spec.Event, 0, len(evs))
 	for _, e := range evs {
-		page.Events = append(page.Events, eventJSON(e))
+		page.Events = append(page.Events, e)
 		page.NextSinceID = e.ID
 	}
 	return c.JSON(page)
@@ -436,27 +433,10 @@ func appendSSE(b []byte, id int64, e *spec.Event) []byte {
 	b = append(b, "id: "...)
 	b = strconv.AppendInt(b, id, 10)
 	b = append(b, "\nevent: "...)
-	b = appendLine(b, e.Type)
+	b = appendLine(b, string(e.Type))
 	b = append(b, "\ndata: "...)
-	b = appendEventJSON(b, e)
+	b = e.AppendJSON(b)
 	return append(b, "\n\n"...)
-}
-
-// appendEventJSON appends e as one line of JSON in the EventJSON shape.
-func appendEventJSON(b []byte, e *spec.Event) []byte {
-	b = append(b, `{"id":`...)
-	b = strconv.AppendInt(b, e.ID, 10)
-	b = append(b, `,"run_id":`...)
-	b = appendJSONString(b, e.RunID)
-	b = append(b, `,"seq":`...)
-	b = strconv.AppendInt(b, e.Seq, 10)
-	b = append(b, `,"type":`...)
-	b = appendJSONString(b, e.Type)
-	b = append(b, `,"data":`...)
-	b = appendOneLineJSON(b, e.Data)
-	b = append(b, `,"created_at":"`...)
-	b = e.CreatedAt.UTC().AppendFormat(b, time.RFC3339Nano)
-	return append(b, `"}`...)
 }
 
 // appendLine appends s with any line breaks replaced, so it stays one field.
@@ -465,33 +445,4 @@ func appendLine(b []byte, s string) []byte {
 		return append(b, s...)
 	}
 	return append(b, strings.NewReplacer("\r", " ", "\n", " ").Replace(s)...)
-}
-
-// appendJSONString appends s as a JSON string.
-func appendJSONString(b []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			q, _ := json.Marshal(s)
-			return append(b, q...)
-		}
-	}
-	b = append(b, '"')
-	b = append(b, s...)
-	return append(b, '"')
-}
-
-// appendOneLineJSON appends raw JSON without line breaks (null when empty).
-func appendOneLineJSON(b []byte, raw json.RawMessage) []byte {
-	if len(raw) == 0 {
-		return append(b, "null"...)
-	}
-	if bytes.IndexByte(raw, '\n') < 0 && bytes.IndexByte(raw, '\r') < 0 {
-		return append(b, raw...)
-	}
-	var out bytes.Buffer
-	if err := json.Compact(&out, raw); err != nil {
-		q, _ := json.Marshal(string(raw))
-		return append(b, q...)
-	}
-	return append(b, out.Bytes()...)
 }

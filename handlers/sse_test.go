@@ -38,7 +38,7 @@ func checkSeqs(t testing.TB, msgs []sseMsg, from int64) {
 		if want := from + int64(i) + 1; seqOf(t, m) != want || e.Seq != want {
 			t.Fatalf("message %d has id %s (seq %d), want %d", i, m.ID, e.Seq, want)
 		}
-		if e.Type != m.Event {
+		if string(e.Type) != m.Event {
 			t.Fatalf("message %d: event %q but data type %q", i, m.Event, e.Type)
 		}
 	}
@@ -180,9 +180,9 @@ func TestSSENoGapNoDuplicateDuringSwitch(t *testing.T) {
 	}
 }
 
-func hasType(msgs []sseMsg, typ string) bool {
+func hasType(msgs []sseMsg, typ spec.EventType) bool {
 	for _, m := range msgs {
-		if m.Event == typ {
+		if m.Event == string(typ) {
 			return true
 		}
 	}

@@ -178,7 +178,7 @@ func TestCrashRecoveryAfterSIGKILL(t *testing.T) {
 	// Kill the server in the middle of the second iteration of the first run,
 	// seen on the run's event stream.
 	started := 0
-	first.follow(t, token, ids[0], func(typ string) bool {
+	first.follow(t, token, ids[0], func(typ spec.EventType) bool {
 		if typ == spec.EventIterationStarted {
 			started++
 		}
@@ -194,7 +194,7 @@ func TestCrashRecoveryAfterSIGKILL(t *testing.T) {
 		var page struct {
 			Events []struct {
 				Seq  int64           `json:"seq"`
-				Type string          `json:"type"`
+				Type spec.EventType  `json:"type"`
 				Data json.RawMessage `json:"data"`
 			} `json:"events"`
 		}
@@ -271,14 +271,14 @@ func waitRunStatus(t testing.TB, s *server, token, id, status string) {
 	if want == "" {
 		t.Fatalf("status %s has no event to wait for", status)
 	}
-	s.follow(t, token, id, func(typ string) bool { return typ == want })
+	s.follow(t, token, id, func(typ spec.EventType) bool { return typ == want })
 }
 
 // follow reads the run's event stream from the start (server-sent events)
 // and calls until with each event's type until it returns true. It fails t
 // when the stream ends first (a run's stream ends after its terminal event)
 // or when no event comes for a minute, a guard against a hung server.
-func (s *server) follow(t testing.TB, token, runID string, until func(typ string) bool) {
+func (s *server) follow(t testing.TB, token, runID string, until func(typ spec.EventType) bool) {
 	t.Helper()
 	rs := s.openRunStream(t, token, runID, 0)
 	defer rs.cancel()
@@ -287,10 +287,10 @@ func (s *server) follow(t testing.TB, token, runID string, until func(typ string
 
 // feedEvent is one event of the user feed, as much of it as tests read.
 type feedEvent struct {
-	ID    int64  `json:"id"`
-	RunID string `json:"run_id"`
-	Seq   int64  `json:"seq"`
-	Type  string `json:"type"`
+	ID    int64          `json:"id"`
+	RunID string         `json:"run_id"`
+	Seq   int64          `json:"seq"`
+	Type  spec.EventType `json:"type"`
 	Data  struct {
 		Iteration int `json:"iteration"`
 		Attempt   int `json:"attempt"`

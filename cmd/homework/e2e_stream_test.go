@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"homework/engine/spec"
 	"net/http"
 	"os/exec"
 	"strconv"
@@ -121,7 +122,7 @@ func (rs *runStream) rest(t testing.TB, s *server) []apiEvent {
 }
 
 // isType matches events of type typ.
-func isType(typ string) func(apiEvent) bool {
+func isType(typ spec.EventType) func(apiEvent) bool {
 	return func(e apiEvent) bool { return e.Type == typ }
 }
 

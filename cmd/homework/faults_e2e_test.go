@@ -54,7 +54,7 @@ type runRecord struct {
 
 // record reads the run's record through the API, checking its events are
 // gap-free and end with an event of type last.
-func (s *server) record(t testing.TB, token, runID, last string) runRecord {
+func (s *server) record(t testing.TB, token, runID string, last spec.EventType) runRecord {
 	t.Helper()
 	var full struct {
 		Status     string           `json:"status"`
@@ -101,7 +101,7 @@ func TestCancelDuringAnIterationThroughTheBinary(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		run   map[string]any
-		ready string // the event after which the iteration is busy
+		ready spec.EventType // the event after which the iteration is busy
 	}{
 		{"in the executor", map[string]any{"objective": "cancel me in the executor", "executor": "script",
 			"script": slowScript(3, 120_000)}, spec.EventIterationStarted},
@@ -117,7 +117,7 @@ func TestCancelDuringAnIterationThroughTheBinary(t *testing.T) {
 			token := adminToken(t, bin, dbPath)
 			runID := s.createRun(t, token, tc.run)
 			stream := s.openRunStream(t, token, runID, 0)
-			stream.until(t, s, tc.ready, isType(tc.ready))
+			stream.until(t, s, string(tc.ready), isType(tc.ready))
 			if code := s.api(t, token, "POST", "/api/runs/"+runID+"/cancel", nil, nil); code != 200 {
 				t.Fatalf("cancel: %d", code)
 			}
@@ -267,7 +267,7 @@ func TestASlowSummarizerUnderAShortLeaseThroughTheBinary(t *testing.T) {
 	}
 	rec := s.record(t, token, runID, spec.EventRunCompleted)
 	types := eventTypes(rec.Events)
-	if n := strings.Count(types, spec.EventIterationStarted); n != 1 || strings.Contains(types, spec.EventRunRecovered) {
+	if n := strings.Count(types, string(spec.EventIterationStarted)); n != 1 || strings.Contains(types, string(spec.EventRunRecovered)) {
 		t.Fatalf("the iteration was started %d times (recovered while the summarizer ran?): %s", n, types)
 	}
 	if len(rec.Iterations) != 1 || rec.Iterations[0].Status != spec.IterSucceeded {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"homework/engine/spec"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -26,7 +27,7 @@ func adminToken(t testing.TB, bin, dbPath string) string {
 
 type apiEvent struct {
 	Seq  int64           `json:"seq"`
-	Type string          `json:"type"`
+	Type spec.EventType  `json:"type"`
 	Data json.RawMessage `json:"data"`
 }
 
@@ -50,7 +51,7 @@ func runEvents(t testing.TB, s *server, token, id string) []apiEvent {
 func eventTypes(evs []apiEvent) string {
 	var out []string
 	for _, e := range evs {
-		out = append(out, e.Type)
+		out = append(out, string(e.Type))
 	}
 	return strings.Join(out, " ")
 }

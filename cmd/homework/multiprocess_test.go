@@ -82,7 +82,7 @@ func TestThreeProcessesOnPostgresSurviveASIGKILL(t *testing.T) {
 		var page struct {
 			Events []struct {
 				Seq  int64           `json:"seq"`
-				Type string          `json:"type"`
+				Type spec.EventType  `json:"type"`
 				Data json.RawMessage `json:"data"`
 			} `json:"events"`
 		}

@@ -94,7 +94,7 @@ type tailer struct {
 	cost     float64
 	tokens   int64
 	known    bool
-	terminal string // the terminal event type, once seen
+	terminal spec.EventType // the terminal event type, once seen
 }
 
 // tailRun is the part of GET /api/runs/{id} tail shows.
@@ -250,7 +250,7 @@ func (t *tailer) finished(ctx context.Context) error {
 // tailEvent is the SSE data of one event.
 type tailEvent struct {
 	Seq       int64           `json:"seq"`
-	Type      string          `json:"type"`
+	Type      spec.EventType  `json:"type"`
 	Data      json.RawMessage `json:"data"`
 	CreatedAt time.Time       `json:"created_at"`
 }
@@ -322,13 +322,13 @@ func (t *tailer) print(raw *sse.Event) {
 }
 
 // track keeps the run's cumulative totals, where an event carries them.
-func (t *tailer) track(typ string, d *tailData) {
+func (t *tailer) track(typ spec.EventType, d *tailData) {
 	switch {
 	case d.CostTotal != nil && d.TokensTotal != nil:
 		t.cost, t.tokens, t.known = *d.CostTotal, *d.TokensTotal, true
 	case d.RunMetrics != nil:
 		t.cost, t.tokens, t.known = d.RunMetrics.CostTotalUSD, d.RunMetrics.TokensTotal, true
-	case d.Metrics != nil && strings.HasPrefix(typ, "run_"):
+	case d.Metrics != nil && strings.HasPrefix(string(typ), "run_"):
 		t.cost, t.tokens, t.known = d.Metrics.CostTotalUSD, d.Metrics.TokensTotal, true
 	}
 }
@@ -343,8 +343,8 @@ func (t *tailer) costSoFar() string {
 
 // detail returns what the line of an event of type typ says after the
 // type, "" for nothing.
-func (t *tailer) detail(typ string, d *tailData) string {
-	if strings.HasPrefix(typ, "run_") && d.Status != "" {
+func (t *tailer) detail(typ spec.EventType, d *tailData) string {
+	if strings.HasPrefix(string(typ), "run_") && d.Status != "" {
 		return runStatusDetail(d) + "; " + t.costSoFar()
 	}
 	switch typ {
@@ -432,13 +432,13 @@ func (t *tailer) write(e *tailEvent, detail, text string) {
 	ts := e.CreatedAt.Local().Format("15:04:05")
 	// Event data carries text the agent wrote (paths, titles, tool names):
 	// never let it send escape sequences to the terminal.
-	typ, detail := printable(e.Type), printable(detail)
+	typ, detail := printable(string(e.Type)), printable(detail)
 	if detail != "" {
 		fmt.Fprintf(t.out, "%s #%-4d %-22s %s\n", ts, e.Seq, typ, detail)
 	} else {
 		fmt.Fprintf(t.out, "%s #%-4d %s\n", ts, e.Seq, typ)
 	}
-	if typ == spec.EventAgentOutput {
+	if e.Type == spec.EventAgentOutput {
 		for _, line := range strings.Split(strings.TrimRight(text, "\n"), "\n") {
 			fmt.Fprintf(t.out, "    │ %s\n", printable(strings.TrimRight(line, "\r")))
 		}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"homework/engine/spec"
 	"strings"
 	"testing"
 
@@ -48,9 +49,9 @@ func TestTailPrintRunningTotalsModelErrorsAndAgentOutput(t *testing.T) {
 			tl.print(e)
 		}
 		lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-		find := func(typ string) string {
+		find := func(typ spec.EventType) string {
 			for _, l := range lines {
-				if strings.Contains(l, " "+typ+" ") {
+				if strings.Contains(l, " "+string(typ)+" ") {
 					return l
 				}
 			}

@@ -33,7 +33,7 @@ const appendSQL = `WITH s AS (UPDATE runs SET last_seq = last_seq + 1 WHERE id =
 
 // AppendEvent appends an event of typ with data (marshalled to JSON) to the
 // run's log inside tx. It is announced to every process after tx commits.
-func (tx *Tx) AppendEvent(ctx context.Context, runID, typ string, data any) (*spec.Event, error) {
+func (tx *Tx) AppendEvent(ctx context.Context, runID string, typ spec.EventType, data any) (*spec.Event, error) {
 	b, err := sqlstore.MarshalEventData(data)
 	if err != nil {
 		return nil, err
@@ -60,7 +60,7 @@ func (d *DB) Interrupt(ctx context.Context, runID string, cause error) error {
 }
 
 // AppendEvent appends one event in its own transaction.
-func (d *DB) AppendEvent(ctx context.Context, runID, typ string, data any) (*spec.Event, error) {
+func (d *DB) AppendEvent(ctx context.Context, runID string, typ spec.EventType, data any) (*spec.Event, error) {
 	var e *spec.Event
 	err := d.write(ctx, func(tx *Tx) (err error) {
 		e, err = tx.AppendEvent(ctx, runID, typ, data)
@@ -76,7 +76,7 @@ type wireEvent struct {
 	RunID     string          `json:"r"`
 	UserID    int64           `json:"u"`
 	Seq       int64           `json:"s"`
-	Type      string          `json:"t"`
+	Type      spec.EventType  `json:"t"`
 	Data      json.RawMessage `json:"d"`
 	CreatedAt int64           `json:"c"`
 }

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"homework/engine/spec"
@@ -106,12 +107,16 @@ func (r Reads) LastUserEventID(ctx context.Context, userID int64) (int64, error)
 	return id, err
 }
 
-// ActionPredicate is the predicate of the partial index events_run_actions,
-// verbatim: SQLite uses a partial index only for a query that repeats its
-// predicate.
-const ActionPredicate = `type = 'iteration_started' OR type = 'run_waiting_on_user'
-	OR type = 'user_response' OR type = 'message_queued' OR type = 'run_stopped' OR type = 'run_stalled'
-	OR type = 'run_continued' OR type = 'run_canceled' OR type = 'run_recovered' OR type = 'run_completed' OR type = 'run_failed'`
+// ActionPredicate is the predicate of the partial index events_run_actions
+// (SQLite's migration 0032), verbatim: SQLite uses a partial index only for
+// a query that repeats its predicate. It names spec.ActionEventTypes.
+var ActionPredicate = func() string {
+	var or []string
+	for _, t := range spec.ActionEventTypes {
+		or = append(or, "type = '"+string(t)+"'")
+	}
+	return strings.Join(or, " OR ")
+}()
 
 // ListRunActions returns the run's action events (spec.ActionEventTypes)
 // created at or after since, in order, at most 2,000. The caller must have

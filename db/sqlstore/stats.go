@@ -48,7 +48,7 @@ func (r Reads) StatsRows(ctx context.Context, userID int64, f spec.StatsFilter) 
 	// document instead of one JSON parse per extracted field.
 	q := `SELECT r.id, r.created_at, ` + detail + `, r.executor, r.mode, r.status,
 		coalesce(r.stop_type, ''), r.metrics,
-		EXISTS (SELECT 1 FROM events e WHERE e.run_id = r.id AND e.type = 'run_waiting_on_user'),
+		EXISTS (SELECT 1 FROM events e WHERE e.run_id = r.id AND e.type = '` + string(spec.EventRunWaitingOnUser) + `'),
 		coalesce((SELECT string_agg(tag, ',' ORDER BY tag) FROM run_tags t WHERE t.run_id = r.id), '')
 		FROM runs r WHERE ` + strings.Join(where, " AND ") + ` ORDER BY r.created_at, r.id`
 	if f.Limit > 0 {

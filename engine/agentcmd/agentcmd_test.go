@@ -231,15 +231,15 @@ echo "<promise>COMPLETE</promise>"`)
 	if res.Promise == nil || res.Promise.Kind != spec.PromiseComplete {
 		t.Fatalf("the promise at the end was lost: %+v", res.Promise)
 	}
-	exit := host.last(agentcmd.EventExit)
-	total, dropped := exit["output_bytes"].(int64), exit["dropped_bytes"].(int64)
+	exit := host.last(spec.EventAgentExit).(spec.AgentExitData)
+	total, dropped := exit.OutputBytes, exit.DroppedBytes
 	if total < 200000 || dropped <= 0 || total-dropped > 4096 {
 		t.Fatalf("output_bytes %d dropped_bytes %d", total, dropped)
 	}
 	if n := len(host.output()); n > 4096 {
 		t.Fatalf("streamed %d bytes, cap 4096", n)
 	}
-	if host.last(agentcmd.EventOutput)["truncated"] != true {
+	if !host.last(spec.EventAgentOutput).(spec.AgentOutputData).Truncated {
 		t.Fatal("the last output event does not say it was truncated")
 	}
 	if !strings.Contains(res.Summary, "dropped") {
@@ -258,7 +258,7 @@ func TestIterateStreamsOutputInBatches(t *testing.T) {
 	host.mu.Lock()
 	n := 0
 	for _, ev := range host.events {
-		if ev.typ == agentcmd.EventOutput {
+		if ev.typ == spec.EventAgentOutput {
 			n++
 		}
 	}

@@ -241,7 +241,7 @@ func TestStructuredAgentOutput(t *testing.T) {
 			t.Fatalf("run is %s (%+v)\n%s", run.Status, run.StopReason, h.eventDump(run.ID))
 		}
 		evs := h.requireBasics(run.ID)
-		ws := ofType(evs, agentcmd.EventOutputWarning)
+		ws := ofType(evs, spec.EventAgentOutputWarning)
 		if len(ws) != 2 {
 			t.Fatalf("%d warning events, want 2\n%s", len(ws), h.eventDump(run.ID))
 		}
@@ -363,7 +363,7 @@ cat "$STATE/rest"`)
 			h.waitEvent(run.ID, "the live tool_call", func(e *spec.Event) bool {
 				return e.Type == "tool_call" && strings.Contains(string(e.Data), "toolu_live")
 			})
-			if n := len(ofType(h.rawEvents(run.ID), agentcmd.EventExit)); n != 0 {
+			if n := len(ofType(h.rawEvents(run.ID), spec.EventAgentExit)); n != 0 {
 				t.Errorf("the agent had exited before its tool call was seen")
 			}
 			writeFile(t, state, "go", "")

@@ -244,7 +244,7 @@ func (h *e2e) eventDump(runID string) string {
 		if len(data) > 400 {
 			data = data[:400] + "…"
 		}
-		b.WriteString(strconv.FormatInt(e.Seq, 10) + " " + e.Type + " " + data + "\n")
+		b.WriteString(strconv.FormatInt(e.Seq, 10) + " " + string(e.Type) + " " + data + "\n")
 	}
 	return b.String()
 }
@@ -275,7 +275,7 @@ func (h *e2e) notifications(runID string) []*spec.Notification {
 	return out
 }
 
-func ofType(evs []*spec.Event, typ string) []*spec.Event {
+func ofType(evs []*spec.Event, typ spec.EventType) []*spec.Event {
 	var out []*spec.Event
 	for _, e := range evs {
 		if e.Type == typ {
@@ -343,7 +343,7 @@ type exitEvent struct {
 func agentOutput(t *testing.T, evs []*spec.Event, iteration int) string {
 	t.Helper()
 	var b strings.Builder
-	for _, e := range ofType(evs, agentcmd.EventOutput) {
+	for _, e := range ofType(evs, spec.EventAgentOutput) {
 		if o := decode[outputEvent](t, e.Data); o.Iteration == iteration {
 			b.WriteString(o.Text)
 		}

@@ -403,7 +403,7 @@ wait`)
 			t.Errorf("evidence %+v", ev)
 		}
 		evs := h.requireBasics(run.ID)
-		exits := ofType(evs, agentcmd.EventExit)
+		exits := ofType(evs, spec.EventAgentExit)
 		if len(exits) != 2 {
 			t.Fatalf("%d agent_exit events", len(exits))
 		}
@@ -430,7 +430,7 @@ wait`)
 		cfg.Agent.TimeoutMS = 60_000
 		run := h.create(cfg)
 		h.waitEvent(run.ID, "the agent's output", func(e *spec.Event) bool {
-			return e.Type == agentcmd.EventOutput && strings.Contains(string(e.Data), "Started the long job.")
+			return e.Type == spec.EventAgentOutput && strings.Contains(string(e.Data), "Started the long job.")
 		})
 		child := readPid(t, filepath.Join(state, "child.pid"))
 		leader := readPid(t, filepath.Join(state, "agent.pid"))
@@ -490,7 +490,7 @@ echo "<promise>COMPLETE</promise>"`)
 				run.Status, run.Metrics.Iterations, h.eventDump(run.ID))
 		}
 		evs := h.requireBasics(run.ID)
-		outs := ofType(evs, agentcmd.EventOutput)
+		outs := ofType(evs, spec.EventAgentOutput)
 		streamed := 0
 		for _, e := range outs {
 			streamed += len(decode[outputEvent](t, e.Data).Text)
@@ -501,7 +501,7 @@ echo "<promise>COMPLETE</promise>"`)
 		if len(outs) == 0 || !decode[outputEvent](t, outs[len(outs)-1].Data).Truncated {
 			t.Error("the last agent_output event is not marked truncated")
 		}
-		exits := ofType(evs, agentcmd.EventExit)
+		exits := ofType(evs, spec.EventAgentExit)
 		if len(exits) != 1 {
 			t.Fatalf("%d agent_exit events", len(exits))
 		}
@@ -640,7 +640,7 @@ echo "Done, over to the checks."`)
 		check := spec.CheckSpec{Type: spec.CheckCommand, Name: "slow check", TimeoutMS: 60_000,
 			Argv: []string{"bash", "-c", "sleep 300 & echo $! > " + shellQuote(pidFile) + "; wait"}}
 		run := h.create(commandRun(script, wd, check))
-		h.waitEvent(run.ID, "the agent's exit", func(e *spec.Event) bool { return e.Type == agentcmd.EventExit })
+		h.waitEvent(run.ID, "the agent's exit", func(e *spec.Event) bool { return e.Type == spec.EventAgentExit })
 		if !fileWithin(pidFile, 20*time.Second) {
 			t.Fatal("the check did not start")
 		}

@@ -155,7 +155,7 @@ func TestUnknownUsageWaitsOnThePerson(t *testing.T) {
 		if run.Status != spec.StatusStopped || run.StopReason.Type != spec.StopMaxIterations {
 			t.Fatalf("run is %s (%+v)\n%s", run.Status, run.StopReason, h.eventDump(run.ID))
 		}
-		ws := ofType(h.events(run.ID), agentcmd.EventOutputWarning)
+		ws := ofType(h.events(run.ID), spec.EventAgentOutputWarning)
 		if len(ws) != 2 || !strings.Contains(string(ws[0].Data), `"likely_format":"claude-json"`) {
 			t.Errorf("warnings %v", ws)
 		}

@@ -22,16 +22,15 @@ type fakeHost struct {
 }
 
 type event struct {
-	typ  string
-	data map[string]any
+	typ  spec.EventType
+	data any // the payload, of its spec type
 }
 
 func newHost() *fakeHost { return &fakeHost{signal: make(chan struct{}, 1024)} }
 
-func (h *fakeHost) Emit(_ context.Context, typ string, data any) error {
+func (h *fakeHost) Emit(_ context.Context, typ spec.EventType, data any) error {
 	h.mu.Lock()
-	m, _ := data.(map[string]any)
-	h.events = append(h.events, event{typ, m})
+	h.events = append(h.events, event{typ, data})
 	h.mu.Unlock()
 	select {
 	case h.signal <- struct{}{}:
@@ -48,14 +47,14 @@ func (h *fakeHost) output() string {
 	defer h.mu.Unlock()
 	var b strings.Builder
 	for _, e := range h.events {
-		if e.typ == agentcmd.EventOutput {
-			b.WriteString(e.data["text"].(string))
+		if e.typ == spec.EventAgentOutput {
+			b.WriteString(e.data.(spec.AgentOutputData).Text)
 		}
 	}
 	return b.String()
 }
 
-func (h *fakeHost) last(typ string) map[string]any {
+func (h *fakeHost) last(typ spec.EventType) any {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for i := len(h.events) - 1; i >= 0; i-- {

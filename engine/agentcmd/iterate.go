@@ -19,22 +19,6 @@ import (
 	"homework/engine/spec"
 )
 
-// Event types Iterate emits through spec.Host.
-const (
-	// EventOutput carries a batch of the agent's live output:
-	// {"iteration", "seq", "text"}, plus "truncated": true on the last batch
-	// when the output outgrew the cap and was no longer streamed.
-	EventOutput = spec.EventAgentOutput
-	// EventExit reports how the agent process ended: {"iteration",
-	// "status", "exit_code", "timed_out", "duration_ms", "output_bytes",
-	// "dropped_bytes"}.
-	EventExit = spec.EventAgentExit
-	// EventOrphanKilled reports that an agent left running by a killed
-	// server was ended before this attempt's agent started: {"iteration",
-	// "pgid"}.
-	EventOrphanKilled = spec.EventAgentOrphanKilled
-)
-
 const emitTimeout = 5 * time.Second
 
 // Iterate runs the agent once: argv in the work directory, in its own
@@ -121,7 +105,7 @@ func (e *Executor) claimWorkdir(ctx context.Context, in *spec.Input, wd string) 
 		lock.unlock()
 		return nil, err
 	} else if pgid != 0 {
-		e.emit(ctx, in, EventOrphanKilled, map[string]any{"iteration": in.Iteration, "pgid": pgid})
+		e.emit(ctx, in, spec.EventAgentOrphanKilled, spec.OrphanKilledData{Iteration: in.Iteration, PGID: pgid})
 	}
 	return lock, nil
 }
@@ -202,14 +186,14 @@ func describeOutcome(res *spec.Result, run *agentRun, parsed *ParsedOutput, time
 
 // emitExit emits EventExit for a finished agent.
 func (e *Executor) emitExit(ctx context.Context, in *spec.Input, run *agentRun) {
-	e.emit(ctx, in, EventExit, map[string]any{
-		"iteration":     in.Iteration,
-		"status":        checks.DescribeExit(run.state),
-		"exit_code":     run.state.ExitCode(),
-		"timed_out":     run.reason == proc.StopTimeout,
-		"duration_ms":   run.duration.Milliseconds(),
-		"output_bytes":  run.total,
-		"dropped_bytes": run.dropped,
+	e.emit(ctx, in, spec.EventAgentExit, spec.AgentExitData{
+		Iteration:    in.Iteration,
+		Status:       checks.DescribeExit(run.state),
+		ExitCode:     run.state.ExitCode(),
+		TimedOut:     run.reason == proc.StopTimeout,
+		DurationMS:   run.duration.Milliseconds(),
+		OutputBytes:  run.total,
+		DroppedBytes: run.dropped,
 	})
 }
 
@@ -527,21 +511,17 @@ func (s *streamer) flush(ctx context.Context, final bool) {
 		return
 	}
 	s.seq++
-	data := map[string]any{"iteration": s.iteration, "seq": s.seq, "text": string(b)}
-	if truncated {
-		data["truncated"] = true
-	}
-	emitWith(ctx, s.host, EventOutput, data)
+	emitWith(ctx, s.host, spec.EventAgentOutput, spec.AgentOutputData{Iteration: s.iteration, Seq: s.seq, Text: string(b), Truncated: truncated})
 }
 
-func (e *Executor) emit(ctx context.Context, in *spec.Input, typ string, data any) {
+func (e *Executor) emit(ctx context.Context, in *spec.Input, typ spec.EventType, data any) {
 	emitWith(ctx, in.Host, typ, data)
 }
 
 // emitWith emits an event even when ctx is done (the output of an
 // interrupted iteration is worth keeping), bounded in time. Emit errors are
 // ignored: live output is best effort.
-func emitWith(ctx context.Context, h spec.Host, typ string, data any) {
+func emitWith(ctx context.Context, h spec.Host, typ spec.EventType, data any) {
 	if h == nil {
 		return
 	}

@@ -73,16 +73,15 @@ func (l *liveTools) write(p []byte) {
 func (l *liveTools) run(ctx context.Context, h spec.Host, iteration int) {
 	for line := range l.lines {
 		for _, ev := range l.events(line) {
-			ev.data["iteration"] = iteration
-			ev.data["role"] = RoleAgent
-			emitTool(ctx, h, ev.typ, ev.data)
+			emitTool(ctx, h, iteration, ev.use, ev.result)
 		}
 	}
 }
 
+// liveEvent is a tool use's call (result false) or its result.
 type liveEvent struct {
-	typ  string
-	data map[string]any
+	use    ToolUse
+	result bool
 }
 
 // events returns the tool events one line holds, marking them sent.
@@ -99,14 +98,14 @@ func (l *liveTools) events(line string) []liveEvent {
 			return
 		}
 		l.sentCall[tu.ID] = true
-		out = append(out, liveEvent{"tool_call", map[string]any{"tool": tu.Name, "call_id": tu.ID, "arguments": tu.Arguments}})
+		out = append(out, liveEvent{use: tu})
 	}
 	result := func(tu ToolUse) {
 		if tu.ID == "" || l.sentResult[tu.ID] || !l.sentCall[tu.ID] {
 			return
 		}
 		l.sentResult[tu.ID] = true
-		out = append(out, liveEvent{"tool_result", map[string]any{"tool": tu.Name, "call_id": tu.ID, "ok": !tu.IsError, "result": tu.Output}})
+		out = append(out, liveEvent{use: tu, result: true})
 	}
 	switch l.format {
 	case FormatClaudeStreamJSON:
@@ -180,27 +179,25 @@ func (l *liveTools) sent(id string) (call, result bool) {
 	return l.sentCall[id], l.sentResult[id]
 }
 
-// emitTool emits a tool_call or tool_result event of the agent and adds
-// the same to the iteration's transcript, so the run page's log shows what
-// the agent did between the lines of its raw output.
-func emitTool(ctx context.Context, h spec.Host, typ string, data map[string]any) {
-	emitWith(ctx, h, typ, data)
+// emitTool emits a tool_call event of the agent (or tool_result, for the
+// result) and adds the same to the iteration's transcript, so the run page's
+// log shows what the agent did between the lines of its raw output.
+func emitTool(ctx context.Context, h spec.Host, iteration int, tu ToolUse, result bool) {
+	if !result {
+		emitWith(ctx, h, spec.EventToolCall, spec.ToolCallData{Iteration: iteration, Tool: tu.Name, CallID: tu.ID,
+			Arguments: tu.Arguments, Role: RoleAgent})
+	} else {
+		emitWith(ctx, h, spec.EventToolResult, spec.ToolResultData{Iteration: iteration, Tool: tu.Name, CallID: tu.ID,
+			OK: !tu.IsError, Result: tu.Output, Role: RoleAgent})
+	}
 	if h == nil {
 		return
 	}
-	name, _ := data["tool"].(string)
-	e := spec.TranscriptEntry{Name: name, Role: RoleAgent}
-	switch typ {
-	case spec.EventToolCall:
-		e.Kind = spec.TranscriptToolCall
-		e.Text, _ = data["arguments"].(string)
-		e.Data, _ = json.Marshal(map[string]any{"call_id": data["call_id"]})
-	case spec.EventToolResult:
-		e.Kind = spec.TranscriptToolResult
-		e.Text, _ = data["result"].(string)
-		e.Data, _ = json.Marshal(map[string]any{"call_id": data["call_id"], "ok": data["ok"]})
-	default:
-		return
+	e := spec.TranscriptEntry{Name: tu.Name, Role: RoleAgent, Kind: spec.TranscriptToolCall, Text: tu.Arguments}
+	e.Data, _ = json.Marshal(map[string]any{"call_id": tu.ID})
+	if result {
+		e.Kind, e.Text = spec.TranscriptToolResult, tu.Output
+		e.Data, _ = json.Marshal(map[string]any{"call_id": tu.ID, "ok": !tu.IsError})
 	}
 	spec.Transcribe(ctx, h, e)
 }

@@ -18,10 +18,6 @@ import (
 
 // Event types for structured agent output.
 const (
-	// EventOutputWarning says the agent's output did not fully match its
-	// format: {"iteration", "format", "warnings", "degraded"}; degraded
-	// is true when the output was read as plain text instead.
-	EventOutputWarning = "agent_output_warning"
 	// RoleAgent is the role of the usage a command agent reports.
 	RoleAgent = "agent"
 	// sessionFile (in the run's state directory) keeps the last agent
@@ -55,11 +51,8 @@ func (e *Executor) readStructured(ctx context.Context, in *spec.Input, output st
 	}
 	p := ParseOutput(a.OutputFormat, output)
 	if len(p.Warnings) > 0 {
-		data := map[string]any{"iteration": in.Iteration, "format": a.OutputFormat, "warnings": p.Warnings, "degraded": !p.OK}
-		if p.LikelyFormat != "" {
-			data["likely_format"] = p.LikelyFormat
-		}
-		e.emit(ctx, in, EventOutputWarning, data)
+		e.emit(ctx, in, spec.EventAgentOutputWarning, spec.OutputWarningData{Iteration: in.Iteration, Format: a.OutputFormat,
+			Warnings: p.Warnings, Degraded: !p.OK, LikelyFormat: p.LikelyFormat})
 	}
 	switch {
 	case !p.OK && p.LikelyFormat != "":
@@ -76,12 +69,10 @@ func (e *Executor) readStructured(ctx context.Context, in *spec.Input, output st
 	for _, tu := range p.ToolUses {
 		sentCall, sentResult := live.sent(tu.ID)
 		if !sentCall {
-			emitTool(ctx, in.Host, spec.EventToolCall, map[string]any{"iteration": in.Iteration, "tool": tu.Name, "call_id": tu.ID,
-				"arguments": tu.Arguments, "role": RoleAgent})
+			emitTool(ctx, in.Host, in.Iteration, tu, false)
 		}
 		if tu.HasResult && !sentResult {
-			emitTool(ctx, in.Host, spec.EventToolResult, map[string]any{"iteration": in.Iteration, "tool": tu.Name, "call_id": tu.ID,
-				"ok": !tu.IsError, "result": tu.Output, "role": RoleAgent})
+			emitTool(ctx, in.Host, in.Iteration, tu, true)
 		}
 	}
 	if p.Usage != nil && in.Host != nil {
@@ -92,8 +83,8 @@ func (e *Executor) readStructured(ctx context.Context, in *spec.Input, output st
 		}
 		for _, call := range calls {
 			if err := in.Host.RecordLLMCall(ctx, call); err != nil {
-				e.emit(ctx, in, EventOutputWarning, map[string]any{"iteration": in.Iteration, "format": a.OutputFormat,
-					"warnings": []string{"the agent's usage could not be recorded: " + err.Error()}})
+				e.emit(ctx, in, spec.EventAgentOutputWarning, spec.OutputWarningData{Iteration: in.Iteration, Format: a.OutputFormat,
+					Warnings: []string{"the agent's usage could not be recorded: " + err.Error()}})
 			}
 		}
 	}

@@ -195,7 +195,7 @@ func (h *e2e) events(runID string) []*spec.Event {
 }
 
 // eventsOf returns the data of the run's events of typ, in order.
-func (h *e2e) eventsOf(runID, typ string) []map[string]any {
+func (h *e2e) eventsOf(runID string, typ spec.EventType) []map[string]any {
 	h.t.Helper()
 	var out []map[string]any
 	for _, e := range h.events(runID) {

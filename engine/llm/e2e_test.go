@@ -607,7 +607,7 @@ func TestLLMRunsThroughTheEngine(t *testing.T) {
 	})
 }
 
-func countEvents(evs []*spec.Event, typ string) int {
+func countEvents(evs []*spec.Event, typ spec.EventType) int {
 	n := 0
 	for _, e := range evs {
 		if e.Type == typ {
@@ -620,7 +620,7 @@ func countEvents(evs []*spec.Event, typ string) int {
 func eventTypes(evs []*spec.Event) []string {
 	out := make([]string, len(evs))
 	for i, e := range evs {
-		out[i] = e.Type
+		out[i] = string(e.Type)
 	}
 	return out
 }

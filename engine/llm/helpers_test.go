@@ -25,11 +25,11 @@ type testHost struct {
 }
 
 type hostEvent struct {
-	Type string
+	Type spec.EventType
 	Data map[string]any
 }
 
-func (h *testHost) Emit(ctx context.Context, typ string, data any) error {
+func (h *testHost) Emit(ctx context.Context, typ spec.EventType, data any) error {
 	b, _ := json.Marshal(data)
 	var m map[string]any
 	json.Unmarshal(b, &m)
@@ -54,7 +54,7 @@ func (h *testHost) Calls() []spec.LLMCall {
 	return append([]spec.LLMCall(nil), h.calls...)
 }
 
-func (h *testHost) Events(typ string) []hostEvent {
+func (h *testHost) Events(typ spec.EventType) []hostEvent {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var out []hostEvent
@@ -169,7 +169,7 @@ func (f *fixture) tasks() []*spec.Task {
 }
 
 // storedEvents returns the run's events of typ from the store.
-func (f *fixture) storedEvents(typ string) []map[string]any {
+func (f *fixture) storedEvents(typ spec.EventType) []map[string]any {
 	f.t.Helper()
 	rows, err := f.db.Reader().Query(`SELECT data FROM events WHERE run_id = ? AND type = ? ORDER BY seq`, f.run.ID, typ)
 	if err != nil {

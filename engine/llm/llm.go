@@ -342,9 +342,9 @@ func rootTitle(objective string) string {
 }
 
 // docEvent is the data of document_created and document_updated events.
-func docEvent(d *spec.Document) map[string]any {
-	return map[string]any{"document_id": d.ID, "path": d.Path, "kind": d.Kind, "title": d.Title,
-		"parent_id": d.ParentID, "iteration": d.Iteration, "size": len(d.Content)}
+func docEvent(d *spec.Document) spec.DocumentData {
+	return spec.DocumentData{DocumentID: d.ID, Path: d.Path, Kind: d.Kind, Title: d.Title,
+		ParentID: d.ParentID, Iteration: d.Iteration, Size: len(d.Content)}
 }
 
 // StoreNarrationRecorder returns a RecordNarration func that inserts the

@@ -209,7 +209,7 @@ func (it *iteration) execCall(ctx context.Context, sc *scope, tc openai.ToolCall
 	it.mu.Lock()
 	it.res.ToolCalls++
 	it.mu.Unlock()
-	it.emit(ctx, "tool_call", map[string]any{"tool": name, "call_id": tc.ID, "arguments": truncate(raw, maxEventData), "branch": sc.branch, "role": sc.role})
+	it.emit(ctx, spec.EventToolCall, spec.ToolCallData{Tool: name, CallID: tc.ID, Arguments: truncate(raw, maxEventData), Branch: sc.branch, Role: sc.role})
 	spec.Transcribe(ctx, it.host, spec.TranscriptEntry{Kind: spec.TranscriptToolCall, Name: name, Role: sc.transcriptRole(), Text: raw})
 
 	st := step{action: name + " " + raw}
@@ -258,8 +258,8 @@ func (it *iteration) execCall(ctx context.Context, sc *scope, tc openai.ToolCall
 	}
 	obs = truncate(obs, maxObservation)
 	st.observation, st.errored = obs, errored
-	it.emit(ctx, "tool_result", map[string]any{"tool": name, "call_id": tc.ID, "ok": !errored, "repaired": repaired,
-		"result": truncate(obs, maxEventData), "branch": sc.branch, "role": sc.role})
+	it.emit(ctx, spec.EventToolResult, spec.ToolResultData{Tool: name, CallID: tc.ID, OK: !errored, Repaired: repaired,
+		Result: truncate(obs, maxEventData), Branch: sc.branch, Role: sc.role})
 	spec.Transcribe(ctx, it.host, spec.TranscriptEntry{Kind: spec.TranscriptToolResult, Name: name, Role: sc.transcriptRole(), Text: obs,
 		Data: spec.TranscriptJSON(map[string]any{"ok": !errored, "repaired": repaired})})
 	return obs, st
@@ -275,10 +275,7 @@ func (it *iteration) runTool(ctx context.Context, sc *scope, t *tool, args json.
 	return t.run(ctx, sc, args)
 }
 
-func (it *iteration) emit(ctx context.Context, typ string, data map[string]any) {
-	if data["branch"] == "" {
-		delete(data, "branch")
-	}
+func (it *iteration) emit(ctx context.Context, typ spec.EventType, data any) {
 	if err := it.host.Emit(ctx, typ, data); err != nil && ctx.Err() == nil {
 		it.e.log.Warn("emit", "run", it.in.RunID, "type", typ, "err", err)
 	}

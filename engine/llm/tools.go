@@ -339,7 +339,7 @@ func runTasksAdd(ctx context.Context, sc *scope, args json.RawMessage) (string, 
 		if err := tx.InsertTask(ctx, t); err != nil {
 			return err
 		}
-		_, err := tx.AppendEvent(ctx, t.RunID, "task_updated", taskEvent(t, true))
+		_, err := tx.AppendEvent(ctx, t.RunID, spec.EventTaskUpdated, taskEvent(t, true))
 		return err
 	})
 	if err != nil {
@@ -389,7 +389,7 @@ func runTasksUpdate(ctx context.Context, sc *scope, args json.RawMessage) (strin
 		if err := tx.UpdateTask(ctx, t); err != nil {
 			return err
 		}
-		_, err = tx.AppendEvent(ctx, t.RunID, "task_updated", taskEvent(t, false))
+		_, err = tx.AppendEvent(ctx, t.RunID, spec.EventTaskUpdated, taskEvent(t, false))
 		return err
 	})
 	if err != nil {
@@ -399,8 +399,8 @@ func runTasksUpdate(ctx context.Context, sc *scope, args json.RawMessage) (strin
 	return fmt.Sprintf("updated task %s [%s] passes=%v %s", t.ID, t.Status, t.Passes, t.Title), nil
 }
 
-func taskEvent(t *spec.Task, created bool) map[string]any {
-	return map[string]any{"task_id": t.ID, "title": t.Title, "status": t.Status, "passes": t.Passes, "created": created}
+func taskEvent(t *spec.Task, created bool) spec.TaskData {
+	return spec.TaskData{TaskID: t.ID, Title: t.Title, Status: t.Status, Passes: t.Passes, Created: created}
 }
 
 func runTasksList(ctx context.Context, sc *scope, args json.RawMessage) (string, error) {

@@ -144,7 +144,7 @@ func (x *Executor) Iterate(ctx context.Context, in *spec.Input) (*spec.Result, e
 		}
 	}
 	for i := 0; i < st.Emit; i++ {
-		if err := in.Host.Emit(ctx, spec.EventToolCall, map[string]any{"iteration": in.Iteration, "n": i, "tool": "scripted"}); err != nil {
+		if err := in.Host.Emit(ctx, spec.EventToolCall, spec.ToolCallData{Iteration: in.Iteration, N: i + 1, Tool: "scripted"}); err != nil {
 			return nil, err
 		}
 	}
@@ -200,7 +200,7 @@ func (x *Executor) write(ctx context.Context, in *spec.Input, st Step, res *spec
 			} else {
 				res.Artifacts.Updated = append(res.Artifacts.Updated, ref)
 			}
-			if _, err := tx.AppendEvent(ctx, in.RunID, typ, map[string]any{"id": doc.ID, "path": doc.Path, "title": doc.Title}); err != nil {
+			if _, err := tx.AppendEvent(ctx, in.RunID, typ, spec.DocumentData{DocumentID: doc.ID, Path: doc.Path, Title: doc.Title}); err != nil {
 				return err
 			}
 		}
@@ -228,7 +228,7 @@ func (x *Executor) write(ctx context.Context, in *spec.Input, st Step, res *spec
 				}
 				res.Artifacts.Updated = append(res.Artifacts.Updated, spec.Ref{Type: "task", ID: task.ID, Title: task.Title})
 			}
-			if _, err := tx.AppendEvent(ctx, in.RunID, spec.EventTaskUpdated, map[string]any{"id": task.ID, "title": task.Title, "status": task.Status}); err != nil {
+			if _, err := tx.AppendEvent(ctx, in.RunID, spec.EventTaskUpdated, spec.TaskData{TaskID: task.ID, Title: task.Title, Status: task.Status}); err != nil {
 				return err
 			}
 		}

@@ -184,7 +184,7 @@ type Input struct {
 type Host interface {
 	// Emit appends a non-state event (tool_call, tool_result, output, ...)
 	// to the run's log. It is group-committed and published live.
-	Emit(ctx context.Context, typ string, data any) error
+	Emit(ctx context.Context, typ EventType, data any) error
 	// RecordLLMCall stores a model call's usage and cost, updates the run's
 	// live totals and emits llm_call and iteration_cost_update.
 	RecordLLMCall(ctx context.Context, c LLMCall) error

@@ -48,7 +48,7 @@ type Store interface {
 	WriteTx(ctx context.Context, fn func(tx Tx) error) error
 	// AppendEvent appends a non-state event (tool calls, output) in a
 	// transaction of its own; concurrent appends may be group-committed.
-	AppendEvent(ctx context.Context, runID, typ string, data any) (*Event, error)
+	AppendEvent(ctx context.Context, runID string, typ EventType, data any) (*Event, error)
 
 	Accounts
 	EngineReads
@@ -134,7 +134,7 @@ type RunReads interface {
 type Tx interface {
 	// Now is the transaction's time, stamped once.
 	Now() time.Time
-	AppendEvent(ctx context.Context, runID, typ string, data any) (*Event, error)
+	AppendEvent(ctx context.Context, runID string, typ EventType, data any) (*Event, error)
 
 	InsertRun(ctx context.Context, r *Run) error
 	// InsertRunTags records a new run's tags (already normalized).

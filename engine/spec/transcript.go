@@ -122,8 +122,8 @@ type IterationPage struct {
 
 // ActionEventTypes are the events the run page's timeline shows beside the
 // iterations.
-var ActionEventTypes = []string{"iteration_started", "run_waiting_on_user", "user_response", "message_queued", "run_stopped",
-	"run_stalled", "run_continued", "run_canceled", "run_recovered", "run_completed", "run_failed"}
+var ActionEventTypes = []EventType{EventIterationStarted, EventRunWaitingOnUser, EventUserResponse, EventMessageQueued, EventRunStopped,
+	EventRunStalled, EventRunContinued, EventRunCanceled, EventRunRecovered, EventRunCompleted, EventRunFailed}
 
 // CapTranscript applies an iteration's transcript cap to lines about to be
 // appended after info (the iteration's state so far): it keeps at most

@@ -40,11 +40,7 @@
   // Every event of the stream is also relayed as a "hw:event" on document
   // (detail: the event as the API sends it), so that the run page updates
   // from the one stream the tab already holds (the dashboard feed).
-  var eventTypes = ["run_created", "run_started", "run_continued", "run_recovered", "iteration_started", "llm_call",
-    "iteration_cost_update", "tool_call", "tool_result", "document_created", "document_updated", "task_updated",
-    "check_result", "gate_decision", "iteration_completed", "run_waiting_on_user", "user_response", "message_queued",
-    "run_stalled", "run_stopped", "run_completed", "run_canceled", "run_failed", "notification_created",
-    "transcript", "agent_output", "agent_exit"];
+  var eventTypes = window.homeworkEventTypes || []; // static/js/events.gen.js
   function relay(e) {
     var ev;
     try { ev = JSON.parse(e.data); } catch (err) { return; }
@@ -367,7 +363,7 @@
     var ev = e.detail;
     var page = livePage(ev);
     if (!page) return;
-    if (ev.type === "transcript") {
+    if (ev.type === homeworkEvent.Transcript) {
       var d = document.getElementById("log-" + (ev.data && ev.data.iteration));
       if (d && state(d).loaded) loadLog(d);
       return;
