@@ -74,17 +74,3 @@ func TestSharedWritersSeeEachOthersSeqs(t *testing.T) {
 		t.Fatal("Open accepted Lock with SharedWriters")
 	}
 }
-
-// TestConformanceLater runs the suite's later parts (run search and
-// filters, report rows, transcripts, resolving notifications, attempt
-// leases) against SQLite.
-func TestConformanceLater(t *testing.T) {
-	storetest.RunLater(t, func(t *testing.T) spec.Store {
-		d, err := db.Open(context.Background(), db.Options{Path: filepath.Join(t.TempDir(), "homework.db")})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { d.Close() })
-		return d
-	})
-}

@@ -88,10 +88,10 @@ func TestTranscriptCapCutsAndCountsWhatItDrops(t *testing.T) {
 	// 60 bytes fit; of the next 60 only 40 (cut at a rune boundary: "é" is
 	// two bytes and must not be split); the third line has no room.
 	appendLines(t, d, "r1", 1, capBytes, 0, &spec.TranscriptLine{Kind: "output", Text: strings.Repeat("a", 60)})
-	info := appendLines(t, d, "r1", 1, capBytes, 0,
+	appendLines(t, d, "r1", 1, capBytes, 0,
 		&spec.TranscriptLine{Kind: "output", Text: strings.Repeat("b", 39) + "é" + strings.Repeat("c", 19)},
 		&spec.TranscriptLine{Kind: "output", Text: "dropped entirely"})
-	info = appendLines(t, d, "r1", 1, capBytes, 1000) // bytes the writer refused itself
+	info := appendLines(t, d, "r1", 1, capBytes, 1000) // bytes the writer refused itself
 	if info.Bytes != 99 || info.DroppedBytes != 21+16+1000 || info.DroppedLines != 1 || info.CapBytes != capBytes {
 		t.Fatalf("info = %+v", info)
 	}

@@ -183,19 +183,6 @@ func (e *Engine) buildReport(ctx context.Context, tx spec.Tx, run *spec.Run, sta
 	return r, nil
 }
 
-// refreshReportMetrics updates an existing report's metrics from the run.
-func (e *Engine) refreshReportMetrics(run *spec.Run) error {
-	r := run.Report
-	if r == nil {
-		return nil
-	}
-	m := run.Metrics
-	r.Metrics.Iterations, r.Metrics.RunningMS, r.Metrics.TotalTokens = m.Iterations, m.RunningMS, m.TokensTotal
-	r.Metrics.TotalCostUSD, r.Metrics.UnpricedCalls, r.Metrics.ToolCalls = m.CostTotalUSD, m.UnpricedCalls, m.ToolCallsTotal
-	r.Metrics.FalseCompletionsBlocked = m.FalseCompletionsBlocked
-	return nil
-}
-
 func reportTitle(status, objective string) string {
 	short := truncate(strings.TrimSpace(strings.SplitN(objective, "\n", 2)[0]), 80)
 	switch status {

@@ -121,9 +121,6 @@ func New(opts Options) (*Server, error) {
 	return s, nil
 }
 
-// App returns the Fiber app (tests use App().Test).
-func (s *Server) App() *fiber.App { return s.app }
-
 // Serve serves HTTP on ln until Shutdown.
 func (s *Server) Serve(ln net.Listener) error { return s.app.Listener(ln) }
 

@@ -109,7 +109,8 @@ var errUnverified = errors.New("the stream's credential could not be checked")
 // mu first means no join that saw ctx alive is still about to start one.
 func (v *verifier) stop() {
 	v.mu.Lock()
-	v.mu.Unlock() //nolint:staticcheck // a barrier: see above
+	//lint:ignore SA2001 a barrier: see above
+	v.mu.Unlock()
 	v.wg.Wait()
 }
 
@@ -314,7 +315,8 @@ func (h *heartbeat) next(ctx context.Context, every time.Duration, onTick func()
 // means no next that saw ctx alive is still about to start it.
 func (h *heartbeat) stop() {
 	h.mu.Lock()
-	h.mu.Unlock() //nolint:staticcheck // a barrier: see above
+	//lint:ignore SA2001 a barrier: see above
+	h.mu.Unlock()
 	h.wg.Wait()
 }
 

@@ -148,20 +148,6 @@ func Humanize(s string) string {
 
 func queryEscape(s string) string { return url.QueryEscape(s) }
 
-func filterURL(status string) string {
-	if status == "" {
-		return "/"
-	}
-	return "/?status=" + url.QueryEscape(status)
-}
-
-func cursorParam(status, cursor string) string {
-	sep := "?"
-	if status != "" {
-		sep = "&"
-	}
-	return sep + "cursor=" + url.QueryEscape(cursor)
-}
 
 func ariaCurrent(b bool) string {
 	if b {

@@ -259,10 +259,6 @@ type RunView struct {
 	Now        time.Time
 }
 
-// Live reports whether the run can still change, so the page subscribes to
-// its stream.
-func (v RunView) Live() bool { return !spec.IsTerminalStatus(v.Run.Status) }
-
 // StopType returns the run's stop reason type, or "".
 func (v RunView) StopType() string {
 	if v.Run.StopReason == nil {

@@ -88,11 +88,6 @@ type PricePreview struct {
 	Source string
 }
 
-// Refused says whether a cost budget would be refused for this run.
-func (p PricePreview) Refused() bool {
-	return p.NoUsage || (!p.ReportsCost && !p.Priced)
-}
-
 // RatesText is the model's rates per million tokens, its long-context tier
 // and, when the CLI reports its own cost, that it wins.
 func (p PricePreview) RatesText() string {

@@ -7,75 +7,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"homework/db/pg"
 	"homework/db/pg/pgtest"
-	"homework/engine/spec"
 )
-
-// TestLivenessEndsWithTheSession: a process holding its liveness is not
-// dead to the others; once its session ends (here: the store closes, as at
-// a process's death), the others see it dead at once while it holds a
-// running run's lease.
-func TestLivenessEndsWithTheSession(t *testing.T) {
-	url := pgtest.NewDatabase(t)
-	ctx := context.Background()
-	watcher := open(t, url, nil)
-	victim, err := pg.Open(ctx, pg.Options{URL: url})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := victim.HoldLiveness(ctx, "victim", func(bool, error) {}); err != nil {
-		t.Fatal(err)
-	}
-	if err := watcher.HoldLiveness(ctx, "watcher", func(bool, error) {}); err != nil {
-		t.Fatal(err)
-	}
-	u, err := watcher.CreateFirstUser(ctx, "live@example.com", "x")
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = watcher.WriteTx(ctx, func(tx spec.Tx) error {
-		return tx.InsertRun(ctx, &spec.Run{ID: "r1", UserID: u.ID, Objective: "o", Mode: spec.ModeAuto, Executor: spec.ExecutorScript,
-			Config: []byte(`{}`), Status: spec.StatusRunning, Iteration: 1, Attempt: 1, LeaseOwner: "victim", LeaseUntil: time.Now().Add(time.Hour)})
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	dead, err := watcher.DeadProcesses(ctx, "watcher")
-	if err != nil || len(dead) != 0 {
-		t.Fatalf("dead processes while the victim lives: %v %v", dead, err)
-	}
-	live, err := watcher.LiveProcesses(ctx, time.Now().Add(-time.Hour))
-	if err != nil || !live["victim"] {
-		t.Fatalf("live processes %v (%v): want the victim", live, err)
-	}
-	victim.Close()
-	// The server ends the session's backend, and releases its locks, a
-	// moment after the connection closes: look again until it has.
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		dead, err = watcher.DeadProcesses(ctx, "watcher")
-		if err != nil || dead["victim"] || time.Now().After(deadline) {
-			break
-		}
-	}
-	if err != nil || !dead["victim"] {
-		t.Fatalf("dead processes after the victim's session ended: %v %v", dead, err)
-	}
-	if live, _ := watcher.LiveProcesses(ctx, time.Now().Add(-time.Hour)); live["victim"] {
-		t.Fatal("a process whose liveness is gone is still live by its heartbeat")
-	}
-	err = watcher.WriteTx(ctx, func(tx spec.Tx) error {
-		for id, want := range map[string]bool{"victim": false, "watcher": true} {
-			if live, err := tx.(spec.ClusterTx).ProcessLive(ctx, id); err != nil || live != want {
-				t.Errorf("ProcessLive(%s) = %v, %v; want %v", id, live, err, want)
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-}
 
 // TestALostLivenessSessionIsToldAndTakenAgain: when the session holding a
 // process's liveness is killed, the process is told at once, takes a new

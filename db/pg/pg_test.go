@@ -31,14 +31,6 @@ func TestConformance(t *testing.T) {
 	})
 }
 
-// TestConformanceLater runs the suite's later parts against PostgreSQL.
-func TestConformanceLater(t *testing.T) {
-	pgtest.ServerURL(t)
-	storetest.RunLater(t, func(t *testing.T) spec.Store {
-		return open(t, pgtest.NewDatabase(t), nil)
-	})
-}
-
 // TestTwoStoresShareSeqsAndEvents appends through two stores on one
 // database, as two processes would: seqs stay gap-free and unique, and each
 // store's listener receives every event in commit order, its own and the

@@ -10,8 +10,8 @@ import (
 	"homework/engine/spec"
 )
 
-// RunLater runs the suite's later parts against a store that has them.
-func RunLater(t *testing.T, open func(t *testing.T) spec.Store) {
+// runLater runs the suite's later parts (Run runs them).
+func runLater(t *testing.T, open func(t *testing.T) spec.Store) {
 	s := laterSuite{open: open}
 	t.Run("the run list filters by tag, status, stop reason and words, and sorts by cost", s.runList)
 	t.Run("the report's rows carry each run's figures, tags and escalation", s.statsRows)

@@ -24,8 +24,9 @@ import (
 	"homework/engine/spec"
 )
 
-// Run runs the conformance suite. open returns a new, empty store that lives
-// until t ends.
+// Run runs the conformance suite: the whole store contract of
+// engine/spec/store.go. open returns a new, empty store that lives until t
+// ends.
 func Run(t *testing.T, open func(t *testing.T) spec.Store) {
 	s := suite{open: open}
 	t.Run("runs round-trip, page newest first and count by status", s.runs)
@@ -42,6 +43,11 @@ func Run(t *testing.T, open func(t *testing.T) spec.Store) {
 	t.Run("sessions work until deleted", s.sessions)
 	t.Run("credentials are live until revoked, expired or deleted", s.liveCredentials)
 	t.Run("another user's objects are not found", s.isolation)
+	t.Run("slots: running runs are counted and the oldest queued come first", s.slots)
+	t.Run("leases: running runs list their lease, renewed by the owner's current attempt", s.leases)
+	t.Run("metric sums add up iterations and model calls", s.metricSums)
+	t.Run("a shared store names the live and the dead processes and binds runs to hosts", s.cluster)
+	runLater(t, open)
 }
 
 type suite struct {

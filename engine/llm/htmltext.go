@@ -20,20 +20,18 @@ func htmlText(doc string) string {
 			return foldBlankLines(b.String())
 		case html.StartTagToken, html.SelfClosingTagToken:
 			name, _ := z.TagName()
-			tag := string(name)
-			if hiddenElements[tag] && z.Token().Type == html.StartTagToken {
+			if hiddenElements[string(name)] && z.Token().Type == html.StartTagToken {
 				skip++
 			}
-			if blockElements[tag] {
+			if blockElements[string(name)] {
 				b.WriteByte('\n')
 			}
 		case html.EndTagToken:
 			name, _ := z.TagName()
-			tag := string(name)
-			if hiddenElements[tag] && skip > 0 {
+			if hiddenElements[string(name)] && skip > 0 {
 				skip--
 			}
-			if blockElements[tag] {
+			if blockElements[string(name)] {
 				b.WriteByte('\n')
 			}
 		case html.TextToken:

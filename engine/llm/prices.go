@@ -12,10 +12,6 @@ type Price = prices.Price
 // PriceTable maps model names (lower case) to their prices.
 type PriceTable = prices.Table
 
-// PricesSource returns where the built-in prices come from and the date of
-// their data.
-func PricesSource() (source, asOf string) { return prices.Source() }
-
 // DefaultPrices returns a fresh table of the built-in prices, generated from
 // a dated extract of litellm's price list (engine/llm/prices).
 func DefaultPrices() PriceTable { return prices.Default() }
