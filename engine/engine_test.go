@@ -14,52 +14,54 @@ import (
 )
 
 func TestRunCompletesWithGapFreeEventsAndMetricsThatAddUp(t *testing.T) {
-	h := newHarness(t, nil)
-	u := h.user("a@example.com")
-	r := h.create(u, spec.Config{Script: script(
-		scripted.Step{Summary: "one", Status: &spec.Status{RemainingWork: []string{"two"}}, Tools: 2,
-			LLM: []spec.LLMCall{{Role: "planner", Model: "m1", PromptTokens: 100, CompletionTokens: 20, CostUSD: 0.01, Priced: true}}},
-		scripted.Step{Summary: "two", Status: &spec.Status{RemainingWork: []string{"three"}}, Tools: 1,
-			LLM: []spec.LLMCall{{Role: "planner", Model: "m2", PromptTokens: 10, CompletionTokens: 5, Priced: false}}},
-		done("three"),
-	)})
-	if r.Status != spec.StatusRunning {
-		t.Fatalf("a run with a free slot starts at once; got %s", r.Status)
-	}
-	r = h.waitStatus(u, r.ID, spec.StatusCompleted)
-	if r.Metrics.Iterations != 3 || r.Metrics.ToolCallsTotal != 3 || r.Metrics.TokensTotal != 135 || r.Metrics.UnpricedCalls != 1 {
-		t.Fatalf("metrics = %+v", r.Metrics)
-	}
-	if r.Metrics.ByModel["m2"].Unpriced != true || r.Metrics.ByModel["m1"].CostUSD != 0.01 {
-		t.Fatalf("by model = %+v", r.Metrics.ByModel)
-	}
-	h.checkMetricsAddUp(u, r.ID)
-	evs := h.events(u, r.ID)
-	if evs[0].Type != "run_created" || evs[len(evs)-1].Type != "run_completed" {
-		t.Fatalf("first/last events: %s %s", evs[0].Type, evs[len(evs)-1].Type)
-	}
-	for typ, n := range map[spec.EventType]int{"iteration_started": 3, "iteration_completed": 3, "gate_decision": 3, "run_completed": 1, "llm_call": 2, "iteration_cost_update": 2} {
-		if got := countType(evs, typ); got != n {
-			t.Errorf("%d %s events, want %d", got, typ, n)
+	onBothStores(t, func(t *testing.T, store string) {
+		h := newHarnessOn(t, store, nil)
+		u := h.user("a@example.com")
+		r := h.create(u, spec.Config{Script: script(
+			scripted.Step{Summary: "one", Status: &spec.Status{RemainingWork: []string{"two"}}, Tools: 2,
+				LLM: []spec.LLMCall{{Role: "planner", Model: "m1", PromptTokens: 100, CompletionTokens: 20, CostUSD: 0.01, Priced: true}}},
+			scripted.Step{Summary: "two", Status: &spec.Status{RemainingWork: []string{"three"}}, Tools: 1,
+				LLM: []spec.LLMCall{{Role: "planner", Model: "m2", PromptTokens: 10, CompletionTokens: 5, Priced: false}}},
+			done("three"),
+		)})
+		if r.Status != spec.StatusRunning {
+			t.Fatalf("a run with a free slot starts at once; got %s", r.Status)
 		}
-	}
-	if r.StopReason == nil || r.StopReason.Type != spec.StopCompleted || r.CompletedAt.IsZero() {
-		t.Fatalf("stop reason %+v", r.StopReason)
-	}
-	if rep := r.Report; rep == nil || rep.Status != spec.StatusCompleted || rep.Metrics.Iterations != 3 {
-		t.Fatalf("report %+v", rep)
-	}
-	ns, _ := h.db.ListNotifications(h.ctx, u.ID, 0, 10)
-	if len(ns) != 1 || ns[0].ActionURL != "/runs/"+r.ID || ns[0].Kind != "run_completed" {
-		t.Fatalf("notifications %+v", ns)
-	}
-	var data map[string]any
-	json.Unmarshal(ns[0].Data, &data)
-	for _, k := range []string{"run_id", "status", "duration_ms", "iterations", "tokens", "cost_usd"} {
-		if _, ok := data[k]; !ok {
-			t.Errorf("notification data lacks %s: %s", k, ns[0].Data)
+		r = h.waitStatus(u, r.ID, spec.StatusCompleted)
+		if r.Metrics.Iterations != 3 || r.Metrics.ToolCallsTotal != 3 || r.Metrics.TokensTotal != 135 || r.Metrics.UnpricedCalls != 1 {
+			t.Fatalf("metrics = %+v", r.Metrics)
 		}
-	}
+		if r.Metrics.ByModel["m2"].Unpriced != true || r.Metrics.ByModel["m1"].CostUSD != 0.01 {
+			t.Fatalf("by model = %+v", r.Metrics.ByModel)
+		}
+		h.checkMetricsAddUp(u, r.ID)
+		evs := h.events(u, r.ID)
+		if evs[0].Type != "run_created" || evs[len(evs)-1].Type != "run_completed" {
+			t.Fatalf("first/last events: %s %s", evs[0].Type, evs[len(evs)-1].Type)
+		}
+		for typ, n := range map[spec.EventType]int{"iteration_started": 3, "iteration_completed": 3, "gate_decision": 3, "run_completed": 1, "llm_call": 2, "iteration_cost_update": 2} {
+			if got := countType(evs, typ); got != n {
+				t.Errorf("%d %s events, want %d", got, typ, n)
+			}
+		}
+		if r.StopReason == nil || r.StopReason.Type != spec.StopCompleted || r.CompletedAt.IsZero() {
+			t.Fatalf("stop reason %+v", r.StopReason)
+		}
+		if rep := r.Report; rep == nil || rep.Status != spec.StatusCompleted || rep.Metrics.Iterations != 3 {
+			t.Fatalf("report %+v", rep)
+		}
+		ns, _ := h.db.ListNotifications(h.ctx, u.ID, 0, 10)
+		if len(ns) != 1 || ns[0].ActionURL != "/runs/"+r.ID || ns[0].Kind != "run_completed" {
+			t.Fatalf("notifications %+v", ns)
+		}
+		var data map[string]any
+		json.Unmarshal(ns[0].Data, &data)
+		for _, k := range []string{"run_id", "status", "duration_ms", "iterations", "tokens", "cost_usd"} {
+			if _, ok := data[k]; !ok {
+				t.Errorf("notification data lacks %s: %s", k, ns[0].Data)
+			}
+		}
+	})
 }
 
 func TestFalseCompletionIsBlockedAndFedBack(t *testing.T) {
@@ -179,47 +181,51 @@ func TestCancelDuringASlowIterationReturnsPromptly(t *testing.T) {
 }
 
 func TestBudgetStopAndContinueCarryCountersOver(t *testing.T) {
-	h := newHarness(t, nil)
-	u := h.user("a@example.com")
-	r := h.create(u, spec.Config{Budgets: spec.Budgets{MaxIterations: 2}, Script: script(
-		scripted.Step{Summary: "1", Status: &spec.Status{}, LLM: []spec.LLMCall{{Model: "m", PromptTokens: 10, CostUSD: 0.1, Priced: true}}},
-		scripted.Step{Summary: "2", Status: &spec.Status{}, LLM: []spec.LLMCall{{Model: "m", PromptTokens: 10, CostUSD: 0.1, Priced: true}}},
-		scripted.Step{Summary: "3", Status: &spec.Status{}, LLM: []spec.LLMCall{{Model: "m", PromptTokens: 10, CostUSD: 0.1, Priced: true}}},
-		done("4"),
-	)})
-	r = h.waitStatus(u, r.ID, spec.StatusStopped)
-	if r.StopReason.Type != spec.StopMaxIterations || r.Metrics.Iterations != 2 {
-		t.Fatalf("stop %+v metrics %+v", r.StopReason, r.Metrics)
-	}
-	if _, err := h.e.Continue(h.ctx, u.ID, r.ID, nil); spec.ErrorCode(err) != spec.EINVALID || spec.ErrorField(err) != "budgets.max_iterations" {
-		t.Fatalf("continue without raising the exhausted budget: %v", err)
-	}
-	if _, err := h.e.Continue(h.ctx, u.ID, r.ID, &spec.Budgets{MaxIterations: 10}); err != nil {
-		t.Fatal(err)
-	}
-	r = h.waitStatus(u, r.ID, spec.StatusCompleted)
-	if r.Metrics.Iterations != 4 || r.Metrics.TokensTotal != 30 || !closeEnough(r.Metrics.CostTotalUSD, 0.3) {
-		t.Fatalf("counters did not carry over: %+v", r.Metrics)
-	}
-	h.checkMetricsAddUp(u, r.ID)
+	onBothStores(t, func(t *testing.T, store string) {
+		h := newHarnessOn(t, store, nil)
+		u := h.user("a@example.com")
+		r := h.create(u, spec.Config{Budgets: spec.Budgets{MaxIterations: 2}, Script: script(
+			scripted.Step{Summary: "1", Status: &spec.Status{}, LLM: []spec.LLMCall{{Model: "m", PromptTokens: 10, CostUSD: 0.1, Priced: true}}},
+			scripted.Step{Summary: "2", Status: &spec.Status{}, LLM: []spec.LLMCall{{Model: "m", PromptTokens: 10, CostUSD: 0.1, Priced: true}}},
+			scripted.Step{Summary: "3", Status: &spec.Status{}, LLM: []spec.LLMCall{{Model: "m", PromptTokens: 10, CostUSD: 0.1, Priced: true}}},
+			done("4"),
+		)})
+		r = h.waitStatus(u, r.ID, spec.StatusStopped)
+		if r.StopReason.Type != spec.StopMaxIterations || r.Metrics.Iterations != 2 {
+			t.Fatalf("stop %+v metrics %+v", r.StopReason, r.Metrics)
+		}
+		if _, err := h.e.Continue(h.ctx, u.ID, r.ID, nil); spec.ErrorCode(err) != spec.EINVALID || spec.ErrorField(err) != "budgets.max_iterations" {
+			t.Fatalf("continue without raising the exhausted budget: %v", err)
+		}
+		if _, err := h.e.Continue(h.ctx, u.ID, r.ID, &spec.Budgets{MaxIterations: 10}); err != nil {
+			t.Fatal(err)
+		}
+		r = h.waitStatus(u, r.ID, spec.StatusCompleted)
+		if r.Metrics.Iterations != 4 || r.Metrics.TokensTotal != 30 || !closeEnough(r.Metrics.CostTotalUSD, 0.3) {
+			t.Fatalf("counters did not carry over: %+v", r.Metrics)
+		}
+		h.checkMetricsAddUp(u, r.ID)
+	})
 }
 
 func TestCostAndTokenBudgetsStop(t *testing.T) {
-	h := newHarness(t, nil)
-	u := h.user("a@example.com")
-	step := scripted.Step{Status: &spec.Status{}, LLM: []spec.LLMCall{{Model: "m", PromptTokens: 600, CompletionTokens: 400, CostUSD: 0.4, Priced: true}}}
-	cost := h.create(u, spec.Config{Budgets: spec.Budgets{MaxCostUSD: 1}, Script: script(step)})
-	tokens := h.create(u, spec.Config{Budgets: spec.Budgets{MaxTotalTokens: 1500}, Script: script(step)})
-	tools := h.create(u, spec.Config{Budgets: spec.Budgets{MaxToolCalls: 5}, Script: script(scripted.Step{Status: &spec.Status{}, Tools: 3})})
-	if r := h.waitStatus(u, cost.ID, spec.StatusStopped); r.StopReason.Type != spec.StopBudgetCost || r.Metrics.Iterations != 3 {
-		t.Fatalf("cost: %+v %+v", r.StopReason, r.Metrics)
-	}
-	if r := h.waitStatus(u, tokens.ID, spec.StatusStopped); r.StopReason.Type != spec.StopBudgetTokens || r.Metrics.Iterations != 2 {
-		t.Fatalf("tokens: %+v %+v", r.StopReason, r.Metrics)
-	}
-	if r := h.waitStatus(u, tools.ID, spec.StatusStopped); r.StopReason.Type != spec.StopBudgetToolCalls || r.Metrics.Iterations != 2 {
-		t.Fatalf("tools: %+v %+v", r.StopReason, r.Metrics)
-	}
+	onBothStores(t, func(t *testing.T, store string) {
+		h := newHarnessOn(t, store, nil)
+		u := h.user("a@example.com")
+		step := scripted.Step{Status: &spec.Status{}, LLM: []spec.LLMCall{{Model: "m", PromptTokens: 600, CompletionTokens: 400, CostUSD: 0.4, Priced: true}}}
+		cost := h.create(u, spec.Config{Budgets: spec.Budgets{MaxCostUSD: 1}, Script: script(step)})
+		tokens := h.create(u, spec.Config{Budgets: spec.Budgets{MaxTotalTokens: 1500}, Script: script(step)})
+		tools := h.create(u, spec.Config{Budgets: spec.Budgets{MaxToolCalls: 5}, Script: script(scripted.Step{Status: &spec.Status{}, Tools: 3})})
+		if r := h.waitStatus(u, cost.ID, spec.StatusStopped); r.StopReason.Type != spec.StopBudgetCost || r.Metrics.Iterations != 3 {
+			t.Fatalf("cost: %+v %+v", r.StopReason, r.Metrics)
+		}
+		if r := h.waitStatus(u, tokens.ID, spec.StatusStopped); r.StopReason.Type != spec.StopBudgetTokens || r.Metrics.Iterations != 2 {
+			t.Fatalf("tokens: %+v %+v", r.StopReason, r.Metrics)
+		}
+		if r := h.waitStatus(u, tools.ID, spec.StatusStopped); r.StopReason.Type != spec.StopBudgetToolCalls || r.Metrics.Iterations != 2 {
+			t.Fatalf("tools: %+v %+v", r.StopReason, r.Metrics)
+		}
+	})
 }
 
 func TestBreakersStopRunsWithEvidence(t *testing.T) {
@@ -444,54 +450,64 @@ func TestBusDropsASlowSubscriberWithoutBlocking(t *testing.T) {
 }
 
 func TestShutdownLeavesInFlightRunsRecoverable(t *testing.T) {
-	h := newHarness(t, func(o *Options) { o.ShutdownGrace = 200 * time.Millisecond })
-	u := h.user("a@example.com")
-	r := h.create(u, spec.Config{Budgets: spec.Budgets{MaxIterations: 2}, Script: script(
-		scripted.Step{SleepFirstMS: 60_000, Status: &spec.Status{RemainingWork: []string{"more"}}},
-		scripted.Step{Status: &spec.Status{RemainingWork: []string{"more"}}})})
-	h.waitFor(u, r.ID, "leased", func(r *spec.Run) bool { return r.LeaseOwner != "" })
-	// The first iteration sleeps a minute; Stop must cancel it after the
-	// grace period, long before this bound, or it returns the bound's error.
-	stopCtx, cancel := context.WithTimeout(h.ctx, 30*time.Second)
-	defer cancel()
-	if err := h.e.Stop(stopCtx); err != nil {
-		t.Fatalf("stop: %v", err)
-	}
-	got, _ := h.db.FindRun(h.ctx, u.ID, r.ID)
-	if got.Status != spec.StatusRunning || got.LeaseOwner == "" {
-		t.Fatalf("after shutdown the run should stay running with its lease: %s %q", got.Status, got.LeaseOwner)
-	}
-	// A new engine on the same database recovers it at start.
-	e2, err := New(Options{Backend: sqliteBackend(h.db), Bus: h.bus, Executors: h.e.opts.Executors, FetchPollInterval: 20 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	n, err := e2.recoverAtStart(h.ctx)
-	if err != nil || n != 1 {
-		t.Fatalf("recovered %d: %v", n, err)
-	}
-	got, _ = h.db.FindRun(h.ctx, u.ID, r.ID)
-	if got.Attempt != 2 {
-		t.Fatalf("attempt = %d", got.Attempt)
-	}
-	its, _ := h.db.ListIterations(h.ctx, u.ID, r.ID)
-	if its[0].Status != spec.IterInterrupted {
-		t.Fatalf("iteration status %s", its[0].Status)
-	}
-	// Started, it works the recovered attempt and counts the interrupted
-	// iteration once against the budget: two iterations, then the stop.
-	if err := e2.Start(h.ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	onBothStores(t, func(t *testing.T, store string) {
+		h := newHarnessOn(t, store, func(o *Options) { o.ShutdownGrace = 200 * time.Millisecond })
+		u := h.user("a@example.com")
+		r := h.create(u, spec.Config{Budgets: spec.Budgets{MaxIterations: 2}, Script: script(
+			scripted.Step{SleepFirstMS: 60_000, Status: &spec.Status{RemainingWork: []string{"more"}}},
+			scripted.Step{Status: &spec.Status{RemainingWork: []string{"more"}}})})
+		h.waitFor(u, r.ID, "leased", func(r *spec.Run) bool { return r.LeaseOwner != "" })
+		// The first iteration sleeps a minute; Stop must cancel it after the
+		// grace period, long before this bound, or it returns the bound's error.
+		stopCtx, cancel := context.WithTimeout(h.ctx, 30*time.Second)
 		defer cancel()
-		e2.Stop(ctx)
+		if err := h.e.Stop(stopCtx); err != nil {
+			t.Fatalf("stop: %v", err)
+		}
+		got, _ := h.db.FindRun(h.ctx, u.ID, r.ID)
+		if got.Status != spec.StatusRunning || got.LeaseOwner == "" {
+			t.Fatalf("after shutdown the run should stay running with its lease: %s %q", got.Status, got.LeaseOwner)
+		}
+		// A new engine on the same database recovers it: at start on SQLite
+		// (the only process), on PostgreSQL as soon as it sees the stopped
+		// process's liveness gone.
+		e2, err := New(Options{Backend: h.backend(), Bus: h.bus, Executors: h.e.opts.Executors, FetchPollInterval: 20 * time.Millisecond,
+			SharedStore: store == postgresStore})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if store == sqliteStore {
+			n, err := e2.recoverAtStart(h.ctx)
+			if err != nil || n != 1 {
+				t.Fatalf("recovered %d: %v", n, err)
+			}
+			got, _ = h.db.FindRun(h.ctx, u.ID, r.ID)
+			if got.Attempt != 2 {
+				t.Fatalf("attempt = %d", got.Attempt)
+			}
+			its, _ := h.db.ListIterations(h.ctx, u.ID, r.ID)
+			if its[0].Status != spec.IterInterrupted {
+				t.Fatalf("iteration status %s", its[0].Status)
+			}
+		}
+		// Started, it works the recovered attempt and counts the interrupted
+		// iteration once against the budget: two iterations, then the stop.
+		if err := e2.Start(h.ctx); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			e2.Stop(ctx)
+		})
+		got = h.waitStatus(u, r.ID, spec.StatusStopped)
+		if got.StopReason.Type != spec.StopMaxIterations || got.Metrics.Iterations != 2 || got.Attempt < 1 {
+			t.Fatalf("after recovery: %+v, %d iterations", got.StopReason, got.Metrics.Iterations)
+		}
+		if its, _ := h.db.ListIterations(h.ctx, u.ID, r.ID); len(its) != 2 || countType(h.events(u, r.ID), spec.EventRunRecovered) != 1 {
+			t.Fatalf("after recovery: %d iterations, events %v", len(its), h.events(u, r.ID))
+		}
+		h.checkMetricsAddUp(u, r.ID)
+		h.events(u, r.ID)
 	})
-	got = h.waitStatus(u, r.ID, spec.StatusStopped)
-	if got.StopReason.Type != spec.StopMaxIterations || got.Metrics.Iterations != 2 {
-		t.Fatalf("after recovery: %+v, %d iterations", got.StopReason, got.Metrics.Iterations)
-	}
-	h.checkMetricsAddUp(u, r.ID)
-	h.events(u, r.ID)
 }

@@ -5,10 +5,16 @@ import (
 	"database/sql"
 	"encoding/json"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
 	"homework/db"
+	"homework/db/pg"
+	"homework/db/pg/pgtest"
 	"homework/engine/scripted"
 	"homework/engine/spec"
 	"homework/engine/waitfor"
@@ -16,26 +22,72 @@ import (
 	"github.com/riverqueue/river/riverdriver/riversqlite"
 )
 
-// harness is a real engine over a real SQLite file with the scripted executor.
+// harness is a real engine over a real store (a SQLite file, or a
+// PostgreSQL database) with the scripted executor.
 type harness struct {
 	t   *testing.T
-	db  *db.DB
+	db  spec.Store
 	bus *Bus
 	e   *Engine
 	ctx context.Context
+	// backend binds another engine to the same store (a restart).
+	backend func() Backend
+}
+
+// The stores a harness can run on.
+const (
+	sqliteStore   = "sqlite"
+	postgresStore = "postgres"
+)
+
+// onBothStores runs test on SQLite and on PostgreSQL (which CI provides;
+// elsewhere it skips without HOMEWORK_TEST_PG).
+func onBothStores(t *testing.T, test func(t *testing.T, store string)) {
+	for _, store := range []string{sqliteStore, postgresStore} {
+		t.Run(store, func(t *testing.T) { test(t, store) })
+	}
 }
 
 func newHarness(t *testing.T, mod func(*Options)) *harness {
 	t.Helper()
+	return newHarnessOn(t, sqliteStore, mod)
+}
+
+// newHarnessOn starts an engine over a new store of the given kind.
+func newHarnessOn(t *testing.T, store string, mod func(*Options)) *harness {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	bus := NewBus()
-	d, err := db.Open(ctx, db.Options{Path: filepath.Join(t.TempDir(), "h.db"), OnEvents: bus.Publish})
-	if err != nil {
-		t.Fatal(err)
+	h := &harness{t: t, bus: bus, ctx: ctx}
+	opts := Options{Bus: bus, Workers: 4, FetchPollInterval: 20 * time.Millisecond, ShutdownGrace: 2 * time.Second}
+	switch store {
+	case sqliteStore:
+		d, err := db.Open(ctx, db.Options{Path: filepath.Join(t.TempDir(), "h.db"), OnEvents: bus.Publish})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { d.Close() })
+		h.db, h.backend = d, func() Backend { return sqliteBackend(d) }
+	case postgresStore:
+		var running atomic.Pointer[Engine]
+		d, err := pg.Open(ctx, pg.Options{URL: pgtest.NewDatabase(t), OnEvents: bus.Publish, OnInterrupt: func(runID string) {
+			if e := running.Load(); e != nil {
+				e.CancelLocal(runID)
+			}
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { d.Close() })
+		h.db, h.backend = d, func() Backend {
+			return Bind(d, riverpgxv5.New(d.Pool()), func(tx spec.Tx) pgx.Tx { return tx.(*pg.Tx).PG })
+		}
+		opts.SharedStore = true
+		defer func() { running.Store(h.e) }()
 	}
-	opts := Options{Backend: sqliteBackend(d), Bus: bus, Executors: map[string]Executor{spec.ExecutorScript: &scripted.Executor{InTx: d.WriteTx}},
-		Workers: 4, FetchPollInterval: 20 * time.Millisecond, ShutdownGrace: 2 * time.Second}
+	opts.Backend = h.backend()
+	opts.Executors = map[string]Executor{spec.ExecutorScript: &scripted.Executor{InTx: h.db.WriteTx}}
 	if mod != nil {
 		mod(&opts)
 	}
@@ -46,14 +98,13 @@ func newHarness(t *testing.T, mod func(*Options)) *harness {
 	if err := e.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	h := &harness{t: t, db: d, bus: bus, e: e, ctx: ctx}
+	h.e = e
 	t.Cleanup(func() {
 		sctx, c := context.WithTimeout(context.Background(), 10*time.Second)
 		defer c()
 		if err := e.Stop(sctx); err != nil {
 			t.Errorf("stop: %v", err)
 		}
-		d.Close()
 	})
 	return h
 }

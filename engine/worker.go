@@ -458,6 +458,13 @@ func (e *Engine) beginIteration(ctx context.Context, args IterateArgs) (*iterati
 		if run.Status != spec.StatusRunning || run.Iteration != args.Iteration || run.Attempt != args.Attempt {
 			return nil // stale: a no-op
 		}
+		if run.LeaseOwner != "" && run.LeaseOwner != e.id {
+			// This attempt already began under another process (this job is
+			// River's retry or rescue of its job): recovery, not this job,
+			// runs the iteration again, as a new attempt, once that
+			// process is dead or its lease expired.
+			return nil
+		}
 		cfg, err := RunConfig(run)
 		if err != nil {
 			return err
