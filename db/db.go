@@ -25,7 +25,6 @@ import (
 	"time"
 
 	"github.com/riverqueue/river/riverdriver/riversqlite"
-	"github.com/riverqueue/river/rivermigrate"
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 )
@@ -224,14 +223,7 @@ func (d *DB) migrate(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	migrator, err := rivermigrate.New(riversqlite.New(d.writer), nil)
-	if err != nil {
-		return fmt.Errorf("river migrator: %w", err)
-	}
-	if _, err := migrator.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
-		return fmt.Errorf("river migrations: %w", err)
-	}
-	return nil
+	return sqlstore.MigrateRiver(ctx, riversqlite.New(d.writer))
 }
 
 // Tx is a write transaction. Events appended through it are published after

@@ -35,19 +35,7 @@ func (d *DB) CommandHeartbeat(ctx context.Context, id string, now time.Time, hos
 func (d *DB) LiveCommandQueues(ctx context.Context, since time.Time) (map[string]bool, error) {
 	rows, err := d.pool.Query(ctx, `SELECT DISTINCT command_queue FROM processes p WHERE heartbeat_at > $1 AND command_queue IS NOT NULL
 		AND (liveness_key IS NULL OR `+livenessHeld+`)`, since.UnixMilli())
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := map[string]bool{}
-	for rows.Next() {
-		var q string
-		if err := rows.Scan(&q); err != nil {
-			return nil, err
-		}
-		out[q] = true
-	}
-	return out, rows.Err()
+	return stringSet(rows, err)
 }
 
 // HostWaitingRuns returns the runs waiting because no process served their

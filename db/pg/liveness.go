@@ -117,19 +117,7 @@ func (d *DB) takeLiveness(ctx context.Context, id string) (*pgx.Conn, error) {
 func (d *DB) DeadProcesses(ctx context.Context, self string) (map[string]bool, error) {
 	rows, err := d.pool.Query(ctx, `SELECT DISTINCT p.id FROM runs r JOIN processes p ON p.id = r.lease_owner
 		WHERE r.status = 'running' AND p.id <> $1 AND p.liveness_key IS NOT NULL AND NOT `+livenessHeld, self)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := map[string]bool{}
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			return nil, err
-		}
-		out[id] = true
-	}
-	return out, rows.Err()
+	return stringSet(rows, err)
 }
 
 // ProcessLive reports whether process id holds its liveness lock now (a

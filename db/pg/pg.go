@@ -37,7 +37,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
-	"github.com/riverqueue/river/rivermigrate"
 
 	"homework/db/sqlstore"
 	"homework/engine/spec"
@@ -182,14 +181,7 @@ func (d *DB) migrate(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	migrator, err := rivermigrate.New(riverpgxv5.New(d.pool), nil)
-	if err != nil {
-		return fmt.Errorf("river migrator: %w", err)
-	}
-	if _, err := migrator.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
-		return fmt.Errorf("river migrations: %w", err)
-	}
-	return nil
+	return sqlstore.MigrateRiver(ctx, riverpgxv5.New(d.pool))
 }
 
 // Tx is a write transaction. Events appended through it are announced to

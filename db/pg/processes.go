@@ -4,6 +4,8 @@ import (
 	"context"
 	"os"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // Heartbeat records that the process with engine id is alive at now, and
@@ -24,17 +26,22 @@ func (d *DB) Heartbeat(ctx context.Context, id string, now time.Time) error {
 func (d *DB) LiveProcesses(ctx context.Context, since time.Time) (map[string]bool, error) {
 	rows, err := d.pool.Query(ctx, `SELECT id FROM processes p WHERE heartbeat_at > $1 AND (liveness_key IS NULL OR `+livenessHeld+`)`,
 		since.UnixMilli())
+	return stringSet(rows, err)
+}
+
+// stringSet reads a query's one text column into a set.
+func stringSet(rows pgx.Rows, err error) (map[string]bool, error) {
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
 	out := map[string]bool{}
 	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
+		var v string
+		if err := rows.Scan(&v); err != nil {
 			return nil, err
 		}
-		out[id] = true
+		out[v] = true
 	}
 	return out, rows.Err()
 }

@@ -9,6 +9,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/riverqueue/river/riverdriver"
+	"github.com/riverqueue/river/rivermigrate"
 )
 
 // Migrate applies the migrations in dir of fsys (NNNN_name.sql), in order,
@@ -68,4 +71,16 @@ func applyMigration(ctx context.Context, version int, base, body string, now fun
 		return err
 	}
 	return commit()
+}
+
+// MigrateRiver applies River's own migrations through driver.
+func MigrateRiver[TTx any](ctx context.Context, driver riverdriver.Driver[TTx]) error {
+	migrator, err := rivermigrate.New(driver, nil)
+	if err != nil {
+		return fmt.Errorf("river migrator: %w", err)
+	}
+	if _, err := migrator.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
+		return fmt.Errorf("river migrations: %w", err)
+	}
+	return nil
 }
