@@ -148,7 +148,6 @@ func Humanize(s string) string {
 
 func queryEscape(s string) string { return url.QueryEscape(s) }
 
-
 func ariaCurrent(b bool) string {
 	if b {
 		return "page"
