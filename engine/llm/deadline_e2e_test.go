@@ -58,6 +58,7 @@ func TestAHangingModelStopsTheRunAtItsRunningTimeBudget(t *testing.T) {
 	if m.Iterations != 1 || m.RunningMS < budget.Milliseconds() || m.RunningMS > (budget+slack).Milliseconds() {
 		t.Fatalf("%d iterations, %d ms running; want 1 iteration cut at the %s budget", m.Iterations, m.RunningMS, budget)
 	}
+	t.Logf("cut at %d ms of running time under a %s budget", m.RunningMS, budget)
 	its := h.iterations(run.ID)
 	if len(its) != 1 || its[0].Status != spec.IterFailed || !strings.Contains(its[0].Error, "ended early") {
 		t.Fatalf("iterations: %+v", its)
@@ -110,6 +111,7 @@ func TestAHangingSummarizerIsCutAtTheIterationDeadline(t *testing.T) {
 	if summarizer == nil || !strings.Contains(summarizer.Error, "deadline") {
 		t.Fatalf("the summarizer's call: %+v; want one, failed at the deadline", summarizer)
 	}
+	t.Logf("the summarizer's call was cut after %d ms under a %s iteration timeout", summarizer.LatencyMS, timeout)
 	if summarizer.LatencyMS > (timeout + slack).Milliseconds() {
 		t.Errorf("the summarizer's call took %d ms under a %s iteration timeout", summarizer.LatencyMS, timeout)
 	}
