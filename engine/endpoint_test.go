@@ -86,3 +86,39 @@ func TestAnOutageIsNamedOverABudgetAndABreaker(t *testing.T) {
 		}
 	}
 }
+
+// TestAnOutageIsNamedOverACutAndEveryBreaker: the outage also names a stop
+// the running-time budget made mid-iteration, and any breaker's; a hang cut
+// by the budget is the budget's.
+func TestAnOutageIsNamedOverACutAndEveryBreaker(t *testing.T) {
+	cfg := &spec.Config{Executor: spec.ExecutorLLM, Budgets: spec.Budgets{MaxRunningMS: 5000}}
+	cut := &budgetReason{spec.StopBudgetTime, "max_running_ms", "Used the running-time budget (5s)."}
+	for _, tc := range []struct {
+		name   string
+		res    spec.Result
+		cut    *budgetReason
+		want   string
+		detail []string
+	}{
+		{"the endpoint's 502 when the time budget cut the iteration", spec.Result{Error: "the model endpoint returned 502: bad gateway", ErrorFingerprint: "model:http_502"},
+			cut, spec.StopModelUnavailable, []string{"502: bad gateway", "running-time budget (5s)"}},
+		{"a hang the time budget cut is the budget's", spec.Result{Error: "ended early: " + cut.detail, ErrorFingerprint: "budget:budget_time"},
+			cut, spec.StopBudgetTime, []string{"running-time budget (5s)"}},
+		{"a stuck loop on an unavailable database is the database's", spec.Result{Error: "could not reach the database: EOF", ErrorFingerprint: storeUnavailableFP, Stuck: "same action erroring 3 times"},
+			nil, spec.StopStoreUnavailable, []string{"EOF", "stuck"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res := tc.res
+			d := decide(gateInput{Config: cfg, Iteration: 1, Result: &res, Metrics: spec.Metrics{Iterations: 1},
+				Signals: computeSignals(&res, nil), Cut: tc.cut})
+			if d.Decision != spec.DecisionStop || d.StopReason != tc.want {
+				t.Fatalf("decision %s, stop %q (%v); want stop %q", d.Decision, d.StopReason, d.Reasons, tc.want)
+			}
+			for _, w := range tc.detail {
+				if detail := joinReasons(d.Reasons); !strings.Contains(detail, w) {
+					t.Errorf("the detail lacks %q: %q", w, detail)
+				}
+			}
+		})
+	}
+}

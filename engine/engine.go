@@ -134,7 +134,11 @@ type Engine struct {
 }
 
 type inflight struct {
-	cancel             context.CancelCauseFunc
+	cancel context.CancelCauseFunc
+	// cut ends the attempt's work (its executor and checks) with a
+	// budgetCut when a budget is used up during it; the attempt goes on to
+	// record its outcome under its lease.
+	cut                context.CancelCauseFunc
 	leash              *proc.Leash // the attempt's processes
 	iteration, attempt int
 	done               chan struct{} // closed when the attempt has returned

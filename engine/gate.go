@@ -30,13 +30,27 @@ func outageFailure(fp string) string {
 	return endpointFailure(fp)
 }
 
-// outageDetail says what kept failing, with its last error.
-func outageDetail(stop, lastErr string) string {
-	what := "the model endpoint kept failing"
-	if stop == spec.StopStoreUnavailable {
-		what = "the database could not be reached"
+// stopFor is the gate's stop when a budget ran out (after the iteration or
+// during it) or a breaker tripped: stop with detail and evidence, unless the
+// iteration failed on an outage. Then the outage names the stop, whatever
+// ran out or tripped with it — raising a budget or a threshold would not
+// help while the endpoint or the database is down — and the detail keeps
+// both, with the outage's last error. This is the one place an outage
+// takes precedence.
+func stopFor(in gateInput, stop string, reasons []string, detail string, evidence *spec.Evidence, falseCompletion bool) spec.Decision {
+	if named := outageFailure(in.Signals.ErrorFP); named != "" {
+		what := "the model endpoint was unavailable"
+		if named == spec.StopStoreUnavailable {
+			what = "the database was unavailable"
+		}
+		detail = fmt.Sprintf("%s (last error: %s); at the same time: %s", what, text.Truncate(in.Result.Error, 300), detail)
+		stop = named
 	}
-	return what + "; last: " + text.Truncate(lastErr, 300)
+	d := spec.Decision{Decision: spec.DecisionStop, StopReason: stop, FalseCompletion: falseCompletion, Reasons: append(reasons, detail)}
+	if evidence != nil {
+		d.Evidence, _ = json.Marshal(evidence)
+	}
+	return d
 }
 
 // endpointFailure returns the stop reason naming a retryable model endpoint
@@ -74,6 +88,10 @@ type gateInput struct {
 	Metrics   spec.Metrics // run totals including this iteration
 	Signals   spec.Signals
 	History   []spec.Signals // earlier iterations, newest first
+	// Cut is the budget used up during the iteration, which ended it at
+	// once (a spending budget after a model call, the running-time budget
+	// at its deadline); nil when none was.
+	Cut *budgetReason
 }
 
 func hashStrings(parts ...string) string {
@@ -162,6 +180,9 @@ func decide(in gateInput) spec.Decision {
 		return spec.Decision{Decision: spec.DecisionStop, StopReason: cmp.Or(res.Fatal.Type, spec.StopError),
 			Reasons: []string{res.Fatal.Detail}, Evidence: res.Fatal.Evidence}
 	}
+	if c := in.Cut; c != nil {
+		return stopFor(in, c.stop, nil, c.detail+" The iteration was ended as soon as it was.", nil, false)
+	}
 	claimed, complete, refused := judgeCompletion(in, failing)
 	if complete != nil {
 		return *complete
@@ -176,28 +197,13 @@ func decide(in gateInput) spec.Decision {
 	}
 	reasons = append(reasons, notDoneReasons(in, failing, claimed)...)
 	if b := budgetExceeded(cfg.Budgets, in.Metrics); b != nil {
-		if named := outageFailure(in.Signals.ErrorFP); named != "" {
-			// The iteration failed on an outage: that is why the run
-			// stops, whatever budget ran out with it.
-			return spec.Decision{Decision: spec.DecisionStop, StopReason: named, FalseCompletion: falseCompletion,
-				Reasons: append(reasons, outageDetail(named, res.Error)+" ("+strings.TrimSuffix(b.detail, ".")+" at the same time).")}
-		}
-		return spec.Decision{Decision: spec.DecisionStop, StopReason: b.stop, FalseCompletion: falseCompletion,
-			Reasons: append(reasons, b.detail)}
+		return stopFor(in, b.stop, reasons, b.detail, nil, falseCompletion)
 	}
 	if d := usageUnknownWait(in, reasons, falseCompletion); d != nil {
 		return *d
 	}
 	if stop, detail, evidence := breakers(in); stop != "" {
-		if named := outageFailure(in.Signals.ErrorFP); named != "" && (stop == spec.StopNoProgress || stop == spec.StopRepeatedError) {
-			// The endpoint or the database, not the work, is what kept
-			// failing: say so, with its last error.
-			stop = named
-			detail = outageDetail(named, res.Error) + " (" + detail + ")"
-		}
-		ev, _ := json.Marshal(evidence)
-		return spec.Decision{Decision: spec.DecisionStop, StopReason: stop, FalseCompletion: falseCompletion,
-			Reasons: append(reasons, detail), Evidence: ev}
+		return stopFor(in, stop, reasons, detail, evidence, falseCompletion)
 	}
 	if cfg.Mode == spec.ModeInteractive {
 		return spec.Decision{Decision: spec.DecisionWait, WaitReason: spec.WaitTurnEnded, FalseCompletion: falseCompletion,

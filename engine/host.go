@@ -19,6 +19,26 @@ type host struct {
 	baseTools int
 	tools     atomic.Int64
 	tr        *transcript // nil outside an iteration (the summarizer)
+	// unavailable is the last error of a store call made for the iteration
+	// that found the store unavailable, nil when none did.
+	unavailable atomic.Pointer[error]
+}
+
+// noteStore keeps err, from a store call made under ctx, when it says the
+// store was unavailable; an error of ctx's own end is not one.
+func (h *host) noteStore(ctx context.Context, err error) {
+	if err != nil && ctx.Err() == nil && h.e.storeUnavailable(err) {
+		h.unavailable.Store(&err)
+	}
+}
+
+// storeError returns the last store error of the iteration that found the
+// store unavailable, or nil.
+func (h *host) storeError() error {
+	if p := h.unavailable.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 func (h *host) Now() time.Time { return h.e.now() }
@@ -27,6 +47,7 @@ func (h *host) Now() time.Time { return h.e.now() }
 // counts against the run's tool-call budget.
 func (h *host) Emit(ctx context.Context, typ spec.EventType, data any) error {
 	_, err := h.e.store.AppendEvent(ctx, h.runID, typ, data)
+	h.noteStore(ctx, err)
 	if typ == spec.EventToolCall && h.budgets != nil && h.budgets.MaxToolCalls > 0 {
 		n := h.baseTools + int(h.tools.Add(1))
 		h.checkBudgets(spec.Metrics{ToolCallsTotal: n})
@@ -87,6 +108,7 @@ func (h *host) RecordLLMCall(ctx context.Context, c spec.LLMCall) error {
 		return err
 	})
 	h.transcribeModelCall(ctx, c)
+	h.noteStore(ctx, err)
 	if err == nil {
 		h.e.metrics.llmTokens.Add(float64(c.PromptTokens + c.CompletionTokens))
 		h.e.metrics.llmCost.Add(c.CostUSD)
@@ -120,7 +142,7 @@ func (e *Engine) cutIteration(runID string, iteration int, r *budgetReason) {
 	f := e.inflight[runID]
 	e.mu.Unlock()
 	if f != nil && f.iteration == iteration {
-		f.cancel(&budgetCut{reason: r})
+		f.cut(&budgetCut{reason: r})
 	}
 }
 

@@ -197,7 +197,9 @@ func reportTitle(status, objective string) string {
 }
 
 // narrate asks the executor's Narrator, if any, for the report narrative,
-// bounded in time. A failure leaves the report without one.
+// under ctx, which carries the iteration's deadline (the summarizer's call
+// is one of the iteration's model calls), and for at most NarrateTimeout.
+// A failure leaves the report without one.
 func (e *Engine) narrate(ctx context.Context, it *iteration, d spec.Decision, res *spec.Result, m spec.Metrics) (string, string) {
 	n, ok := e.executorFor(it.cfg).(Narrator)
 	if !ok {
@@ -210,12 +212,15 @@ func (e *Engine) narrate(ctx context.Context, it *iteration, d spec.Decision, re
 	} else if d.Decision == spec.DecisionFail {
 		status = spec.StatusFailed
 	}
-	err := e.inTx(ctx, func(tx spec.Tx) error {
-		run, err := tx.FindRun(ctx, it.run.ID)
+	// The report's facts are read whatever is left of the deadline.
+	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer rcancel()
+	err := e.inTx(rctx, func(tx spec.Tx) error {
+		run, err := tx.FindRun(rctx, it.run.ID)
 		if err != nil {
 			return err
 		}
-		report, err = e.buildReport(ctx, tx, run, status, &spec.StopReason{Type: cmp.Or(d.StopReason, spec.StopCompleted), Detail: joinReasons(d.Reasons)}, &res.Artifacts)
+		report, err = e.buildReport(rctx, tx, run, status, &spec.StopReason{Type: cmp.Or(d.StopReason, spec.StopCompleted), Detail: joinReasons(d.Reasons)}, &res.Artifacts)
 		if err != nil {
 			return err
 		}
@@ -231,16 +236,7 @@ func (e *Engine) narrate(ctx context.Context, it *iteration, d spec.Decision, re
 	if err != nil {
 		return "", "could not build the report: " + err.Error()
 	}
-	// The summarizer's call is one of the iteration's model calls: it
-	// obeys the iteration's deadline.
-	deadline := time.Now().Add(e.opts.NarrateTimeout)
-	if !it.deadline.IsZero() && it.deadline.Before(deadline) {
-		deadline = it.deadline
-	}
-	if time.Until(deadline) <= 0 {
-		return "", "No summary was written: the iteration's time was used up."
-	}
-	nctx, cancel := context.WithDeadline(ctx, deadline)
+	nctx, cancel := context.WithTimeout(ctx, e.opts.NarrateTimeout)
 	defer cancel()
 	text, err := n.Narrate(nctx, it.run, it.cfg, report)
 	if err != nil {

@@ -85,7 +85,8 @@ var ruleStops = map[string]bool{
 // iteration metrics, breaker history reset after every wait or stop (as
 // historySinceResume does) — and, where the recorded gate continued or
 // stopped for a budget or breaker, asks budgetExceeded and then breakers,
-// exactly as decide does, with the new rules. Completions and waits are
+// exactly as decide does, with the new rules (and, as decide does, names
+// the stop by an outage the iteration failed on). Completions and waits are
 // decided before budgets in decide, so they stand as recorded.
 func ReplayRun(run *spec.Run, cfg *spec.Config, iters []*spec.Iteration, rules spec.WhatIfRules) spec.WhatIfRun {
 	alt := rules.Apply(*cfg)
@@ -101,14 +102,14 @@ func ReplayRun(run *spec.Run, cfg *spec.Config, iters []*spec.Iteration, rules s
 		d := s.gate.Decision
 		rule := d.Decision == spec.DecisionContinue || d.Decision == spec.DecisionStop && ruleStops[d.StopReason]
 		if rule {
-			in := gateInput{Config: &alt, Iteration: s.n, Result: &spec.Result{}, Metrics: total,
+			in := gateInput{Config: &alt, Iteration: s.n, Result: &spec.Result{Error: s.gate.Signals.Failure}, Metrics: total,
 				Signals: s.gate.Signals, History: history}
 			if b := budgetExceeded(alt.Budgets, total); b != nil {
-				r.stopAt(i, b.stop, b.detail)
+				r.stopWith(i, stopFor(in, b.stop, nil, b.detail, nil, false))
 				return r.w
 			}
 			if stop, detail, _ := breakers(in); stop != "" {
-				r.stopAt(i, stop, detail)
+				r.stopWith(i, stopFor(in, stop, nil, detail, nil, false))
 				return r.w
 			}
 		}
@@ -161,6 +162,9 @@ type replay struct {
 	steps []replayStep
 	w     spec.WhatIfRun
 }
+
+// stopWith ends the replay at step i with the gate's stop d.
+func (r *replay) stopWith(i int, d spec.Decision) { r.stopAt(i, d.StopReason, joinReasons(d.Reasons)) }
 
 // stopAt ends the replay at step i and counts what the steps after it cost.
 func (r *replay) stopAt(i int, reason, detail string) {

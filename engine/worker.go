@@ -15,6 +15,7 @@ import (
 	"homework/engine/checks"
 	"homework/engine/proc"
 	"homework/engine/spec"
+	"homework/engine/text"
 )
 
 // IterateArgs are the args of an iterate job: one bounded iteration of a run.
@@ -46,10 +47,6 @@ func (w *iterateWorker) Work(ctx context.Context, job *river.Job[IterateArgs]) e
 
 // iteration is the state of one iteration being worked.
 type iteration struct {
-	// deadline bounds the attempt's model calls, the summarizer's
-	// included: the iteration's timeout from its start, or the end of the
-	// run's running-time budget when that comes first.
-	deadline time.Time
 	run      *spec.Run
 	cfg      *spec.Config
 	row      *spec.Iteration
@@ -67,6 +64,7 @@ type outcome struct {
 	decision     spec.Decision
 	metrics      spec.Metrics
 	status       string
+	narrate      bool // the decision ends the run and wants the report's narrative
 	narrative    string
 	narrativeErr string
 	cut          *budgetReason // a budget used up during the iteration, which it ended
@@ -100,7 +98,9 @@ func (e *Engine) iterate(ctx context.Context, args IterateArgs) error {
 	defer leash.Close()
 	iterCtx, cancel := context.WithCancelCause(proc.WithLeash(ctx, leash))
 	defer cancel(nil)
-	fl := &inflight{cancel: cancel, leash: leash, iteration: it.row.Iteration, attempt: it.row.Attempt, done: make(chan struct{})}
+	workCtx, cut := context.WithCancelCause(iterCtx)
+	defer cut(nil)
+	fl := &inflight{cancel: cancel, cut: cut, leash: leash, iteration: it.row.Iteration, attempt: it.row.Attempt, done: make(chan struct{})}
 	e.track(it.run.ID, fl)
 	defer e.untrack(it.run.ID, fl)
 	// Whatever of the transcript the finishing transaction did not store,
@@ -110,19 +110,8 @@ func (e *Engine) iterate(ctx context.Context, args IterateArgs) error {
 	timeout := e.iterationTimeout(it.cfg)
 	stopRenew := e.holdLease(iterCtx, fl, it, start.Add(e.attemptBound(it.cfg, timeout)))
 	defer stopRenew()
-	began := time.Now() // deadlines are on the real clock, like the timers
-	it.deadline = began.Add(timeout)
-	if left, cut := e.timeLeft(it); cut != nil {
-		// The running-time budget ends the iteration where it stands, like
-		// a cost budget used up by a model call.
-		if end := began.Add(left); end.Before(it.deadline) {
-			it.deadline = end
-		}
-		t := time.AfterFunc(left, func() { cancel(&budgetCut{reason: cut}) })
-		defer t.Stop()
-	}
 
-	out, err := e.work(ctx, iterCtx, it, start, timeout)
+	out, err := e.work(ctx, iterCtx, workCtx, it, start, timeout)
 	if err != nil || out == nil {
 		return err
 	}
@@ -169,11 +158,26 @@ func (e *Engine) iterate(ctx context.Context, args IterateArgs) error {
 // run ends, the summarizer. It returns nil, nil when the attempt must leave
 // no trace (the run was recovered or moved on) and an error when the server
 // is shutting down (the run stays leased and is recovered at the next start).
-func (e *Engine) work(ctx, iterCtx context.Context, it *iteration, start time.Time, timeout time.Duration) (*outcome, error) {
-	execCtx, cancelExec := context.WithTimeout(iterCtx, timeout)
+//
+// The iteration's deadline bounds every model call in it, the summarizer's
+// included: the iteration timeout from the executor's start, not counting
+// the completion checks (which have timeouts of their own), and never past
+// the end of the run's running-time budget, which ends the executor, a
+// check or the summarizer at once and stops the run as budget_time.
+//
+// ctx is the job's, iterCtx the attempt's (canceled when the run is canceled
+// or its lease lost), and workCtx, under it, is cut when a spending budget
+// is used up during the iteration.
+func (e *Engine) work(ctx, iterCtx, workCtx context.Context, it *iteration, start time.Time, timeout time.Duration) (*outcome, error) {
+	budgetEnd, budgetCause := e.runningBudget(it, start)
+	runCtx, cancelRun := context.WithDeadlineCause(workCtx, budgetEnd, budgetCause)
+	defer cancelRun()
+	deadline := time.Now().Add(timeout)
+	execCtx, cancelExec := context.WithDeadline(runCtx, deadline)
 	res, execErr := e.execute(execCtx, it)
 	hostOf(it).closeTranscript()
-	timedOut := errors.Is(execCtx.Err(), context.DeadlineExceeded) && iterCtx.Err() == nil
+	timedOut := errors.Is(execCtx.Err(), context.DeadlineExceeded) && runCtx.Err() == nil
+	ended := execCtx.Err() != nil
 	cancelExec()
 
 	if stop, err := interrupted(ctx, iterCtx); stop {
@@ -183,21 +187,22 @@ func (e *Engine) work(ctx, iterCtx context.Context, it *iteration, start time.Ti
 	if out.res == nil {
 		out.res = &spec.Result{}
 	}
-	out.res.Error, out.res.ErrorFingerprint = e.resultError(out, execErr, timedOut, timeout)
-	var cut *budgetCut
-	if errors.As(context.Cause(iterCtx), &cut) {
-		out.cut = cut.reason
-		out.res.Error, out.res.ErrorFingerprint = "ended early: "+cut.reason.detail, "budget:"+cut.reason.stop
+	out.res.Error, out.res.ErrorFingerprint = resultError(out, execErr, timedOut, timeout)
+	if ended {
+		execErr = nil // its error is the end of its time, whatever it wraps
 	}
-	if len(it.cfg.Completion.Checks) > 0 && out.cut == nil {
-		out.checks = e.runChecks(iterCtx, it, out.res)
+	e.nameStoreOutage(it, out.res, execErr)
+	if len(it.cfg.Completion.Checks) > 0 && budgetCutOf(runCtx) == nil {
+		began := time.Now()
+		out.checks = e.runChecks(runCtx, it, out.res)
 		hostOf(it).transcribeChecks(out.checks)
+		deadline = deadline.Add(time.Since(began))
 		if stop, err := interrupted(ctx, iterCtx); stop {
 			return nil, err
 		}
-		if errors.As(context.Cause(iterCtx), &cut) {
-			out.cut = cut.reason // ended during its checks
-		}
+	}
+	if out.cut = budgetCutOf(runCtx); out.cut != nil && outageFailure(out.res.ErrorFingerprint) == "" {
+		out.res.Error, out.res.ErrorFingerprint = "ended early: "+out.cut.detail, "budget:"+out.cut.stop
 	}
 	// What the executor did is done: a store briefly unreachable must not
 	// throw it away (the iteration would run again).
@@ -206,7 +211,65 @@ func (e *Engine) work(ctx, iterCtx context.Context, it *iteration, start time.Ti
 	}); err != nil {
 		return nil, err
 	}
+	if out.narrate {
+		// Not under runCtx: a tool-call budget used up during the
+		// iteration ended its work, but allows a summary.
+		var cause error // the iteration's deadline
+		if budgetEnd.Before(deadline) {
+			deadline, cause = budgetEnd, budgetCause
+		}
+		nctx, cancel := context.WithDeadlineCause(iterCtx, deadline, cause)
+		out.narrative, out.narrativeErr = e.narrate(nctx, it, out.decision, out.res, out.metrics)
+		cancel()
+		// The summary is part of the iteration: its time counts.
+		out.metrics.RunningMS = it.row.Metrics.RunningMS + e.now().Sub(start).Milliseconds()
+	}
 	return out, nil
+}
+
+// runningBudget returns when the run's running-time budget runs out for
+// the attempt that began at start — after what its earlier iterations (and
+// an interrupted earlier attempt of this one) left of it — and the cause a
+// context ended then carries: a budgetCut naming budget_time. Without a
+// budget the end is a century away.
+func (e *Engine) runningBudget(it *iteration, start time.Time) (time.Time, error) {
+	b := it.cfg.Budgets.MaxRunningMS
+	if b <= 0 {
+		return time.Now().AddDate(100, 0, 0), nil
+	}
+	left := time.Duration(b-it.run.Metrics.RunningMS-it.row.Metrics.RunningMS) * time.Millisecond
+	r := &budgetReason{spec.StopBudgetTime, "max_running_ms", fmt.Sprintf("Used the running-time budget (%s of %s).", fmtMS(b), fmtMS(b))}
+	return time.Now().Add(left - e.now().Sub(start)), &budgetCut{reason: r}
+}
+
+// budgetCutOf returns the budget used up during the iteration whose context
+// is ctx, which ended it, or nil.
+func budgetCutOf(ctx context.Context) *budgetReason {
+	var cut *budgetCut
+	if errors.As(context.Cause(ctx), &cut) {
+		return cut.reason
+	}
+	return nil
+}
+
+// nameStoreOutage names an iteration that failed while the database could
+// not be reached: when the executor's error, or a store call made for the
+// iteration (an event, a model call's usage), found it unreachable, and the
+// iteration failed on something other than the model endpoint, its error
+// becomes the database's, fingerprinted storeUnavailableFP, so the gate
+// names the outage. Its outcome is written once the database answers again
+// (finalWrite). An iteration that did its work although some of its events
+// were lost did not fail and is left as it is.
+func (e *Engine) nameStoreOutage(it *iteration, res *spec.Result, execErr error) {
+	cause := hostOf(it).storeError()
+	if e.storeUnavailable(execErr) {
+		cause = execErr
+	}
+	if cause == nil || res.Error == "" || endpointFailure(res.ErrorFingerprint) != "" {
+		return
+	}
+	res.Error = "could not reach the database: " + text.OneLine(cause.Error(), 500) + " (the iteration's error: " + truncate(res.Error, 1000) + ")"
+	res.ErrorFingerprint = storeUnavailableFP
 }
 
 // interrupted reports whether the attempt must end without an outcome: the
@@ -218,38 +281,18 @@ func interrupted(ctx, iterCtx context.Context) (bool, error) {
 	switch {
 	case errors.Is(cause, errLeaseLost), errors.Is(cause, errRunCanceled):
 		return true, nil
-	case errors.As(cause, new(*budgetCut)) && ctx.Err() == nil:
-		return false, nil
 	case errors.Is(cause, errShutdown) || ctx.Err() != nil:
 		return true, fmt.Errorf("iteration interrupted by shutdown: %w", ctx.Err())
 	}
 	return false, nil
 }
 
-// timeLeft returns how much of the run's running-time budget is left for
-// the iteration, and the budget reason that ends it there; nil when the
-// run has no such budget.
-func (e *Engine) timeLeft(it *iteration) (time.Duration, *budgetReason) {
-	budget := it.cfg.Budgets.MaxRunningMS
-	if budget <= 0 {
-		return 0, nil
-	}
-	// The run's total leaves out this iteration; an earlier attempt's time
-	// is in its row.
-	used := it.run.Metrics.RunningMS + it.row.Metrics.RunningMS
-	left := max(time.Duration(budget-used)*time.Millisecond, 0)
-	return left, &budgetReason{spec.StopBudgetTime, "max_running_ms",
-		fmt.Sprintf("Used the running-time budget (%s).", fmtMS(budget))}
-}
-
 // resultError returns the iteration's error text and fingerprint.
-func (e *Engine) resultError(out *outcome, execErr error, timedOut bool, timeout time.Duration) (string, string) {
+func resultError(out *outcome, execErr error, timedOut bool, timeout time.Duration) (string, string) {
 	res := out.res
 	switch {
 	case timedOut:
 		return fmt.Sprintf("iteration timed out after %s", timeout), "timeout"
-	case execErr != nil && e.storeUnavailable(execErr):
-		return "the database could not be reached: " + truncate(execErr.Error(), 500), storeUnavailableFP
 	case execErr != nil:
 		msg, fp := res.Error, res.ErrorFingerprint
 		if msg == "" {
@@ -271,7 +314,8 @@ func (e *Engine) runChecks(iterCtx context.Context, it *iteration, res *spec.Res
 }
 
 // decideOutcome computes the signals, metrics and the gate's decision, and
-// the narrative when the decision ends the run.
+// whether the decision, which ends the run, wants the report's narrative
+// (then written by work, under the iteration's deadline).
 func (e *Engine) decideOutcome(ctx context.Context, it *iteration, out *outcome, start time.Time) error {
 	res := out.res
 	out.sig = computeSignals(res, out.checks)
@@ -282,11 +326,7 @@ func (e *Engine) decideOutcome(ctx context.Context, it *iteration, out *outcome,
 	total := it.run.Metrics
 	total.Add(m)
 	out.decision = decide(gateInput{Config: it.cfg, Iteration: it.row.Iteration, Result: res, Checks: out.checks,
-		Metrics: total, Signals: out.sig, History: it.history})
-	if out.cut != nil {
-		out.decision = spec.Decision{Decision: spec.DecisionStop, StopReason: out.cut.stop,
-			Reasons: []string{out.cut.detail + " The iteration was ended as soon as it was."}}
-	}
+		Metrics: total, Signals: out.sig, History: it.history, Cut: out.cut})
 	if out.decision.FalseCompletion {
 		m.FalseCompletionsBlocked = 1
 	}
@@ -295,18 +335,20 @@ func (e *Engine) decideOutcome(ctx context.Context, it *iteration, out *outcome,
 	if res.Error != "" {
 		out.status = spec.IterFailed
 	}
+	out.narrate, out.narrativeErr = false, ""
 	switch {
-	case ending(out.decision) && res.Fatal != nil:
+	case !ending(out.decision):
+	case res.Fatal != nil:
 		// The endpoint refused the run; asking it for a summary would fail too.
 		out.narrativeErr = "No summary was written: " + res.Fatal.Detail
 	case out.cut != nil && out.cut.stop != spec.StopBudgetToolCalls:
 		// Asking the model for a summary would spend past the budget.
 		out.narrativeErr = "No summary was written: the run's budget was used up during its last iteration."
-	case ending(out.decision) && endpointFailure(res.ErrorFingerprint) != "":
+	case endpointFailure(res.ErrorFingerprint) != "":
 		// The endpoint just failed; it is not asked again for a summary.
 		out.narrativeErr = "No summary was written: the model endpoint had just failed (" + truncate(res.Error, 300) + ")."
-	case ending(out.decision):
-		out.narrative, out.narrativeErr = e.narrate(ctx, it, out.decision, res, m)
+	default:
+		out.narrate = true
 	}
 	return nil
 }

@@ -200,7 +200,7 @@ func StopReasonChart(f spec.Figures) BarChart {
 			class = "c-completed"
 		case "canceled":
 			class = "c-canceled"
-		case "error", "interrupted":
+		case spec.StopError, spec.StopInterrupted, spec.StopModelUnavailable, spec.StopRateLimited, spec.StopStoreUnavailable:
 			class = "c-failed"
 		}
 		c.Bars = append(c.Bars, Bar{Label: k, Value: float64(f.StopReasons[k]), Display: strconv.Itoa(f.StopReasons[k]), Class: class})

@@ -201,6 +201,10 @@ type listener struct {
 	onErr       func(error)
 	cancel      context.CancelFunc
 	done        chan struct{}
+	// last is the highest event id known to be delivered: at a
+	// reconnection, the events committed after it while the connection
+	// was lost are read back and handed on (catchUp).
+	last int64
 }
 
 func startListener(ctx context.Context, d *DB, opts Options) (*listener, error) {
@@ -208,9 +212,14 @@ func startListener(ctx context.Context, d *DB, opts Options) (*listener, error) 
 	if err != nil {
 		return nil, err
 	}
+	var last int64
+	if err := d.pool.QueryRow(ctx, `SELECT COALESCE(MAX(id), 0) FROM events`).Scan(&last); err != nil {
+		conn.Close(ctx)
+		return nil, fmt.Errorf("pg: listener start: %w", err)
+	}
 	lctx, cancel := context.WithCancel(context.Background())
 	l := &listener{d: d, publish: opts.OnEvents, onInterrupt: opts.OnInterrupt, onErr: opts.OnListenError,
-		cancel: cancel, done: make(chan struct{})}
+		cancel: cancel, done: make(chan struct{}), last: last}
 	go l.loop(lctx, conn)
 	return l, nil
 }
@@ -255,6 +264,9 @@ func (l *listener) loop(ctx context.Context, conn *pgx.Conn) {
 				continue
 			}
 			conn = c
+			if err := l.catchUp(ctx); err != nil && ctx.Err() == nil && l.onErr != nil {
+				l.onErr(err)
+			}
 		}
 		n, err := conn.WaitForNotification(ctx)
 		if err != nil {
@@ -286,8 +298,39 @@ func (l *listener) loop(ctx context.Context, conn *pgx.Conn) {
 			}
 			continue
 		}
-		if len(evs) > 0 {
-			l.publish(evs)
+		l.deliver(evs)
+	}
+}
+
+// deliver hands evs on and remembers the highest id.
+func (l *listener) deliver(evs []*spec.Event) {
+	if len(evs) == 0 {
+		return
+	}
+	for _, e := range evs {
+		l.last = max(l.last, e.ID)
+	}
+	l.publish(evs)
+}
+
+// catchUp hands on, after a reconnection, the events committed since the
+// last one delivered, which no notification announced while the
+// connection was lost: a subscriber following a run would otherwise not
+// hear of them until the run's next event (and never, after its last).
+// Events committed since the LISTEN may come again by their notification;
+// subscribers skip what they have.
+func (l *listener) catchUp(ctx context.Context) error {
+	if l.publish == nil {
+		return nil
+	}
+	for {
+		evs, err := sqlstore.ScanEvents(pgConn{l.d.pool}.Query(ctx, `SELECT `+sqlstore.EventColumns+` FROM events WHERE id > ? ORDER BY id LIMIT 1000`, l.last))
+		if err != nil {
+			return fmt.Errorf("pg: catch up on events: %w", err)
+		}
+		l.deliver(evs)
+		if len(evs) < 1000 {
+			return nil
 		}
 	}
 }

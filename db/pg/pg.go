@@ -66,9 +66,10 @@ type Options struct {
 	// (Interrupt), so this process stops the run's iteration if it works
 	// it. It must not block.
 	OnInterrupt func(runID string)
-	// OnListenError is told when the event listener lost its connection;
-	// events committed meanwhile were not delivered and subscribers must
-	// replay from the database. It may be nil.
+	// OnListenError is told when the event listener lost its connection
+	// (or failed to catch up after it): events committed meanwhile are
+	// handed to OnEvents, read from the database, once it is back. It may
+	// be nil.
 	OnListenError func(error)
 }
 

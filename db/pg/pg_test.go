@@ -371,3 +371,52 @@ func TestATransactionOfManyEventsIsAnnouncedWhole(t *testing.T) {
 		}
 	}
 }
+
+// TestTheListenerCatchesUpAfterALostConnection: events committed while a
+// store's listening connection is cut off from the database reach its
+// OnEvents once the connection is back, read from the database: no later
+// event is needed to reveal them (a run's last event has none after it).
+func TestTheListenerCatchesUpAfterALostConnection(t *testing.T) {
+	url := pgtest.NewDatabase(t)
+	ctx := context.Background()
+	writer := open(t, url, nil)
+	proxy, via := pgtest.NewProxy(t, url)
+	got := make(chan *spec.Event, 100)
+	lost := make(chan struct{}, 10)
+	d, err := pg.Open(ctx, pg.Options{URL: via, OnEvents: func(evs []*spec.Event) {
+		for _, e := range evs {
+			got <- e
+		}
+	}, OnListenError: func(error) { lost <- struct{}{} }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	u, err := writer.CreateUser(ctx, "a@example.com", "h", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := &spec.Run{ID: "r", UserID: u.ID, Objective: "o", Mode: spec.ModeAuto, Executor: spec.ExecutorScript,
+		Config: []byte(`{}`), Status: spec.StatusQueued}
+	if err := writer.WriteTx(ctx, func(tx spec.Tx) error { return tx.InsertRun(ctx, run) }); err != nil {
+		t.Fatal(err)
+	}
+	proxy.Cut()
+	<-lost // the listener knows its connection is gone
+	for i := range 3 {
+		if _, err := writer.AppendEvent(ctx, "r", spec.EventToolCall, map[string]int{"i": i}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	proxy.Mend()
+	for want := int64(1); want <= 3; want++ {
+		select {
+		case e := <-got:
+			if e.RunID != "r" || e.Seq != want {
+				t.Fatalf("event %d: run %s seq %d", want, e.RunID, e.Seq)
+			}
+		case <-time.After(time.Minute): // a guard, not a measurement
+			t.Fatalf("event %d never arrived after the connection came back", want)
+		}
+	}
+}

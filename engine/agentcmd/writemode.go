@@ -13,7 +13,7 @@ import (
 // StopReadOnlyViolation is the stop reason of a read_only run (or an
 // approve_plan run's planning iteration) whose agent changed the work
 // directory anyway.
-const StopReadOnlyViolation = "read_only_violation"
+const StopReadOnlyViolation = spec.StopReadOnlyViolation
 
 // PlanFile is where an approve_plan run's agent may write its plan.
 const PlanFile = ".homework/plan.md"

@@ -177,6 +177,12 @@ func (e *Executor) chat(ctx context.Context, rec func(context.Context, spec.LLMC
 	role, model string, req openai.ChatCompletionRequest) (openai.ChatCompletionResponse, error) {
 	req.Model = model
 	for attempt := 0; ; attempt++ {
+		if err := ctx.Err(); err != nil && attempt == 0 {
+			// The iteration's deadline has passed (or it was canceled): no
+			// call is made, so none is recorded.
+			return openai.ChatCompletionResponse{}, &ModelError{Fingerprint: "model:not_called", Err: err,
+				Message: "no model call was made: the iteration's deadline had passed or it was canceled"}
+		}
 		slot := &retrySlot{}
 		start := time.Now()
 		resp, err := e.client.CreateChatCompletion(context.WithValue(ctx, retrySlotKey{}, slot), req)
@@ -202,6 +208,13 @@ func (e *Executor) chat(ctx context.Context, rec func(context.Context, spec.LLMC
 		var me *ModelError
 		if err != nil {
 			me = classify(err)
+			if ctx.Err() != nil && me.Status == 0 {
+				// The call ended with the iteration's deadline or cancel,
+				// whatever the transport's error says (it carries the
+				// context's cause).
+				me = classify(ctx.Err())
+				me.Err = err
+			}
 			call.Error = me.Message
 		}
 		u.add(call)

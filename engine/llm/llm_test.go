@@ -421,6 +421,23 @@ func TestModelErrors(t *testing.T) {
 		}
 	})
 
+	t.Run("a Retry-After past the iteration's deadline is not waited for", func(t *testing.T) {
+		// The fixture's iteration has 30 s; the endpoint asks for an hour.
+		f := newFixture(t, spec.Config{}, func(o *Options) { o.MaxRetryDelay = 2 * time.Hour },
+			llmtest.Reply{Status: 503, Content: "come back later", Header: map[string]string{"Retry-After": "3600"}})
+		res, err := f.iterate(f.input(1))
+		var me *ModelError
+		if !errors.As(err, &me) || me.Status != 503 || me.RetryAfter != time.Hour {
+			t.Fatalf("err = %v; want the endpoint's 503 with its Retry-After, not the deadline", err)
+		}
+		if res.ErrorFingerprint != "model:http_503" || !strings.Contains(res.Error, "come back later") {
+			t.Errorf("result error %q (%s)", res.Error, res.ErrorFingerprint)
+		}
+		if n := len(f.srv.Requests()); n != 1 {
+			t.Errorf("requests = %d, want 1", n)
+		}
+	})
+
 	t.Run("5xx is retried with backoff then fails with a fingerprint", func(t *testing.T) {
 		f := newFixture(t, spec.Config{}, nil, llmtest.Error(502, "bad gateway"), llmtest.Error(502, "bad gateway"), llmtest.Error(502, "bad gateway"))
 		res, err := f.iterate(f.input(1))

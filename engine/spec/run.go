@@ -27,29 +27,42 @@ func IsTerminalStatus(s string) bool {
 // Stop reasons: the Type of a run's StopReason (and of a report's
 // StoppingReason).
 const (
-	StopCompleted         = "completed"
-	StopMaxIterations     = "max_iterations"
-	StopBudgetTime        = "budget_time"
-	StopBudgetTokens      = "budget_tokens"
-	StopBudgetCost        = "budget_cost"
-	StopBudgetToolCalls   = "budget_tool_calls"
-	StopNoProgress        = "no_progress"
-	StopRepeatedError     = "repeated_error"
-	StopQualityRegression = "quality_regression"
-	StopStuck             = "stuck"
-	StopBlocked           = "blocked"
-	StopCanceled          = "canceled"
-	StopError             = "error"
-	StopInterrupted       = "interrupted"
+	StopCompleted         = "completed"          // the completion contract was met
+	StopMaxIterations     = "max_iterations"     // budgets.max_iterations ran out
+	StopBudgetTime        = "budget_time"        // budgets.max_running_ms ran out, mid-iteration included
+	StopBudgetTokens      = "budget_tokens"      // budgets.max_total_tokens ran out
+	StopBudgetCost        = "budget_cost"        // budgets.max_cost_usd ran out
+	StopBudgetToolCalls   = "budget_tool_calls"  // budgets.max_tool_calls ran out
+	StopNoProgress        = "no_progress"        // the same progress (or a cycle of states) for breakers.no_progress iterations
+	StopRepeatedError     = "repeated_error"     // the same error for breakers.repeated_error iterations
+	StopQualityRegression = "quality_regression" // the check score fell three iterations in a row
+	StopStuck             = "stuck"              // a stuck pattern of the tool loop
+	StopBlocked           = "blocked"            // the agent reported it cannot go on
+	StopCanceled          = "canceled"           // the person canceled the run
+	StopError             = "error"              // a failure the run cannot get past (a refused key, a missing executor)
+	StopInterrupted       = "interrupted"        // the run's iteration was interrupted and not resumed
+	// StopReadOnlyViolation: a read_only (or plan-phase) command run changed
+	// its work directory.
+	StopReadOnlyViolation = "read_only_violation"
 	// StopModelUnavailable and StopRateLimited name a model endpoint that
-	// kept failing (5xx, network, timeouts; 429) until a breaker tripped or
-	// a budget ran out; StopStoreUnavailable names the database likewise.
-	// They win over the budget that ran out at the same time: the outage is
-	// what a person must know about.
+	// failed the run's last iteration (5xx, network, timeouts; 429) when a
+	// budget ran out or a breaker tripped: the outage, not the budget or the
+	// breaker, is what stopped the run (raising a budget would not help).
+	// The detail has the endpoint's last error.
 	StopModelUnavailable = "model_unavailable"
 	StopRateLimited      = "rate_limited"
+	// StopStoreUnavailable names a database that could not be reached
+	// during the run's last iteration, failing it (its outcome was written
+	// once the database answered again), when a budget ran out or a breaker
+	// tripped. The detail has the database's last error.
 	StopStoreUnavailable = "store_unavailable"
 )
+
+// StopReasons lists every stop reason, for filters and labels.
+var StopReasons = []string{StopCompleted, StopMaxIterations, StopBudgetTime, StopBudgetTokens, StopBudgetCost,
+	StopBudgetToolCalls, StopNoProgress, StopRepeatedError, StopQualityRegression, StopStuck, StopBlocked,
+	StopModelUnavailable, StopRateLimited, StopStoreUnavailable, StopReadOnlyViolation, StopCanceled, StopError,
+	StopInterrupted}
 
 // Wait reasons: the Reason of a waiting_on_user run's Waiting.
 const (
