@@ -85,6 +85,12 @@ func (s *Server) errorHandler(c *fiber.Ctx, err error) error {
 	} else if spec.ErrorCode(err) == spec.EINTERNAL {
 		s.log.Error("unhandled error", "method", c.Method(), "path", c.Path(), "err", err)
 	}
+	// A request refused before it was read to its end leaves input on the
+	// connection, which fasthttp closes after this answer: linger, so the
+	// client reads the answer rather than a reset.
+	if status == fiber.StatusRequestHeaderFieldsTooLarge || status == fiber.StatusRequestEntityTooLarge {
+		lingerOnClose(c.Context().Conn())
+	}
 	// A request whose headers were too large was never parsed: its path is
 	// unknown, so it gets the API's JSON shape, which any client can read.
 	if isAPI(c) || status == fiber.StatusRequestHeaderFieldsTooLarge {

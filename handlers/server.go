@@ -40,6 +40,11 @@ type Options struct {
 	InsecureCookies bool
 	// Heartbeat is the SSE ping interval; default 15 s.
 	Heartbeat time.Duration
+	// WriteTimeout bounds every write to a client: a response must be
+	// taken within it, and an event stream is cut when a write to it (an
+	// event, a page of replay, a ping) is not taken within it — a client
+	// that stops reading is let go, with its buffers. Default 30 s.
+	WriteTimeout time.Duration
 	// BodyLimit bounds request bodies; default 1 MiB.
 	BodyLimit int
 	// LLMConfigured tells pages whether a model endpoint is set.
@@ -88,6 +93,9 @@ func New(opts Options) (*Server, error) {
 	if opts.Heartbeat <= 0 {
 		opts.Heartbeat = 15 * time.Second
 	}
+	if opts.WriteTimeout <= 0 {
+		opts.WriteTimeout = 30 * time.Second
+	}
 	if opts.BodyLimit <= 0 {
 		opts.BodyLimit = 1 << 20
 	}
@@ -105,10 +113,11 @@ func New(opts Options) (*Server, error) {
 		s.verifier.clock = func() int64 { return bus.Published() + s.beat.ticks.Load() }
 	}
 	s.app = fiber.New(fiber.Config{
-		AppName:               "homework",
-		BodyLimit:             opts.BodyLimit,
-		ReadTimeout:           30 * time.Second,
-		WriteTimeout:          0, // streams must not be cut
+		AppName:     "homework",
+		BodyLimit:   opts.BodyLimit,
+		ReadTimeout: 30 * time.Second,
+		// Per response; an event stream re-arms it before each write.
+		WriteTimeout:          opts.WriteTimeout,
 		IdleTimeout:           120 * time.Second,
 		DisableStartupMessage: true,
 		ErrorHandler:          s.errorHandler,
@@ -118,11 +127,16 @@ func New(opts Options) (*Server, error) {
 	s.app.Use(recover.New(recover.Config{EnableStackTrace: false}))
 	s.app.Use(s.securityHeaders)
 	s.routes()
+	if err := opts.Registry.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "homework_sse_streams", Help: "Open event streams (run streams and dashboard feeds)."},
+		func() float64 { return float64(s.streams.count()) })); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 
 // Serve serves HTTP on ln until Shutdown.
-func (s *Server) Serve(ln net.Listener) error { return s.app.Listener(ln) }
+func (s *Server) Serve(ln net.Listener) error { return s.app.Listener(lingerListener{ln}) }
 
 // Shutdown ends open streams, then stops the server, waiting at most until
 // ctx ends for in-flight requests, and for the streams' shared heartbeat
