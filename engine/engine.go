@@ -169,7 +169,7 @@ func New(opts Options) (*Engine, error) {
 	e := &Engine{
 		opts:     opts,
 		bus:      opts.Bus,
-		log:      opts.Logger,
+		log:      opts.Logger.With("component", "engine"),
 		now:      opts.Now,
 		id:       hex.EncodeToString(b),
 		store:    opts.Backend.store,

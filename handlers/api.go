@@ -236,13 +236,8 @@ func (s *Server) apiSearch(c *fiber.Ctx) error {
 	if q == "" {
 		return s.jsonError(c, spec.FieldError("q", "Search query is empty."))
 	}
-	if len(q) > 1000 {
-		return s.jsonError(c, spec.FieldError("q", "Search query is too long (limit 1,000 bytes)."))
-	}
-	if strings.ContainsRune(q, 0) {
-		// SQLite's full-text query parser ends a string at a NUL byte and
-		// fails with a syntax error.
-		return s.jsonError(c, spec.FieldError("q", "Search query must not contain NUL characters."))
+	if err := searchText("q", q, 1000); err != nil {
+		return s.jsonError(c, err)
 	}
 	limit, err := queryInt(c, "limit", 20, 1, 100)
 	if err != nil {

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"homework/engine/spec"
 
@@ -114,6 +116,25 @@ func queryInt(c *fiber.Ctx, name string, def, lo, hi int64) (int64, error) {
 		return 0, spec.FieldError(name, "%s must be a whole number from %d to %d.", name, lo, hi)
 	}
 	return n, nil
+}
+
+// searchText validates the search text q of the query parameter name: valid
+// UTF-8 of at most max characters with no control characters (a NUL would
+// end the full-text query early, and none has a meaning in a search). The
+// error names the parameter.
+func searchText(name, q string, max int) error {
+	if !utf8.ValidString(q) {
+		return spec.FieldError(name, "The search is not valid UTF-8 text.")
+	}
+	if utf8.RuneCountInString(q) > max {
+		return spec.FieldError(name, "The search must be at most %d characters.", max)
+	}
+	for _, r := range q {
+		if unicode.IsControl(r) {
+			return spec.FieldError(name, "The search must not contain control characters (found %U).", r)
+		}
+	}
+	return nil
 }
 
 // parseID parses a positive integer id.

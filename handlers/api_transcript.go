@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"homework/engine/spec"
+	textutil "homework/engine/text"
 
 	"github.com/gofiber/fiber/v2"
 )
@@ -130,16 +131,18 @@ func transcriptText(runID string, t *spec.Transcript) []byte {
 	w := bufio.NewWriter(&buf)
 	fmt.Fprintf(w, "# run %s, iteration %d: %d lines, %d bytes\n", runID, t.Info.Iteration, t.Info.Lines, t.Info.Bytes)
 	for _, l := range t.Lines {
-		fmt.Fprintf(w, "\n[%s] %s\n", l.CreatedAt.Format("15:04:05"), transcriptHeading(l))
-		text := l.Text
+		fmt.Fprintf(w, "\n[%s] %s\n", l.CreatedAt.Format("15:04:05"), textutil.VisibleControls(transcriptHeading(l)))
+		// An agent's raw bytes are shown, never passed through: a NUL or
+		// a terminal control in its output reaches the reader as an escape.
+		body := textutil.VisibleControls(l.Text)
 		if l.Kind == "output" {
-			w.WriteString(text)
-			if !strings.HasSuffix(text, "\n") {
+			w.WriteString(body)
+			if !strings.HasSuffix(body, "\n") {
 				w.WriteString("\n")
 			}
 			continue
 		}
-		for _, line := range strings.Split(strings.TrimRight(text, "\n"), "\n") {
+		for _, line := range strings.Split(strings.TrimRight(body, "\n"), "\n") {
 			w.WriteString("    " + line + "\n")
 		}
 	}

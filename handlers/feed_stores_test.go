@@ -26,7 +26,7 @@ func TestUserFeedStreamUnderConcurrentWriters(t *testing.T) {
 		ts.waitStatus(t, alice, id, spec.StatusCompleted)
 		runs = append(runs, id)
 	}
-	c := ts.openSSE(t, alice, "/api/events")
+	c := ts.openSSE(t, alice, "/api/events?since=0")
 	// The replay of the runs' own events comes first; writers start after.
 	var lastID int64
 	for {

@@ -362,8 +362,8 @@ func (s *Server) runLog(c *fiber.Ctx) error {
 // runLogSearch renders the transcript lines of the run matching ?q=.
 func (s *Server) runLogSearch(c *fiber.Ctx) error {
 	q := strings.TrimSpace(c.Query("q"))
-	if len(q) > 200 {
-		return s.pageError(c, spec.FieldError("q", "The search is too long."))
+	if err := searchText("q", q, 200); err != nil {
+		return s.pageError(c, err)
 	}
 	var hits []*spec.TranscriptLine
 	if q != "" {

@@ -92,9 +92,10 @@ func TestBudgetMinutesThatOverflowAreRefused(t *testing.T) {
 	})
 }
 
-func TestSearchWithANulByteIsABadRequest(t *testing.T) {
+func TestSearchWithAControlByteIsABadRequest(t *testing.T) {
 	ts := newTestServer(t, nil)
 	u := ts.user(t, "ada@example.com")
 	ts.expectError(t, u, "GET", "/api/search?q=a%00b", nil, http.StatusBadRequest, spec.EINVALID, "q")
-	ts.expect(t, u, "GET", "/api/search?q=a%01b", nil, http.StatusOK, nil)
+	ts.expectError(t, u, "GET", "/api/search?q=a%01b", nil, http.StatusBadRequest, spec.EINVALID, "q")
+	ts.expect(t, u, "GET", "/api/search?q=a%20b", nil, http.StatusOK, nil)
 }

@@ -57,6 +57,12 @@ func (r *streamRegistry) add(st *streamer) {
 	r.mu.Unlock()
 }
 
+func (r *streamRegistry) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.streams)
+}
+
 func (r *streamRegistry) remove(st *streamer) {
 	r.mu.Lock()
 	delete(r.streams, st)

@@ -41,7 +41,7 @@ func TestSSEEndsWithinAHeartbeatOfATokenRevokedElsewhere(t *testing.T) {
 	id := ts.createRun(t, alice, askStep("q"))
 	ts.waitStatus(t, alice, id, spec.StatusWaiting)
 	streamer := &testUser{User: alice.User, Token: secret}
-	feed := ts.openSSE(t, streamer, "/api/events")
+	feed := ts.openSSE(t, streamer, "/api/events?since=0")
 	run := ts.openSSE(t, streamer, "/api/runs/"+id+"/events")
 	for _, c := range []*sseConn{feed, run} {
 		if _, err := c.NextEvent(); err != nil {
@@ -57,7 +57,7 @@ func TestSSEEndsWithinAHeartbeatOfATokenRevokedElsewhere(t *testing.T) {
 		c.endsWithin(t, 5*time.Second)
 	}
 	// The other token's streams are untouched.
-	other := ts.openSSE(t, alice, "/api/events")
+	other := ts.openSSE(t, alice, "/api/events?since=0")
 	if _, err := other.NextEvent(); err != nil {
 		t.Fatalf("a stream of another token: %v", err)
 	}

@@ -4,7 +4,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"homework/engine"
 	"homework/engine/spec"
@@ -53,8 +52,8 @@ func runFilterQuery(c *fiber.Ctx) (views.RunListFilter, spec.RunFilter, error) {
 		return v, f, spec.FieldError("status", "Unknown status %q; use one of %s.", v.Status, strings.Join(spec.Statuses, ", "))
 	case v.Sort != "" && !slices.Contains(spec.RunSorts, v.Sort):
 		return v, f, spec.FieldError("sort", "Unknown sort %q; use one of %s.", v.Sort, strings.Join(spec.RunSorts, ", "))
-	case utf8.RuneCountInString(v.Query) > 200 || !utf8.ValidString(v.Query):
-		return v, f, spec.FieldError("q", "The search text must be at most 200 characters.")
+	case v.Query != "" && searchText("q", v.Query, 200) != nil:
+		return v, f, searchText("q", v.Query, 200)
 	case len(v.Executor) > 40 || len(v.StopType) > 40:
 		return v, f, spec.FieldError("executor", "Unknown executor or stop reason.")
 	}

@@ -2,12 +2,16 @@ package handlers
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"math"
+	"net"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"homework/engine/spec"
 
@@ -36,6 +40,12 @@ import (
 // noticed (its flush fails). Before anything is sent, events or ping, the
 // stream's credential is re-checked (see sse_verify.go): a stream ends,
 // sending nothing more, as soon as its credential is revoked anywhere.
+//
+// A stream never holds the server: every send (an event, a page of replay,
+// a ping) must be taken by the client within Options.WriteTimeout, or the
+// connection is cut and the stream ends, freeing its buffers. A client that
+// stops reading is let go that way; it reconnects with Last-Event-ID and
+// misses nothing. The bus buffers sseBuffer events per stream at most.
 
 const (
 	// sseBuffer is the bus buffer of one stream. A stream that falls
@@ -120,18 +130,32 @@ func (s *Server) apiRunEvents(c *fiber.Ctx) error {
 }
 
 // apiUserEvents handles GET /api/events: every event of the caller's runs,
-// with the global event id as cursor. As SSE it never ends by itself.
+// with the global event id as cursor. As SSE it never ends by itself and
+// starts at the newest event unless given a cursor.
 func (s *Server) apiUserEvents(c *fiber.Ctx) error {
 	u := userOf(c)
 	userID := u.ID
 	if !wantsEventStream(c) {
 		return s.userEventsPage(c, userID)
 	}
-	param := "since_id"
-	if c.Query("since_id") == "" && c.Query("since_seq") != "" {
-		param = "since_seq"
+	// The feed starts at now unless asked for more: a dashboard that
+	// connects wants what happens next, not the user's whole history.
+	// Last-Event-ID (a reconnect) or ?since= (since_id, since_seq) picks
+	// the cursor; since=0 replays everything.
+	param := ""
+	for _, p := range []string{"since", "since_id", "since_seq"} {
+		if c.Query(p) != "" {
+			param = p
+			break
+		}
 	}
-	cursor, err := streamCursor(c, param)
+	var cursor int64
+	var err error
+	if param == "" && strings.TrimSpace(c.Get("Last-Event-ID")) == "" {
+		cursor, err = s.db.LastUserEventID(c.UserContext(), userID)
+	} else {
+		cursor, err = streamCursor(c, cmp.Or(param, "since"))
+	}
 	if err != nil {
 		return s.jsonError(c, err)
 	}
@@ -207,10 +231,17 @@ func (s *Server) startStream(c *fiber.Ctx, src *streamSource, cursor int64) erro
 	c.Set(fiber.HeaderConnection, "keep-alive")
 	c.Set("X-Accel-Buffering", "no")
 	c.Status(fiber.StatusOK)
-	st := &streamer{s: s, src: src, last: cursor, cred: credentialOf(c, userOf(c).ID), revokedC: make(chan struct{})}
+	st := &streamer{s: s, src: src, last: cursor, cred: credentialOf(c, userOf(c).ID), revokedC: make(chan struct{}),
+		conn: c.Context().Conn()}
 	s.streams.add(st)
 	c.Context().SetBodyStreamWriter(func(w *bufio.Writer) {
 		defer s.streams.remove(st)
+		defer func() {
+			// fasthttp would recover it silently and drop the connection.
+			if r := recover(); r != nil {
+				s.log.Error("event stream panicked", "panic", r, "stack", string(debug.Stack()))
+			}
+		}()
 		st.w = w
 		st.run()
 	})
@@ -224,6 +255,7 @@ func (s *Server) startStream(c *fiber.Ctx, src *streamSource, cursor int64) erro
 type streamer struct {
 	s     *Server
 	w     *bufio.Writer
+	conn  net.Conn // the client's connection, whose write deadline bounds each send
 	src   *streamSource
 	last  int64 // the cursor of the last event sent
 	ended bool  // a run stream sent its terminal event
@@ -241,9 +273,26 @@ type streamer struct {
 // errRevoked ends a stream whose credential was revoked.
 var errRevoked = errors.New("the stream's credential was revoked")
 
+// arm gives the writes of one send (whatever is written up to the next
+// arm) the write timeout: fasthttp copies what the stream writes to the
+// connection, and a copy the client does not take by then fails, which
+// closes the stream's pipe and so fails its next write or flush.
+func (st *streamer) arm() {
+	if st.conn != nil {
+		st.conn.SetWriteDeadline(time.Now().Add(st.s.opts.WriteTimeout))
+	}
+}
+
+// flush sends what is buffered, within the write timeout.
+func (st *streamer) flush() error {
+	st.arm()
+	return st.w.Flush()
+}
+
 func (st *streamer) run() {
 	ctx := st.s.ctx
-	if _, err := st.w.WriteString("retry: 3000\n\n"); err != nil || st.w.Flush() != nil {
+	st.arm()
+	if _, err := st.w.WriteString("retry: 3000\n\n"); err != nil || st.flush() != nil {
 		return
 	}
 	if st.src.finished {
@@ -285,7 +334,8 @@ func (st *streamer) live(ctx context.Context, sub *engine.Subscription) bool {
 			if st.verify(ctx, st.s.verifier.clock()) != nil {
 				return false
 			}
-			if _, err := st.w.WriteString(": ping\n\n"); err != nil || st.w.Flush() != nil {
+			st.arm()
+			if _, err := st.w.WriteString(": ping\n\n"); err != nil || st.flush() != nil {
 				return false
 			}
 		case e, ok := <-sub.C:
@@ -312,9 +362,10 @@ func (st *streamer) live(ctx context.Context, sub *engine.Subscription) bool {
 			// Every event in batch was published before the clock
 			// reached after.
 			after := st.s.verifier.clock()
+			st.arm()
 			err := st.liveBatch(ctx, batch, after)
 			clear(batch)
-			if err != nil || st.w.Flush() != nil || st.ended {
+			if err != nil || st.flush() != nil || st.ended {
 				return false
 			}
 			if closed {
@@ -395,6 +446,7 @@ func (st *streamer) replay(ctx context.Context) error {
 				return err
 			}
 		}
+		st.arm()
 		for _, e := range evs {
 			if err := st.write(e); err != nil {
 				return err
@@ -404,7 +456,7 @@ func (st *streamer) replay(ctx context.Context) error {
 				break
 			}
 		}
-		if err := st.w.Flush(); err != nil {
+		if err := st.flush(); err != nil {
 			return err
 		}
 		if st.ended || len(evs) < sseReplayPage {

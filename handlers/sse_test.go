@@ -249,7 +249,7 @@ func TestSSEClientGoneUnsubscribes(t *testing.T) {
 	ts.waitStatus(t, alice, id, spec.StatusWaiting)
 	base := ts.Bus.Subscribers()
 	run := ts.openSSE(t, alice, "/api/runs/"+id+"/events")
-	feed := ts.openSSE(t, alice, "/api/events")
+	feed := ts.openSSE(t, alice, "/api/events?since=0")
 	// A stream subscribes before it replays, so its first event means it is
 	// subscribed.
 	for _, c := range []*sseConn{run, feed} {
@@ -306,7 +306,7 @@ func TestSSEUserFeed(t *testing.T) {
 	b1 := ts.createRun(t, bob, doneStep("done"))
 	ts.waitStatus(t, bob, b1, spec.StatusCompleted)
 
-	c := ts.openSSE(t, alice, "/api/events")
+	c := ts.openSSE(t, alice, "/api/events?since=0")
 	var msgs []sseMsg
 	// readUntil reads alice's feed until runID's run_completed, checking
 	// that ids rise and that bob's events never appear.

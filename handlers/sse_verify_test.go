@@ -44,7 +44,7 @@ func TestCredentialsRevokedElsewhereSendNothingMore(t *testing.T) {
 	bySession := &sseConn{Resp: resp, r: bufio.NewReader(resp.Body)}
 	t.Cleanup(bySession.Close)
 	byToken := ts.openSSE(t, streamer, "/api/runs/"+id+"/events")
-	feed := ts.openSSE(t, streamer, "/api/events")
+	feed := ts.openSSE(t, streamer, "/api/events?since=0")
 	kept := ts.openSSE(t, writer, "/api/runs/"+id+"/events")
 	// Read everything already written, so what follows the revocation is new.
 	before := lastSeq(t, ts, id)
@@ -159,7 +159,7 @@ func TestIdleStreamsShareTheirHeartbeatChecks(t *testing.T) {
 	var conns []*sseConn
 	for i := range streams {
 		u := ts.user(t, "idle"+strconv.Itoa(i)+"@example.com") // a credential each
-		conns = append(conns, ts.openSSE(t, u, "/api/events"))
+		conns = append(conns, ts.openSSE(t, u, "/api/events?since=0"))
 	}
 	rounds0 := ts.Server.verifier.rounds.Load()
 	var wg sync.WaitGroup

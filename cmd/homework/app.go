@@ -55,13 +55,13 @@ func (m *Main) Run(ctx context.Context) error {
 	// Several processes may serve one PostgreSQL database: the lock is
 	// SQLite's alone.
 	m.Store, err = bind.Open(ctx, bind.Options{URL: cfg.DBPath, Serve: true,
-		Publish: engine.NewRelay(m.Bus, m.Logger).Deliver,
+		Publish: engine.NewRelay(m.Bus, m.Logger.With("component", "events")).Deliver,
 		OnInterrupt: func(runID string) {
 			if e := m.engine.Load(); e != nil {
 				e.CancelLocal(runID)
 			}
 		},
-		OnListenError: func(err error) { m.Logger.Warn("event listener reconnecting", "err", err) }})
+		OnListenError: func(err error) { m.Logger.Warn("event listener reconnecting", "component", "events", "err", err) }})
 	if errors.Is(err, bind.ErrLocked) {
 		return fmt.Errorf("%w: another `homework serve` is using %s; stop it first", err, cfg.DBPath)
 	} else if err != nil {
@@ -97,10 +97,10 @@ func (m *Main) Run(ctx context.Context) error {
 		return err
 	}
 	m.Server, err = handlers.New(handlers.Options{
-		DB: store, Engine: m.Engine, Logger: m.Logger, Version: buildVersion(), Registry: reg,
+		DB: store, Engine: m.Engine, Logger: m.Logger.With("component", "http"), Version: buildVersion(), Registry: reg,
 		InsecureCookies: cfg.InsecureCookies, LLMConfigured: llmConfigured, DefaultModel: cfg.LLMModel,
 		CommandRunsEnabled: cfg.AllowCommandRuns != "", MaxRunsPerUser: cfg.MaxRunsPerUser,
-		ScriptRunsEnabled: cfg.ScriptExecutor, Prices: m.Config.Prices,
+		ScriptRunsEnabled: cfg.ScriptExecutor, Prices: m.Config.Prices, WriteTimeout: cfg.WriteTimeout,
 	})
 	if err != nil {
 		return err
@@ -187,7 +187,7 @@ func (m *Main) executors() (map[string]engine.Executor, bool, error) {
 	m.Config.Prices = prices
 	x, err := llm.New(llm.Options{
 		Store: m.Store, BaseURL: m.Config.LLMBaseURL, APIKey: m.Config.LLMAPIKey, DefaultModel: m.Config.LLMModel,
-		Prices: prices, Logger: m.Logger,
+		Prices: prices, Logger: m.Logger.With("component", "llm"),
 		WebFetch: llm.WebFetchOptions{Enabled: len(m.Config.WebFetchHosts) > 0, AllowHosts: m.Config.WebFetchHosts},
 		RecordNarration: func(ctx context.Context, run *spec.Run, c spec.LLMCall) error {
 			return m.Engine.RecordLLMCall(ctx, run, c)

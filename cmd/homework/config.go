@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"homework/db/bind"
+	"homework/engine"
 	"homework/engine/llm"
 )
 
@@ -33,9 +34,11 @@ type Config struct {
 	ScriptExecutor   bool // testing: enable the scripted executor
 	InsecureCookies  bool
 	ShutdownTimeout  time.Duration
+	WriteTimeout     time.Duration
 	ShutdownGrace    time.Duration // in-flight iterations get this long to finish on shutdown
 	LeaseTTL         time.Duration
-	LogFormat        string // "text" or "json"
+	LogFormat        string        // "text" or "json"
+	LogRepeats       time.Duration // a warning or error repeated within this is counted, not logged again
 	LogLevel         slog.Level
 
 	// Prices is the price table read from PricesFile when the flags were
@@ -192,10 +195,11 @@ func parseLogLevel(s string) (slog.Level, error) {
 // newLogger returns the server's logger in cfg's format and level.
 func newLogger(w io.Writer, cfg *Config) *slog.Logger {
 	opts := &slog.HandlerOptions{Level: cfg.LogLevel}
+	var h slog.Handler = slog.NewTextHandler(w, opts)
 	if cfg.LogFormat == "json" {
-		return slog.New(slog.NewJSONHandler(w, opts))
+		h = slog.NewJSONHandler(w, opts)
 	}
-	return slog.New(slog.NewTextHandler(w, opts))
+	return slog.New(engine.QuietRepeats(h, cfg.LogRepeats))
 }
 
 // parseServeConfig reads serve's flags and environment. Every bad value is
@@ -218,10 +222,12 @@ func parseServeConfig(args []string, env func(string) string) (*Config, error) {
 	webHosts := fs.String("web-fetch-hosts", getenv(env, "HOMEWORK_WEB_FETCH_HOSTS"), "comma-separated hosts the web_fetch tool may read, off when empty (env HOMEWORK_WEB_FETCH_HOSTS)")
 	fs.BoolVar(&cfg.ScriptExecutor, "script-executor", ev.bool("HOMEWORK_SCRIPT_EXECUTOR"), "enable the scripted executor, for testing (env HOMEWORK_SCRIPT_EXECUTOR)")
 	fs.BoolVar(&cfg.InsecureCookies, "insecure-cookies", ev.bool("HOMEWORK_INSECURE_COOKIES"), "send session cookies without Secure, for plain HTTP on a LAN; prefer TLS in front (env HOMEWORK_INSECURE_COOKIES)")
+	fs.DurationVar(&cfg.WriteTimeout, "write-timeout", ev.duration("HOMEWORK_WRITE_TIMEOUT", 30*time.Second), "how long a client may take to accept a write; an event stream whose client stops reading is cut after it (env HOMEWORK_WRITE_TIMEOUT)")
 	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", ev.duration("HOMEWORK_SHUTDOWN_TIMEOUT", 20*time.Second), "how long shutdown may take (env HOMEWORK_SHUTDOWN_TIMEOUT)")
 	fs.DurationVar(&cfg.ShutdownGrace, "shutdown-grace", ev.duration("HOMEWORK_SHUTDOWN_GRACE", 10*time.Second), "how long in-flight iterations may finish on shutdown before they are canceled and left to recovery, within --shutdown-timeout (env HOMEWORK_SHUTDOWN_GRACE)")
 	fs.DurationVar(&cfg.LeaseTTL, "lease-ttl", ev.duration("HOMEWORK_LEASE_TTL", 15*time.Second), "run lease length; a crashed server's runs are recovered at the next start (env HOMEWORK_LEASE_TTL)")
 	fs.StringVar(&cfg.LogFormat, "log-format", orDefault(env("HOMEWORK_LOG_FORMAT"), "text"), "log format: text or json (env HOMEWORK_LOG_FORMAT)")
+	fs.DurationVar(&cfg.LogRepeats, "log-repeats", ev.duration("HOMEWORK_LOG_REPEATS", 10*time.Second), "a warning or error repeated within this long (same component and message, as in an outage) is counted and said once with its count; 0 logs every one (env HOMEWORK_LOG_REPEATS)")
 	logLevel := fs.String("log-level", orDefault(env("HOMEWORK_LOG_LEVEL"), "info"), "log level: debug, info, warn or error (env HOMEWORK_LOG_LEVEL)")
 	if ev.err != nil {
 		return nil, ev.err
@@ -244,6 +250,12 @@ func parseServeConfig(args []string, env func(string) string) (*Config, error) {
 	}
 	if cfg.MaxRunsPerUser < 1 || cfg.MaxRunsPerUser > 1000 {
 		return nil, usagef("--max-runs-per-user must be from 1 to 1000, got %d", cfg.MaxRunsPerUser)
+	}
+	if cfg.WriteTimeout < time.Second {
+		return nil, usagef("--write-timeout must be at least 1s, got %v", cfg.WriteTimeout)
+	}
+	if cfg.LogRepeats < 0 {
+		return nil, usagef("--log-repeats must not be negative, got %v", cfg.LogRepeats)
 	}
 	if cfg.ShutdownTimeout <= 0 {
 		return nil, usagef("--shutdown-timeout must be positive, got %v", cfg.ShutdownTimeout)

@@ -3,7 +3,9 @@ package pg
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -25,16 +27,39 @@ type querier interface {
 type pgConn struct{ q querier }
 
 func (c pgConn) Exec(ctx context.Context, query string, args ...any) (int64, error) {
-	tag, err := c.q.Exec(ctx, rebinder.Rebind(query), args...)
+	tag, err := c.q.Exec(ctx, rebinder.Rebind(query), textArgs(args)...)
 	return tag.RowsAffected(), err
 }
 
 func (c pgConn) Query(ctx context.Context, query string, args ...any) (sqlstore.Rows, error) {
-	return c.q.Query(ctx, rebinder.Rebind(query), args...)
+	return c.q.Query(ctx, rebinder.Rebind(query), textArgs(args)...)
 }
 
 func (c pgConn) QueryRow(ctx context.Context, query string, args ...any) sqlstore.Row {
-	return row{c.q.QueryRow(ctx, rebinder.Rebind(query), args...)}
+	return row{c.q.QueryRow(ctx, rebinder.Rebind(query), textArgs(args)...)}
+}
+
+// textArgs makes every string argument storable as PostgreSQL text, which
+// refuses a NUL byte and invalid UTF-8 (SQLite keeps both): an agent's
+// output, a fetched page or a model's reply may hold either, and the write
+// must not fail over it. Each NUL and each invalid byte becomes U+FFFD, the
+// replacement character. args is returned as it is when nothing needs it.
+func textArgs(args []any) []any {
+	var out []any
+	for i, a := range args {
+		s, ok := a.(string)
+		if !ok || (utf8.ValidString(s) && strings.IndexByte(s, 0) < 0) {
+			continue
+		}
+		if out == nil {
+			out = slices.Clone(args)
+		}
+		out[i] = strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
+	}
+	if out == nil {
+		return args
+	}
+	return out
 }
 
 // row reports pgx's no-rows error as sql.ErrNoRows, the shared code's.

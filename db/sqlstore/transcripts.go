@@ -65,8 +65,8 @@ func (tx *Tx) AppendTranscript(ctx context.Context, runID string, iteration int,
 
 // FindTranscript returns the user's run's iteration transcript lines after
 // afterSeq, at most limit of them (all when limit <= 0), read in one
-// transaction. A run of another user is ENOTFOUND; an iteration without a
-// transcript has an empty one.
+// transaction. A run of another user, or an iteration that never began, is
+// ENOTFOUND; an iteration that began and wrote nothing has an empty one.
 func (r Reads) FindTranscript(ctx context.Context, userID int64, runID string, iteration int, afterSeq int64, limit int) (*spec.Transcript, error) {
 	rtx, done, err := r.snapshot(ctx)
 	if err != nil {
@@ -85,6 +85,12 @@ func (r Reads) FindTranscript(ctx context.Context, userID int64, runID string, i
 		t.Info = *info
 	case !errors.Is(err, sql.ErrNoRows):
 		return nil, err
+	default:
+		// No transcript yet: the iteration must exist (begun, with
+		// nothing written so far), or it is not found.
+		if err := rtx.QueryRow(ctx, `SELECT 1 FROM iterations WHERE run_id = ? AND iteration = ?`, runID, iteration).Scan(&n); err != nil {
+			return nil, notFound(err, "Iteration")
+		}
 	}
 	q := `SELECT iteration, seq, attempt, kind, name, role, text, data, created_at FROM transcript_lines
 		WHERE run_id = ? AND iteration = ? AND seq > ? ORDER BY seq`

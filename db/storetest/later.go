@@ -16,6 +16,7 @@ func runLater(t *testing.T, open func(t *testing.T) spec.Store) {
 	t.Run("the run list filters by tag, status, stop reason and words, and sorts by cost", s.runList)
 	t.Run("the report's rows carry each run's figures, tags and escalation", s.statsRows)
 	t.Run("transcripts keep their lines under the cap and page with their iterations", s.transcripts)
+	t.Run("raw agent bytes (NUL, controls, invalid UTF-8) are stored, not refused", s.rawBytes)
 	t.Run("a run's notifications resolve and are read", s.notificationsResolve)
 	t.Run("only the current attempt renews its lease", s.attemptLease)
 	t.Run("a read transaction sees one snapshot, whatever is committed meanwhile", s.readSnapshot)
@@ -186,6 +187,11 @@ func (s laterSuite) transcripts(t *testing.T) {
 	}
 	_, err = ls.FindTranscript(f.ctx, other.ID, r.ID, 2, 0, 0)
 	wantCode(t, "another user's transcript", err, spec.ENOTFOUND)
+	_, err = ls.FindTranscript(f.ctx, u.ID, r.ID, 9, 0, 0)
+	wantCode(t, "the transcript of an iteration that never began", err, spec.ENOTFOUND)
+	if tr, err := ls.FindTranscript(f.ctx, u.ID, r.ID, 3, 0, 0); err != nil || len(tr.Lines) != 0 {
+		t.Errorf("an iteration that began and wrote nothing: %+v, %v", tr, err)
+	}
 	hits, err := ls.SearchTranscripts(f.ctx, u.ID, r.ID, "NEEDLE", 10)
 	if err != nil || len(hits) != 1 || hits[0].Iteration != 2 {
 		t.Errorf("search = %+v, %v", hits, err)
@@ -200,6 +206,40 @@ func (s laterSuite) transcripts(t *testing.T) {
 	}
 	_, err = ls.PageIterations(f.ctx, u.ID, r.ID, "bogus", 2, false)
 	wantCode(t, "a bad iteration cursor", err, spec.EINVALID)
+}
+
+// rawBytes: an agent's output holds any bytes — a NUL, terminal controls,
+// invalid UTF-8 — and every store keeps what it can of them rather than
+// failing the write (PostgreSQL's text and JSON refuse NUL).
+func (s laterSuite) rawBytes(t *testing.T) {
+	f, ls := s.fixture(t)
+	u := f.user("raw@example.com")
+	r := f.run(u.ID, "raw")
+	raw := "before\x00after \x1b[31mred\x1b[0m \xff\xfe bell\a"
+	f.tx(func(tx spec.Tx) error {
+		if err := tx.UpsertIteration(f.ctx, &spec.Iteration{RunID: r.ID, Iteration: 1, Attempt: 1, Status: spec.IterRunning, StartedAt: tx.Now()}); err != nil {
+			return err
+		}
+		if _, _, err := tx.AppendTranscript(f.ctx, r.ID, 1, 1<<20, []*spec.TranscriptLine{{Kind: spec.TranscriptOutput, Name: "n\x00", Text: raw}}, 0); err != nil {
+			return err
+		}
+		_, err := tx.AppendEvent(f.ctx, r.ID, spec.EventAgentOutput, spec.AgentOutputData{Iteration: 1, Text: raw})
+		return err
+	})
+	tr, err := ls.FindTranscript(f.ctx, u.ID, r.ID, 1, 0, 0)
+	if err != nil || len(tr.Lines) != 1 {
+		t.Fatalf("transcript = %+v, %v", tr, err)
+	}
+	got := tr.Lines[0].Text
+	for _, keep := range []string{"before", "after", "\x1b[31mred", "bell\a"} {
+		if !strings.Contains(got, keep) {
+			t.Errorf("stored text %q lost %q", got, keep)
+		}
+	}
+	evs, err := ls.ListRunEvents(f.ctx, u.ID, r.ID, 0, 10)
+	if err != nil || len(evs) == 0 {
+		t.Fatalf("events = %v, %v", evs, err)
+	}
 }
 
 func (s laterSuite) notificationsResolve(t *testing.T) {
@@ -319,10 +359,13 @@ func (s laterSuite) readSnapshot(t *testing.T) {
 		}
 		v.pageItems = len(page.Iterations)
 		tr, err := rs.FindTranscript(f.ctx, u.ID, r.ID, 2, 0, 0)
-		if err != nil {
+		switch {
+		case spec.ErrorCode(err) == spec.ENOTFOUND: // iteration 2 has not begun in this snapshot
+		case err != nil:
 			return v, err
+		default:
+			v.transcriptLines = len(tr.Lines)
 		}
-		v.transcriptLines = len(tr.Lines)
 		evs, err := rs.ListRunEvents(f.ctx, u.ID, r.ID, 0, 0)
 		if err != nil {
 			return v, err

@@ -4,8 +4,10 @@
 package text
 
 import (
+	"fmt"
 	"regexp"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -50,3 +52,42 @@ func NormalizeError(s string) string {
 	s = numberRE.ReplaceAllString(s, "<n>")
 	return Truncate(strings.ToLower(Collapse(s)), 160)
 }
+
+// VisibleControls returns s with its control characters shown as escapes
+// (\x00, \x7f, \u0085) and each byte of invalid UTF-8 as \xNN, so a
+// terminal or a browser shows them instead of acting on them or dropping
+// them. TAB, LF, CR and ESC (which starts the ANSI colour sequences agents
+// print) are kept as they are.
+func VisibleControls(s string) string {
+	clean := true
+	for _, r := range s {
+		if r == utf8.RuneError || (unicode.IsControl(r) && !keptControl(r)) {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return s
+	}
+	var b strings.Builder
+	b.Grow(len(s) + 16)
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size <= 1:
+			fmt.Fprintf(&b, `\x%02x`, s[i])
+		case unicode.IsControl(r) && !keptControl(r):
+			if r < 0x80 {
+				fmt.Fprintf(&b, `\x%02x`, r)
+			} else {
+				fmt.Fprintf(&b, `\u%04x`, r)
+			}
+		default:
+			b.WriteString(s[i : i+size])
+		}
+		i += size
+	}
+	return b.String()
+}
+
+func keptControl(r rune) bool { return r == '\t' || r == '\n' || r == '\r' || r == 0x1b }

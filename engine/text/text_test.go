@@ -40,3 +40,20 @@ func TestNormalizeErrorMakesOccurrencesEqual(t *testing.T) {
 		t.Error("different errors normalise to the same text")
 	}
 }
+
+func TestVisibleControls(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"plain text\tand\r\nlines", "plain text\tand\r\nlines"},
+		{"nul\x00here", `nul\x00here`},
+		{"bell\a del\x7f", `bell\x07 del\x7f`},
+		{"\x1b[31mred\x1b[0m", "\x1b[31mred\x1b[0m"}, // ANSI colours stay
+		{"c1 \u0085 next", `c1 \u0085 next`},
+		{"bad \xff byte", `bad \xff byte`},
+		{"real \ufffd replacement", "real \ufffd replacement"},
+		{"日本語", "日本語"},
+	} {
+		if got := VisibleControls(tc.in); got != tc.want {
+			t.Errorf("VisibleControls(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
