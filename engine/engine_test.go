@@ -213,8 +213,10 @@ func TestCostAndTokenBudgetsStop(t *testing.T) {
 		h := newHarnessOn(t, store, nil)
 		u := h.user("a@example.com")
 		step := scripted.Step{Status: &spec.Status{}, LLM: []spec.LLMCall{{Model: "m", PromptTokens: 600, CompletionTokens: 400, CostUSD: 0.4, Priced: true}}}
-		cost := h.create(u, spec.Config{Budgets: spec.Budgets{MaxCostUSD: 1}, Script: script(step)})
-		tokens := h.create(u, spec.Config{Budgets: spec.Budgets{MaxTotalTokens: 1500}, Script: script(step)})
+		// Without a forecast (on_forecast off) the budgets stop the run once
+		// passed: the backstop.
+		cost := h.create(u, spec.Config{Budgets: spec.Budgets{MaxCostUSD: 1, OnForecast: spec.ForecastOff}, Script: script(step)})
+		tokens := h.create(u, spec.Config{Budgets: spec.Budgets{MaxTotalTokens: 1500, OnForecast: spec.ForecastOff}, Script: script(step)})
 		tools := h.create(u, spec.Config{Budgets: spec.Budgets{MaxToolCalls: 5}, Script: script(scripted.Step{Status: &spec.Status{}, Tools: 3})})
 		if r := h.waitStatus(u, cost.ID, spec.StatusStopped); r.StopReason.Type != spec.StopBudgetCost || r.Metrics.Iterations != 3 {
 			t.Fatalf("cost: %+v %+v", r.StopReason, r.Metrics)

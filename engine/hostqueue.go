@@ -191,7 +191,7 @@ func (e *Engine) resumeHostRuns(ctx context.Context) error {
 				return err
 			}
 			resumed = true
-			return e.insertJob(ctx, tx, run.ID, run.Iteration, run.Attempt, 0)
+			return e.insertJob(ctx, tx, run.ID, run.Iteration, run.Attempt, 0, nil)
 		})
 		if err != nil {
 			return err

@@ -259,7 +259,7 @@ func (e *Engine) recoverRun(ctx context.Context, runID, owner string, atStart, f
 			return err
 		}
 		recovered = true
-		return e.insertJob(ctx, tx, runID, run.Iteration, run.Attempt, 0)
+		return e.insertJob(ctx, tx, runID, run.Iteration, run.Attempt, 0, nil)
 	})
 	if recovered {
 		e.log.Info("recovered run", "run", runID, "at_start", atStart)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -133,6 +134,10 @@ func (e *Engine) startRun(ctx context.Context, tx spec.Tx, run *spec.Run) error 
 // enqueueNext sets the run to its next iteration (attempt 1), inserts that
 // iteration's job in tx, to run after delay (0: at once), and writes the run.
 func (e *Engine) enqueueNext(ctx context.Context, tx spec.Tx, run *spec.Run, delay time.Duration) error {
+	forecast, moved, err := e.forecastGate(ctx, tx, run)
+	if err != nil || moved {
+		return err // moved: the next iteration would not fit its budgets
+	}
 	run.Iteration++
 	run.Attempt = 1
 	run.LeaseOwner = ""
@@ -147,10 +152,12 @@ func (e *Engine) enqueueNext(ctx context.Context, tx spec.Tx, run *spec.Run, del
 			return err
 		}
 	}
-	return e.insertJob(ctx, tx, run.ID, run.Iteration, run.Attempt, delay)
+	return e.insertJob(ctx, tx, run.ID, run.Iteration, run.Attempt, delay, forecast)
 }
 
-func (e *Engine) insertJob(ctx context.Context, tx spec.Tx, runID string, iteration, attempt int, delay time.Duration) error {
+// insertJob enqueues the iterate job of (iteration, attempt), with the
+// forecast made for the iteration when there is one.
+func (e *Engine) insertJob(ctx context.Context, tx spec.Tx, runID string, iteration, attempt int, delay time.Duration, forecast *spec.Forecast) error {
 	var at time.Time
 	if delay > 0 {
 		at = time.Now().Add(delay)
@@ -159,7 +166,7 @@ func (e *Engine) insertJob(ctx context.Context, tx spec.Tx, runID string, iterat
 	if err != nil {
 		return fmt.Errorf("enqueue iteration: %w", err)
 	}
-	duplicate, err := e.queue.InsertTx(ctx, tx, IterateArgs{RunID: runID, Iteration: iteration, Attempt: attempt}, queue, at)
+	duplicate, err := e.queue.InsertTx(ctx, tx, IterateArgs{RunID: runID, Iteration: iteration, Attempt: attempt, Forecast: forecast}, queue, at)
 	if err != nil {
 		return fmt.Errorf("enqueue iteration: %w", err)
 	}
@@ -265,8 +272,9 @@ func (e *Engine) closeRunningIteration(ctx context.Context, tx spec.Tx, run *spe
 // that is still exhausted is EINVALID on that budget.
 func (e *Engine) Continue(ctx context.Context, userID int64, runID string, raise *spec.Budgets) (*spec.Run, error) {
 	return e.transition(ctx, userID, runID, func(tx spec.Tx, run *spec.Run) error {
-		if run.Status != spec.StatusStopped {
-			return spec.Errorf(spec.ECONFLICT, "Only a stopped run can be continued; this run is %s.", run.Status)
+		forecastWait := run.Status == spec.StatusWaiting && run.Waiting != nil && run.Waiting.Reason == spec.WaitBudgetForecast
+		if run.Status != spec.StatusStopped && !forecastWait {
+			return spec.Errorf(spec.ECONFLICT, "Only a stopped run, or one waiting on its budget forecast, can be continued; this run is %s.", run.Status)
 		}
 		cfg, err := RunConfig(run)
 		if err != nil {
@@ -279,6 +287,21 @@ func (e *Engine) Continue(ctx context.Context, userID int64, runID string, raise
 		cfg.Budgets = b
 		if reason := budgetExceeded(b, run.Metrics); reason != nil {
 			return spec.FieldError("budgets."+reason.field, "%s Raise budgets.%s to continue.", reason.detail, reason.field)
+		}
+		if spec.OnForecastOf(b, cfg.Mode) != spec.ForecastOff && (b.MaxCostUSD > 0 || b.MaxTotalTokens > 0) {
+			// Resuming into a budget the next iteration would not fit
+			// would only stop or ask again: say what would fit.
+			f, err := ForecastNext(ctx, tx, run, cfg)
+			if err != nil {
+				return err
+			}
+			if k := forecastBlocks(b, run.Metrics, f); k != nil {
+				need := k.ev.Spent + k.ev.Forecast
+				if k.ev.Budget == "max_cost_usd" {
+					return spec.FieldError("budgets.max_cost_usd", "%s Raise budgets.max_cost_usd to at least %s, or set budgets.on_forecast to off.", k.text(f), usd(math.Ceil(need*100)/100))
+				}
+				return spec.FieldError("budgets.max_total_tokens", "%s Raise budgets.max_total_tokens to at least %.0f, or set budgets.on_forecast to off.", k.text(f), need)
+			}
 		}
 		raw, err := json.Marshal(cfg)
 		if err != nil {

@@ -180,6 +180,7 @@ func (e *Engine) buildReport(ctx context.Context, tx spec.Tx, run *spec.Run, sta
 	r.Metrics = spec.ReportMetrics{Iterations: m.Iterations, DurationMS: tx.Now().Sub(start).Milliseconds(), RunningMS: m.RunningMS,
 		TotalTokens: m.TokensTotal, TotalCostUSD: m.CostTotalUSD, UnpricedCalls: m.UnpricedCalls, ToolCalls: m.ToolCallsTotal,
 		FalseCompletionsBlocked: m.FalseCompletionsBlocked}
+	r.Forecasts = forecastAccuracy(rows)
 	return r, nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -163,6 +164,8 @@ func (e *Engine) validateBudgets(b *spec.Budgets) error {
 		return spec.FieldError("budgets.iteration_timeout_ms", "Must be between 1 and %d.", o.MaxIterationTime.Milliseconds())
 	case b.IterationToolCalls < 0 || b.IterationToolCalls > 10000:
 		return spec.FieldError("budgets.iteration_tool_calls", "Must be between 1 and 10000.")
+	case b.OnForecast != "" && !slices.Contains(spec.OnForecasts, b.OnForecast):
+		return spec.FieldError("budgets.on_forecast", "Must be one of %s.", strings.Join(spec.OnForecasts, ", "))
 	}
 	if b.MaxRunningMS == 0 {
 		b.MaxRunningMS = o.DefaultRunningTime.Milliseconds()
@@ -208,6 +211,9 @@ func (e *Engine) raiseBudgets(old spec.Budgets, raise *spec.Budgets) (spec.Budge
 	}
 	if raise.IterationToolCalls > 0 {
 		out.IterationToolCalls = raise.IterationToolCalls
+	}
+	if raise.OnForecast != "" {
+		out.OnForecast = raise.OnForecast
 	}
 	return out, nil
 }

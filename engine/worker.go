@@ -26,6 +26,9 @@ type IterateArgs struct {
 	RunID     string `json:"run_id" river:"unique"`
 	Iteration int    `json:"iteration" river:"unique"`
 	Attempt   int    `json:"attempt" river:"unique"`
+	// Forecast is what the iteration was forecast to spend when it was
+	// enqueued (not part of the job's identity); recorded with its outcome.
+	Forecast *spec.Forecast `json:"forecast,omitempty"`
 }
 
 // Kind implements river.JobArgs.
@@ -53,6 +56,7 @@ type iteration struct {
 	input    *spec.Input
 	maxInbox int64
 	history  []spec.Signals
+	forecast *spec.Forecast // made when the iteration was enqueued
 }
 
 // outcome is what one attempt of an iteration came to: what the executor
@@ -536,7 +540,7 @@ func (e *Engine) beginIteration(ctx context.Context, args IterateArgs) (*iterati
 		if err != nil {
 			return err
 		}
-		it = &iteration{run: run, cfg: cfg, row: row}
+		it = &iteration{run: run, cfg: cfg, row: row, forecast: args.Forecast}
 		in := &spec.Input{RunID: run.ID, UserID: run.UserID, Iteration: args.Iteration, Attempt: args.Attempt,
 			Config: cfg, WorkspaceDocID: run.WorkspaceDocID}
 		for _, m := range inbox {
@@ -711,7 +715,7 @@ func (e *Engine) finishIteration(ctx context.Context, it *iteration, out *outcom
 // the finishing transaction).
 func (e *Engine) outcomeRow(it *iteration, out *outcome) *spec.Iteration {
 	res, d := out.res, out.decision
-	rec := spec.GateRecord{Decision: d, Signals: out.sig}
+	rec := spec.GateRecord{Decision: d, Signals: out.sig, Forecast: it.forecast}
 	if res.Status != nil {
 		rec.RemainingWork = res.Status.RemainingWork
 	}
@@ -786,7 +790,13 @@ func (e *Engine) applyDecision(ctx context.Context, tx spec.Tx, run *spec.Run, o
 	switch d.Decision {
 	case spec.DecisionContinue:
 		run.RunningSince = tx.Now()
-		return e.enqueueNext(ctx, tx, run, e.endpointBackoff(out, history))
+		if err := e.enqueueNext(ctx, tx, run, e.endpointBackoff(out, history)); err != nil {
+			return err
+		}
+		if run.Status == spec.StatusRunning {
+			return nil
+		}
+		// The forecast stopped it, or made it wait: its slot is free.
 	case spec.DecisionWait:
 		w := &spec.Waiting{Reason: d.WaitReason, Questions: d.Questions}
 		if err := e.setStatus(ctx, tx, run, spec.StatusWaiting, nil, w); err != nil {

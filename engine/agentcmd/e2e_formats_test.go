@@ -1,6 +1,7 @@
 package agentcmd_test
 
 import (
+	"encoding/json"
 	"errors"
 	"math"
 	"os"
@@ -162,6 +163,7 @@ func TestStructuredAgentOutput(t *testing.T) {
 		cfg := commandRun(script, wd)
 		cfg.Agent.OutputFormat = agentcmd.FormatClaudeJSON
 		cfg.Budgets.MaxCostUSD = 1.0
+		cfg.Budgets.OnForecast = spec.ForecastOff // the backstop: stop once passed
 		run := h.settled(h.create(cfg).ID)
 		if run.Status != spec.StatusStopped || run.StopReason.Type != spec.StopBudgetCost {
 			t.Fatalf("run is %s (%+v), want stopped for budget_cost\n%s", run.Status, run.StopReason, h.eventDump(run.ID))
@@ -176,6 +178,33 @@ func TestStructuredAgentOutput(t *testing.T) {
 		}
 		if last == nil || math.Abs(last["cost_total_usd"].(float64)-1.2) > 1e-9 {
 			t.Errorf("last iteration_cost_update %v", last)
+		}
+	})
+
+	t.Run("a claude-json agent's run stops before the iteration its forecast says would pass the cost budget", func(t *testing.T) {
+		h := newE2E(t, e2eConfig{})
+		wd := h.workdir("claude-forecast")
+		out := `{"type":"result","subtype":"success","is_error":false,"num_turns":2,"result":"Worked on iteration @ITER@.","session_id":"s-cost","total_cost_usd":0.4,"usage":{"input_tokens":1000,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":100}}` + "\n"
+		script, _ := fakeCLIOutput(t, out)
+		cfg := commandRun(script, wd)
+		cfg.Agent.OutputFormat = agentcmd.FormatClaudeJSON
+		cfg.Budgets.MaxCostUSD = 1.0 // on_forecast: stop, the default of an auto run
+		run := h.settled(h.create(cfg).ID)
+		if run.Status != spec.StatusStopped || run.StopReason.Type != spec.StopBudgetCost {
+			t.Fatalf("run is %s (%+v), want stopped for budget_cost\n%s", run.Status, run.StopReason, h.eventDump(run.ID))
+		}
+		// Two iterations spent $0.80; the third, forecast at $0.40, would
+		// have passed $1.00 and was not started.
+		if run.Metrics.Iterations != 2 || math.Abs(run.Metrics.CostTotalUSD-0.8) > 1e-9 {
+			t.Errorf("metrics %+v; want 2 iterations and $0.80, within the limit", run.Metrics)
+		}
+		var ev spec.Evidence
+		if err := json.Unmarshal(run.StopReason.Evidence, &ev); err != nil || ev.Forecast == nil ||
+			ev.Forecast.Spent != 0.8 || ev.Forecast.Forecast != 0.4 || ev.Forecast.Limit != 1 {
+			t.Errorf("stop evidence %s (%v), want spent 0.8, forecast 0.4, limit 1", run.StopReason.Evidence, err)
+		}
+		if !strings.Contains(run.StopReason.Detail, "$0.4") || !strings.Contains(run.StopReason.Detail, "$1.00") {
+			t.Errorf("stop detail %q names no numbers", run.StopReason.Detail)
 		}
 	})
 

@@ -536,7 +536,8 @@ func TestLLMRunsThroughTheEngine(t *testing.T) {
 			costly(tools(call("workspace_write", map[string]any{"path": "notes/part2.md", "content": "# Part two"}))),
 		)
 		narrate(h.srv, "A narrative.")
-		run := h.create(spec.Config{Model: "gpt-4o", Budgets: spec.Budgets{MaxCostUSD: 0.5}})
+		// on_forecast off: the cut during the iteration is what stops it.
+		run := h.create(spec.Config{Model: "gpt-4o", Budgets: spec.Budgets{MaxCostUSD: 0.5, OnForecast: spec.ForecastOff}})
 		run = h.waitStatus(run.ID, spec.StatusStopped)
 		if run.StopReason == nil || run.StopReason.Type != "budget_cost" {
 			t.Fatalf("stop reason = %+v", run.StopReason)

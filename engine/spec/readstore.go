@@ -34,6 +34,7 @@ type ReadStore interface {
 	ListAPITokens(ctx context.Context, userID int64) ([]*APIToken, error)
 	ListUserTags(ctx context.Context, userID int64) ([]TagCount, error)
 	StatsRows(ctx context.Context, userID int64, f StatsFilter) ([]StatsRow, error)
+	UsageReads
 }
 
 // ReadTxer runs fn with a ReadStore whose reads all see one snapshot of

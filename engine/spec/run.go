@@ -78,6 +78,10 @@ const (
 	// whose usage (or its cost) could not be read, so the budget could not
 	// be kept; the person decides whether it goes on.
 	WaitUsageUnknown = "usage_unknown"
+	// WaitBudgetForecast: the next iteration, at the run's forecast, would
+	// pass its cost or token budget (on_forecast ask); Continue with raised
+	// budgets resumes it.
+	WaitBudgetForecast = "budget_forecast"
 )
 
 // StopReason says why a run stopped, with evidence for breaker trips.
@@ -278,6 +282,9 @@ type GateRecord struct {
 	Decision
 	Signals       Signals  `json:"signals"`
 	RemainingWork []string `json:"remaining_work,omitempty"`
+	// Forecast is what the iteration was forecast to spend before it began
+	// (nil when the run has no cost or token budget, or no history).
+	Forecast *Forecast `json:"forecast,omitempty"`
 }
 
 // PastIteration is what a new iteration is given of an earlier, finished
@@ -339,6 +346,55 @@ type Evidence struct {
 	LastOutputHash string    `json:"last_output_hash,omitempty"`
 	LastDiffHash   string    `json:"last_diff_hash,omitempty"`
 	Pattern        string    `json:"pattern,omitempty"`
+	// Forecast holds the numbers of a stop before an iteration that would
+	// not have fit the budget (Breaker "forecast").
+	Forecast *ForecastStopEvidence `json:"forecast,omitempty"`
+}
+
+// BreakerForecast is the Evidence.Breaker of a stop by forecast.
+const BreakerForecast = "forecast"
+
+// ForecastStopEvidence is what a stop (or wait) by forecast saw: the
+// spend so far, the next iteration's forecast and the limit, in the
+// budget's unit (USD or tokens).
+type ForecastStopEvidence struct {
+	Budget   string  `json:"budget"` // max_cost_usd or max_total_tokens
+	Spent    float64 `json:"spent"`
+	Forecast float64 `json:"forecast"`
+	Limit    float64 `json:"limit"`
+	Basis    string  `json:"basis"`
+}
+
+// Forecast is the engine's forecast of a run's next iteration, from the
+// run's own iterations or, before its first, from the user's past runs of
+// the same executor and model. A forecast never counts as spend.
+type Forecast struct {
+	NextIterationUSD    float64 `json:"next_iteration_usd"`
+	NextIterationTokens int64   `json:"next_iteration_tokens"`
+	// IterationsLeft is how many more iterations fit in the cost, token
+	// and iteration budgets at this pace; nil when no budget bounds them.
+	IterationsLeft *int `json:"iterations_left"`
+	// Basis is one of the Forecast* bases; Samples how many iterations it
+	// was taken from.
+	Basis   string `json:"basis"`
+	Samples int    `json:"samples"`
+}
+
+// Forecast bases.
+const (
+	// BasisLastThree: the largest of the run's last (up to) three iterations.
+	BasisLastThree = "max_last_3"
+	// BasisLastTen: the 90th percentile of the run's last ten iterations.
+	BasisLastTen = "p90_last_10"
+	// BasisPastRuns: the 90th percentile of the first iterations of the
+	// user's past runs with the same executor and model.
+	BasisPastRuns = "p90_past_first_iterations"
+)
+
+// IterationUsage is what one finished iteration spent.
+type IterationUsage struct {
+	CostUSD float64
+	Tokens  int64
 }
 
 // RunLease is a running run's lease: the engine (process) working it, and

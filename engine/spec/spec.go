@@ -75,6 +75,32 @@ type Budgets struct {
 	MaxToolCalls       int     `json:"max_tool_calls,omitempty"`
 	IterationTimeoutMS int64   `json:"iteration_timeout_ms,omitempty"`
 	IterationToolCalls int     `json:"iteration_tool_calls,omitempty"`
+	// OnForecast is what happens when the next iteration, at the run's
+	// forecast, would pass the cost or token budget: ForecastStop,
+	// ForecastAsk or ForecastOff; "" is ask for interactive runs and stop
+	// for auto runs (see OnForecastOf).
+	OnForecast string `json:"on_forecast,omitempty"`
+}
+
+// What a run does when its next iteration would not fit its budgets.
+const (
+	ForecastStop = "stop" // stop before it, as budget_cost or budget_tokens
+	ForecastAsk  = "ask"  // wait on the person (budget_forecast)
+	ForecastOff  = "off"  // start it; the budgets stop the run once passed
+)
+
+// OnForecasts lists the values of Budgets.OnForecast.
+var OnForecasts = []string{ForecastStop, ForecastAsk, ForecastOff}
+
+// OnForecastOf is the on_forecast a run of mode with budgets b follows.
+func OnForecastOf(b Budgets, mode string) string {
+	if b.OnForecast != "" {
+		return b.OnForecast
+	}
+	if mode == ModeInteractive {
+		return ForecastAsk
+	}
+	return ForecastStop
 }
 
 // Permissions say what the run may write.
@@ -385,6 +411,27 @@ type Report struct {
 	Metrics        ReportMetrics  `json:"metrics"`
 	StoppingReason StoppingReason `json:"stopping_reason"`
 	NarrativeError string         `json:"narrative_error,omitempty"`
+	// Forecasts says how close the forecasts of the run's iterations came
+	// to what they spent; nil when none was forecast.
+	Forecasts *ForecastAccuracy `json:"forecasts,omitempty"`
+}
+
+// ForecastAccuracy compares each forecast iteration's forecast with what
+// it spent.
+type ForecastAccuracy struct {
+	Iterations         []ForecastVsActual `json:"iterations"`
+	MeanAbsErrorUSD    float64            `json:"mean_abs_error_usd"`
+	MeanAbsErrorTokens float64            `json:"mean_abs_error_tokens"`
+}
+
+// ForecastVsActual is one iteration's forecast and spend.
+type ForecastVsActual struct {
+	Iteration      int     `json:"iteration"`
+	Basis          string  `json:"basis"`
+	ForecastUSD    float64 `json:"forecast_usd"`
+	ActualUSD      float64 `json:"actual_usd"`
+	ForecastTokens int64   `json:"forecast_tokens"`
+	ActualTokens   int64   `json:"actual_tokens"`
 }
 
 // WhatChanged lists what the run created and updated.

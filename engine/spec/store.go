@@ -127,6 +127,18 @@ type RunReads interface {
 	MarkRunNotificationsRead(ctx context.Context, userID int64, runID string) (int, error)
 }
 
+// UsageReads are what a forecast of a run's next iteration reads; a write
+// transaction and a read snapshot both have them.
+type UsageReads interface {
+	// RecentUsage returns what the run's last n finished (succeeded or
+	// failed) iterations spent, newest first.
+	RecentUsage(ctx context.Context, runID string, n int) ([]IterationUsage, error)
+	// FirstIterationUsage returns what the first iterations of the user's
+	// last n other runs with this executor and configured model ("" for
+	// the server's default) spent, newest run first.
+	FirstIterationUsage(ctx context.Context, userID int64, executor, model, exceptRunID string, n int) ([]IterationUsage, error)
+}
+
 // Tx is one write transaction: every state change of a run happens in one,
 // together with the events that record it and the job that works its next
 // iteration. Events appended in a transaction are published after it
@@ -162,6 +174,7 @@ type Tx interface {
 	PastIterations(ctx context.Context, runID string, before, n int) ([]*PastIteration, error)
 	// SumIterationMetrics adds up the recorded iterations' metrics of a run.
 	SumIterationMetrics(ctx context.Context, runID string) (Metrics, error)
+	UsageReads
 	// AppendTranscript appends lines to an iteration's transcript under its
 	// cap (CapTranscript) and returns the kept lines and the new info.
 	AppendTranscript(ctx context.Context, runID string, iteration int, capBytes int64, lines []*TranscriptLine, dropped int64) ([]*TranscriptLine, *TranscriptInfo, error)
