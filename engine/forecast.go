@@ -179,7 +179,7 @@ func (e *Engine) forecastGate(ctx context.Context, tx spec.Tx, run *spec.Run) (*
 		q := detail + " Continue with a raised budget to go on, or stop the run."
 		return f, true, e.setStatus(ctx, tx, run, spec.StatusWaiting, nil, &spec.Waiting{Reason: spec.WaitBudgetForecast, Questions: []string{q}})
 	}
-	ev, _ := json.Marshal(spec.Evidence{Breaker: spec.BreakerForecast, Threshold: 1, Forecast: &k.ev})
+	ev, _ := json.Marshal(spec.Evidence{Breaker: spec.BreakerForecast, Forecast: &k.ev})
 	sr := &spec.StopReason{Type: k.stop, Detail: detail + " The iteration was not started.", Evidence: ev}
 	return f, true, e.finishRun(ctx, tx, run, spec.StatusStopped, sr, nil)
 }

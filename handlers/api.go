@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"context"
 	"strings"
 
 	"github.com/gofiber/fiber/v2"
@@ -105,9 +106,13 @@ func (s *Server) apiGetRun(c *fiber.Ctx) error {
 	var its []*spec.Iteration
 	var docs []*spec.Document
 	var tasks []*spec.Task
+	var forecast *spec.Forecast
 	err := s.db.ReadTx(ctx, func(r spec.ReadStore) error {
 		var err error
 		if run, err = r.FindRun(ctx, u.ID, c.Params("id")); err != nil {
+			return err
+		}
+		if forecast, err = runForecast(ctx, r, run); err != nil {
 			return err
 		}
 		if withIterations {
@@ -129,6 +134,7 @@ func (s *Server) apiGetRun(c *fiber.Ctx) error {
 		return s.jsonError(c, err)
 	}
 	out := runJSON(run)
+	out.Forecast = forecast
 	if withIterations {
 		list := make([]IterationJSON, 0, len(its))
 		for _, it := range its {
@@ -343,4 +349,17 @@ func tagsOf(r *spec.Run) []string {
 		return []string{}
 	}
 	return cfg.Tags
+}
+
+// runForecast is the forecast of the run's next iteration, or nil for a
+// run that has ended for good (completed, canceled, failed).
+func runForecast(ctx context.Context, r spec.UsageReads, run *spec.Run) (*spec.Forecast, error) {
+	if spec.IsTerminalStatus(run.Status) {
+		return nil, nil
+	}
+	cfg, err := engine.RunConfig(run)
+	if err != nil {
+		return nil, err
+	}
+	return engine.ForecastNext(ctx, r, run, cfg)
 }

@@ -27,7 +27,10 @@ type RunJSON struct {
 	Waiting     *spec.Waiting    `json:"waiting"`
 	Metrics     spec.Metrics     `json:"metrics"`
 	Budgets     *spec.Budgets    `json:"budgets"`
-	Report      *spec.Report     `json:"report"`
+	// Forecast is the next iteration's forecast (GET /api/runs/{id} only;
+	// null in lists, and when there is nothing to forecast from).
+	Forecast *spec.Forecast `json:"forecast"`
+	Report   *spec.Report   `json:"report"`
 	ParentRunID *string          `json:"parent_run_id"`
 	Tags        []string         `json:"tags"`
 	URL         string           `json:"url"`

@@ -72,7 +72,7 @@ func (s *Server) composer(c *fiber.Ctx) error {
 
 // hasAdvanced reports whether any input inside the Advanced section is set.
 func hasAdvanced(f views.ComposerForm) bool {
-	return f.MaxIterations != "" || f.MaxMinutes != "" || f.MaxCostUSD != "" || f.MaxTokens != "" ||
+	return f.MaxIterations != "" || f.MaxMinutes != "" || f.MaxCostUSD != "" || f.MaxTokens != "" || f.OnForecast != "" ||
 		f.CheckCommands != "" || f.Pattern != "" || f.DocExists != "" || f.Token != "" || f.TasksAllDone ||
 		f.NoProgress != "" || f.RepeatedError != "" || f.Script != "" || (f.WriteMode != "" && f.WriteMode != spec.WriteAutopilot)
 }
@@ -83,7 +83,7 @@ func composerForm(c *fiber.Ctx) views.ComposerForm {
 	return views.ComposerForm{
 		Objective: v("objective"), Mode: v("mode"), Model: v("model"), Executor: v("executor"),
 		MaxIterations: v("max_iterations"), MaxMinutes: v("max_minutes"), MaxCostUSD: v("max_cost_usd"), MaxTokens: v("max_tokens"),
-		WriteMode: v("write_mode"), Token: v("token"), CheckCommands: c.FormValue("check_commands"),
+		OnForecast: v("on_forecast"), WriteMode: v("write_mode"), Token: v("token"), CheckCommands: c.FormValue("check_commands"),
 		Pattern: v("pattern"), PatternTarget: v("pattern_target"), TasksAllDone: c.FormValue("tasks_all_done") != "",
 		DocExists: v("doc_exists"), NoProgress: v("no_progress"), RepeatedError: v("repeated_error"),
 		AgentArgv: v("agent_argv"), AgentWorkdir: v("agent_workdir"), ParentRunID: v("parent_run_id"), Script: v("script"),
@@ -161,6 +161,7 @@ func (s *Server) configFromForm(u *spec.User, f views.ComposerForm) (spec.Config
 		ParentRunID: f.ParentRunID,
 		Tags:        splitTags(f.Tags),
 	}
+	cfg.Budgets.OnForecast = f.OnForecast // "" is the mode's default; the engine checks the rest
 	switch {
 	case f.Script != "" && s.opts.ScriptRunsEnabled:
 		if !json.Valid([]byte(f.Script)) {
@@ -212,7 +213,7 @@ var formFields = map[string]string{
 	"objective": "objective", "mode": "mode", "model": "model", "executor": "executor",
 	"permissions.write_mode": "write_mode", "budgets.max_iterations": "max_iterations",
 	"budgets.max_running_ms": "max_minutes", "budgets.max_cost_usd": "max_cost_usd",
-	"budgets.max_total_tokens": "max_tokens", "breakers.no_progress": "no_progress",
+	"budgets.max_total_tokens": "max_tokens", "budgets.on_forecast": "on_forecast", "breakers.no_progress": "no_progress",
 	"breakers.repeated_error": "repeated_error", "completion.token": "token",
 	"agent": "agent_argv", "agent.argv": "agent_argv", "agent.workdir": "agent_workdir",
 	"agent.preset": "agent_preset", "agent.output_format": "agent_output_format", "agent.resume": "agent_resume",
@@ -221,7 +222,7 @@ var formFields = map[string]string{
 
 // advancedFields are the inputs inside the composer's Advanced section.
 var advancedFields = map[string]bool{
-	"max_iterations": true, "max_minutes": true, "max_cost_usd": true, "max_tokens": true, "write_mode": true,
+	"max_iterations": true, "max_minutes": true, "max_cost_usd": true, "max_tokens": true, "on_forecast": true, "write_mode": true,
 	"checks": true, "check_commands": true, "pattern": true, "doc_exists": true, "token": true,
 	"no_progress": true, "repeated_error": true, "script": true,
 }

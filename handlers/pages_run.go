@@ -65,6 +65,11 @@ func (s *Server) readRunView(c *fiber.Ctx, r spec.ReadStore, runID string, parts
 		v.Config = nil
 	}
 	if parts&partStatus != 0 {
+		if v.Config != nil {
+			if v.Forecast, err = runForecast(ctx, r, run); err != nil {
+				return views.RunView{}, err
+			}
+		}
 		if rep := reportOf(run); rep.Title != "" || rep.Status != "" {
 			v.Report = &rep
 			v.ReportHTML = renderMarkdown().HTML(rep.Summary)

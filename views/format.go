@@ -191,6 +191,8 @@ func waitingText(w *spec.Waiting) string {
 		return "approve the plan (or steer it) to go on."
 	case spec.WaitTurnEnded:
 		return "the iteration is done; reply to run the next one."
+	case spec.WaitBudgetForecast:
+		return "the next iteration would not fit in the budget."
 	}
 	return Humanize(w.Reason)
 }

@@ -124,6 +124,7 @@ type ComposerForm struct {
 	MaxMinutes    string
 	MaxCostUSD    string
 	MaxTokens     string
+	OnForecast    string
 	WriteMode     string
 	Token         string
 	CheckCommands string // one command per line, shell-split
@@ -234,10 +235,12 @@ type RunView struct {
 	// ReportHTML is the report summary rendered from markdown and sanitised.
 	ReportHTML string
 	Evidence   *Evidence
-	Created    []spec.Ref
-	Updated    []spec.Ref
-	Parent     *spec.Run
-	Children   []*spec.Run
+	// Forecast is the next iteration's forecast (nil: none).
+	Forecast *spec.Forecast
+	Created  []spec.Ref
+	Updated  []spec.Ref
+	Parent   *spec.Run
+	Children []*spec.Run
 	// LastSeq is the run's last event sequence number; the live stream
 	// starts after it.
 	LastSeq int64

@@ -89,13 +89,15 @@ func TestAgentCostBudgetsThroughTheBinary(t *testing.T) {
 		if math.Abs(perIteration-0.0675) > 1e-12 {
 			t.Fatalf("gpt-5-codex's list price of the recording is $%v, want $0.0675", perIteration)
 		}
-		if r.StopReason == nil || r.StopReason.Type != spec.StopBudgetCost || len(r.Iterations) != 3 {
-			t.Fatalf("run %s %+v after %d iterations; want stopped on budget_cost after 3", r.Status, r.StopReason, len(r.Iterations))
+		// $0.135 after two; a third, forecast at $0.0675, would pass $0.15
+		// and is not started.
+		if r.StopReason == nil || r.StopReason.Type != spec.StopBudgetCost || len(r.Iterations) != 2 || !strings.Contains(r.StopReason.Detail, "not started") {
+			t.Fatalf("run %s %+v after %d iterations; want stopped on budget_cost by the forecast after 2", r.Status, r.StopReason, len(r.Iterations))
 		}
 		m := r.Metrics
-		if math.Abs(m.CostTotalUSD-3*perIteration) > 1e-9 || m.CostReportedUSD != 0 || m.UnpricedCalls != 0 ||
-			m.ByModel["gpt-5-codex"].Calls != 3 || m.CachedTokens != 300000 || m.ReasoningTokens != 5400 {
-			t.Errorf("metrics %+v; want 3 × $%v from the price table, on gpt-5-codex", m, perIteration)
+		if math.Abs(m.CostTotalUSD-2*perIteration) > 1e-9 || m.CostTotalUSD > 0.15 || m.CostReportedUSD != 0 || m.UnpricedCalls != 0 ||
+			m.ByModel["gpt-5-codex"].Calls != 2 || m.CachedTokens != 200000 || m.ReasoningTokens != 3600 {
+			t.Errorf("metrics %+v; want 2 × $%v from the price table, on gpt-5-codex, within the budget", m, perIteration)
 		}
 		for _, it := range r.Iterations {
 			if it.Metrics.PromptTokens != 120000 || it.Metrics.CachedTokens != 100000 || it.Metrics.CompletionTokens != 3000 ||
@@ -119,14 +121,15 @@ func TestAgentCostBudgetsThroughTheBinary(t *testing.T) {
 		if math.Abs(perIteration-0.132515) > 1e-12 {
 			t.Fatalf("claude-opus-4-5's list price of the recording is $%v, want the CLI's $0.132515", perIteration)
 		}
-		if r.StopReason == nil || r.StopReason.Type != spec.StopBudgetCost || len(r.Iterations) != 3 {
-			t.Fatalf("run %s %+v after %d iterations; want stopped on budget_cost after 3", r.Status, r.StopReason, len(r.Iterations))
+		// $0.265 after two; a third would pass $0.30 and is not started.
+		if r.StopReason == nil || r.StopReason.Type != spec.StopBudgetCost || len(r.Iterations) != 2 || !strings.Contains(r.StopReason.Detail, "not started") {
+			t.Fatalf("run %s %+v after %d iterations; want stopped on budget_cost by the forecast after 2", r.Status, r.StopReason, len(r.Iterations))
 		}
 		m := r.Metrics
 		opus := m.ByModel["claude-opus-4-5-20251101"]
-		if math.Abs(m.CostTotalUSD-3*perIteration) > 1e-9 || math.Abs(m.CostReportedUSD-m.CostTotalUSD) > 1e-9 || opus.Calls != 3 ||
-			opus.CachedTokens != 120000 || opus.CacheWriteTokens != 36000 || len(m.ByModel) != 1 {
-			t.Errorf("metrics %+v; want 3 × $%v, reported by the CLI, on claude-opus-4-5-20251101", m, perIteration)
+		if math.Abs(m.CostTotalUSD-2*perIteration) > 1e-9 || m.CostTotalUSD > 0.30 || math.Abs(m.CostReportedUSD-m.CostTotalUSD) > 1e-9 || opus.Calls != 2 ||
+			opus.CachedTokens != 80000 || opus.CacheWriteTokens != 24000 || len(m.ByModel) != 1 {
+			t.Errorf("metrics %+v; want 2 × $%v, reported by the CLI, on claude-opus-4-5-20251101", m, perIteration)
 		}
 		// Its tool uses, the failed one with its error, are events.
 		var failed []string
@@ -142,7 +145,7 @@ func TestAgentCostBudgetsThroughTheBinary(t *testing.T) {
 				}
 			}
 		}
-		if len(failed) != 3 || !strings.Contains(failed[0], "nil pointer dereference") {
+		if len(failed) != 2 || !strings.Contains(failed[0], "nil pointer dereference") {
 			t.Errorf("failed tool results %q, want one per iteration with its error", failed)
 		}
 	})

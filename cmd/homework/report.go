@@ -58,7 +58,13 @@ type reportFigures struct {
 		Total  int     `json:"total"`
 		PerRun float64 `json:"per_run"`
 	} `json:"tool_calls"`
-	StopReasons map[string]int `json:"stop_reasons"`
+	BudgetOvershoot struct {
+		CostUSD float64 `json:"cost_usd"`
+		Tokens  int64   `json:"tokens"`
+		Runs    int     `json:"runs"`
+	} `json:"budget_overshoot"`
+	StoppedByForecast int            `json:"stopped_by_forecast"`
+	StopReasons       map[string]int `json:"stop_reasons"`
 }
 
 type reportAnswer struct {
@@ -181,7 +187,8 @@ func apiGet(ctx context.Context, u, token string) ([]byte, error) {
 
 var reportColumns = []string{"runs", "ended", "completed", "completion_rate", "completion_claims", "false_completions_blocked",
 	"false_completion_rate", "escalation_rate", "iterations_p50", "iterations_p95", "running_ms_p50", "running_ms_p95",
-	"cost_usd_total", "cost_usd_per_completed_run", "tokens_total", "tool_calls_total", "tool_calls_per_run", "stop_reasons"}
+	"cost_usd_total", "cost_usd_per_completed_run", "tokens_total", "tool_calls_total", "tool_calls_per_run",
+	"budget_overshoot_usd", "budget_overshoot_tokens", "budget_overshoot_runs", "stopped_by_forecast", "stop_reasons"}
 
 func (f reportFigures) cells(pct func(float64) string) []string {
 	n := strconv.Itoa
@@ -190,7 +197,8 @@ func (f reportFigures) cells(pct func(float64) string) []string {
 		n(f.FalseCompletionsBlocked), pct(f.FalseCompletionRate), pct(f.EscalationRate), num(f.Iterations.P50),
 		num(f.Iterations.P95), num(f.RunningMS.P50), num(f.RunningMS.P95), strconv.FormatFloat(f.CostUSD.Total, 'f', 4, 64),
 		strconv.FormatFloat(f.CostUSD.PerCompletedRun, 'f', 4, 64), strconv.FormatInt(f.TokensTotal, 10), n(f.ToolCalls.Total),
-		strconv.FormatFloat(f.ToolCalls.PerRun, 'f', 2, 64), stopReasons(f.StopReasons)}
+		strconv.FormatFloat(f.ToolCalls.PerRun, 'f', 2, 64), strconv.FormatFloat(f.BudgetOvershoot.CostUSD, 'f', 4, 64),
+		strconv.FormatInt(f.BudgetOvershoot.Tokens, 10), n(f.BudgetOvershoot.Runs), n(f.StoppedByForecast), stopReasons(f.StopReasons)}
 }
 
 func stopReasons(m map[string]int) string {

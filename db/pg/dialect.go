@@ -97,8 +97,13 @@ var dialect = &sqlstore.Dialect{
 		return err
 	},
 	LockUsers: `LOCK TABLE users IN SHARE ROW EXCLUSIVE MODE`,
-	JSONField: func(col, key string) string { return "(" + col + "::jsonb ->> '" + key + "')" },
-	Search:    tsvector{},
+	JSONField: func(col, key string) string {
+		if strings.Contains(key, ".") {
+			return "(" + col + "::jsonb #>> '{" + strings.ReplaceAll(key, ".", ",") + "}')"
+		}
+		return "(" + col + "::jsonb ->> '" + key + "')"
+	},
+	Search: tsvector{},
 }
 
 // tsvector is PostgreSQL's full-text search: every word required, taken

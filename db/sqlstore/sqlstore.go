@@ -62,8 +62,9 @@ type Dialect struct {
 	// against concurrent inserts for the rest of a transaction (so that two
 	// first-account setups cannot both succeed); "" otherwise.
 	LockUsers string
-	// JSONField is the SQL expression of field key of the JSON text column
-	// col, as text (NULL when missing).
+	// JSONField is the SQL expression of field key (a dotted path for a
+	// nested one: "budgets.max_cost_usd") of the JSON text column col, as
+	// text (NULL when missing).
 	JSONField func(col, key string) string
 	// Search is the database's full-text search (documents, transcripts,
 	// run objectives).

@@ -3,6 +3,7 @@ package sqlstore
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"homework/engine/spec"
@@ -48,6 +49,9 @@ func (r Reads) StatsRows(ctx context.Context, userID int64, f spec.StatsFilter) 
 	// document instead of one JSON parse per extracted field.
 	q := `SELECT r.id, r.created_at, ` + detail + `, r.executor, r.mode, r.status,
 		coalesce(r.stop_type, ''), r.metrics,
+		coalesce(` + r.d.JSONField("r.config", "budgets.max_cost_usd") + `, ''), coalesce(` + r.d.JSONField("r.config", "budgets.max_total_tokens") + `, ''),
+		CASE WHEN r.stop_type IN ('` + spec.StopBudgetCost + `', '` + spec.StopBudgetTokens + `')
+			THEN coalesce(` + r.d.JSONField("r.stop_reason", "evidence.breaker") + `, '') ELSE '' END,
 		EXISTS (SELECT 1 FROM events e WHERE e.run_id = r.id AND e.type = '` + string(spec.EventRunWaitingOnUser) + `'),
 		coalesce((SELECT string_agg(tag, ',' ORDER BY tag) FROM run_tags t WHERE t.run_id = r.id), '')
 		FROM runs r WHERE ` + strings.Join(where, " AND ") + ` ORDER BY r.created_at, r.id`
@@ -66,10 +70,18 @@ func (r Reads) StatsRows(ctx context.Context, userID int64, f spec.StatsFilter) 
 		var created int64
 		var tags string
 		var metrics []byte
+		var maxCost, maxTokens, breaker string
 		if err := rows.Scan(&row.RunID, &created, &row.Objective, &row.Model, &row.Executor, &row.Mode, &row.Status, &row.StopReason,
-			&metrics, &row.Escalated, &tags); err != nil {
+			&metrics, &maxCost, &maxTokens, &breaker, &row.Escalated, &tags); err != nil {
 			return nil, fmt.Errorf("stats rows: %w", err)
 		}
+		if maxCost != "" {
+			row.MaxCostUSD, _ = strconv.ParseFloat(maxCost, 64)
+		}
+		if maxTokens != "" {
+			row.MaxTotalTokens, _ = strconv.ParseInt(maxTokens, 10, 64)
+		}
+		row.StoppedByForecast = breaker == spec.BreakerForecast
 		var m statsMetrics
 		if err := scanMetrics(metrics, &m); err != nil {
 			return nil, fmt.Errorf("run %s metrics: %w", row.RunID, err)

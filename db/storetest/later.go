@@ -21,6 +21,7 @@ func runLater(t *testing.T, open func(t *testing.T) spec.Store) {
 	t.Run("only the current attempt renews its lease", s.attemptLease)
 	t.Run("a read transaction sees one snapshot, whatever is committed meanwhile", s.readSnapshot)
 	t.Run("model calls keep their token split and their cost's source", s.llmCalls)
+	t.Run("a forecast reads finished iterations' usage; the report reads budgets and forecast stops", s.usage)
 }
 
 type laterSuite struct {

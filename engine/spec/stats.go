@@ -61,6 +61,28 @@ type StatsRow struct {
 	ToolCalls               int       `json:"tool_calls"`
 	FalseCompletionsBlocked int       `json:"false_completions_blocked"`
 	Escalated               bool      `json:"escalated"`
+	// MaxCostUSD and MaxTotalTokens are the run's budgets (0: none).
+	MaxCostUSD     float64 `json:"max_cost_usd"`
+	MaxTotalTokens int64   `json:"max_total_tokens"`
+	// StoppedByForecast: the run stopped before an iteration its forecast
+	// said would pass a budget.
+	StoppedByForecast bool `json:"stopped_by_forecast"`
+}
+
+// OvershootUSD is the run's spend beyond its cost budget (0 within it).
+func (r *StatsRow) OvershootUSD() float64 {
+	if r.MaxCostUSD <= 0 {
+		return 0
+	}
+	return max(0, r.CostUSD-r.MaxCostUSD)
+}
+
+// OvershootTokens is the run's tokens beyond its token budget.
+func (r *StatsRow) OvershootTokens() int64 {
+	if r.MaxTotalTokens <= 0 {
+		return 0
+	}
+	return max(0, r.TokensTotal-r.MaxTotalTokens)
 }
 
 // Ended reports whether the run has an outcome: completed, stopped,
@@ -128,10 +150,24 @@ type Figures struct {
 	CostUSD     CostFigures     `json:"cost_usd"`
 	TokensTotal int64           `json:"tokens_total"`
 	ToolCalls   ToolCallFigures `json:"tool_calls"`
+	// BudgetOvershoot is spend beyond the runs' budgets (the goal is 0).
+	BudgetOvershoot Overshoot `json:"budget_overshoot"`
+	// StoppedByForecast counts runs stopped before an iteration that
+	// would have passed a budget.
+	StoppedByForecast int `json:"stopped_by_forecast"`
 	// StopReasons counts ended runs by stop reason type.
 	StopReasons map[string]int `json:"stop_reasons"`
 	// Outcomes counts every run by status.
 	Outcomes map[string]int `json:"outcomes"`
+}
+
+// Overshoot is spend beyond budgets: in USD over the runs with a cost
+// budget, in tokens over those with a token budget, and the runs that went
+// over either.
+type Overshoot struct {
+	CostUSD float64 `json:"cost_usd"`
+	Tokens  int64   `json:"tokens"`
+	Runs    int     `json:"runs"`
 }
 
 // StatsGroup is the figures of one group of a grouped report. Key is ""
@@ -178,6 +214,14 @@ func (a *accumulator) add(r *StatsRow) {
 	if r.Escalated {
 		f.Escalated++
 	}
+	if o, ot := r.OvershootUSD(), r.OvershootTokens(); o > 0 || ot > 0 {
+		f.BudgetOvershoot.CostUSD += o
+		f.BudgetOvershoot.Tokens += ot
+		f.BudgetOvershoot.Runs++
+	}
+	if r.StoppedByForecast {
+		f.StoppedByForecast++
+	}
 	f.CostUSD.Total += r.CostUSD
 	f.TokensTotal += r.TokensTotal
 	f.ToolCalls.Total += r.ToolCalls
@@ -195,6 +239,7 @@ func (a *accumulator) figures() Figures {
 	f.RunningMS = Percentiles{P50: Percentile(a.running, 50), P95: Percentile(a.running, 95)}
 	f.CostUSD.Total = roundMicros(f.CostUSD.Total)
 	f.CostUSD.PerCompletedRun = roundMicros(f.CostUSD.PerCompletedRun)
+	f.BudgetOvershoot.CostUSD = roundMicros(f.BudgetOvershoot.CostUSD)
 	return f
 }
 
