@@ -29,11 +29,11 @@ type RunJSON struct {
 	Budgets     *spec.Budgets    `json:"budgets"`
 	// Forecast is the next iteration's forecast (GET /api/runs/{id} only;
 	// null in lists, and when there is nothing to forecast from).
-	Forecast *spec.Forecast `json:"forecast"`
-	Report   *spec.Report   `json:"report"`
-	ParentRunID *string          `json:"parent_run_id"`
-	Tags        []string         `json:"tags"`
-	URL         string           `json:"url"`
+	Forecast    *spec.Forecast `json:"forecast"`
+	Report      *spec.Report   `json:"report"`
+	ParentRunID *string        `json:"parent_run_id"`
+	Tags        []string       `json:"tags"`
+	URL         string         `json:"url"`
 	// Iterations and Workspace are present only when asked for with
 	// ?include=iterations,workspace.
 	Iterations *[]IterationJSON `json:"iterations,omitempty"`
