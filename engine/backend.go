@@ -16,8 +16,9 @@ import (
 type Backend struct {
 	store    spec.Store
 	newQueue func(cfg *river.Config) (jobQueue, error)
-	// listens is whether the driver wakes fetches through a listener
-	// (PostgreSQL's LISTEN/NOTIFY); without one River only polls.
+	// listens is whether River wakes fetches through the driver's listener
+	// (PostgreSQL's LISTEN/NOTIFY, across processes); without one River
+	// polls, and the engine wakes its own fetch after each commit.
 	listens bool
 }
 
@@ -27,16 +28,28 @@ type Backend struct {
 //
 //	engine.Bind(d, riversqlite.New(d.Writer()), func(tx spec.Tx) *sql.Tx { return tx.(*db.Tx).SQL })
 func Bind[TTx any](s spec.Store, driver riverdriver.Driver[TTx], driverTx func(spec.Tx) TTx) Backend {
+	// Only a store shared by several processes needs River's listener: one
+	// process wakes its own fetch after each commit (wake.go). River's
+	// SQLite "listener" is a notification table polled every 50 ms, which
+	// would hold every next iteration back by up to that much.
+	_, shared := s.(spec.Cluster)
+	listens := shared && driver.SupportsListener()
 	return Backend{
 		store: s,
 		newQueue: func(cfg *river.Config) (jobQueue, error) {
-			client, err := river.NewClient(driver, cfg)
+			var w *waker
+			d := driver
+			if !listens {
+				w = &waker{pilot: &wakingPilot{}}
+				d = &wakingDriver[TTx]{Driver: driver, pilot: w.pilot}
+			}
+			client, err := river.NewClient(d, cfg)
 			if err != nil {
 				return nil, fmt.Errorf("river client: %w", err)
 			}
-			return &riverQueue[TTx]{client: client, driverTx: driverTx}, nil
+			return &riverQueue[TTx]{client: client, driverTx: driverTx, waker: w}, nil
 		},
-		listens: driver.SupportsListener(),
+		listens: listens,
 	}
 }
 

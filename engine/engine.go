@@ -167,13 +167,13 @@ func New(opts Options) (*Engine, error) {
 	b := make([]byte, 8)
 	rand.Read(b)
 	e := &Engine{
-		opts:     opts,
-		bus:      opts.Bus,
-		log:      opts.Logger.With("component", "engine"),
-		now:      opts.Now,
-		id:       hex.EncodeToString(b),
-		store:    opts.Backend.store,
-		inTx:     opts.Backend.store.WriteTx,
+		opts:  opts,
+		bus:   opts.Bus,
+		log:   opts.Logger.With("component", "engine"),
+		now:   opts.Now,
+		id:    hex.EncodeToString(b),
+		store: opts.Backend.store,
+
 		inflight: map[string]*inflight{},
 		metrics:  newMetrics(),
 	}
@@ -196,6 +196,13 @@ func New(opts Options) (*Engine, error) {
 		return nil, err
 	}
 	e.queue = queue
+	e.inTx = func(ctx context.Context, fn func(tx spec.Tx) error) error {
+		err := opts.Backend.store.WriteTx(ctx, fn)
+		if err == nil {
+			queue.Committed(ctx) // jobs it inserted start now, not at the next poll
+		}
+		return err
+	}
 	return e, nil
 }
 

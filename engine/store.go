@@ -31,6 +31,9 @@ type jobQueue interface {
 	IterateJobs(ctx context.Context, tx spec.Tx, runID string) ([]IterateJob, error)
 	// JobCancelTx cancels a job in tx.
 	JobCancelTx(ctx context.Context, tx spec.Tx, id int64) error
+	// Committed tells the queue that a transaction of the engine's
+	// committed: jobs it inserted may be fetched now.
+	Committed(ctx context.Context)
 	Start(ctx context.Context) error
 	Stop(ctx context.Context) error
 	StopAndCancel(ctx context.Context) error
@@ -43,7 +46,10 @@ type jobQueue interface {
 type riverQueue[TTx any] struct {
 	client   *river.Client[TTx]
 	driverTx func(spec.Tx) TTx
+	waker    *waker // nil with a listener
 }
+
+func (q *riverQueue[TTx]) Committed(ctx context.Context) { q.waker.committed(ctx) }
 
 func (q *riverQueue[TTx]) InsertTx(ctx context.Context, tx spec.Tx, args IterateArgs, queue string, scheduledAt time.Time) (bool, error) {
 	var opts *river.InsertOpts
@@ -53,6 +59,9 @@ func (q *riverQueue[TTx]) InsertTx(ctx context.Context, tx spec.Tx, args Iterate
 	res, err := q.client.InsertTx(ctx, q.driverTx(tx), args, opts)
 	if err != nil {
 		return false, err
+	}
+	if !res.UniqueSkippedAsDuplicate && scheduledAt.IsZero() {
+		q.waker.inserted(queue)
 	}
 	return res.UniqueSkippedAsDuplicate, nil
 }

@@ -248,6 +248,9 @@ func BenchmarkIterationsPerSecondByProcesses(b *testing.B) {
 			one = rate
 		}
 		b.ReportMetric(rate, fmt.Sprintf("iter/s-%dproc", procs))
+		if procs > 1 {
+			b.ReportMetric(rate/one, fmt.Sprintf("scaling-%dproc", procs))
+		}
 		b.Logf("%d process(es): %.1f iterations/s (raw limit %.0f, %.0f%% of it; %.2fx one process)", procs, rate, limit, 100*rate/limit, rate/one)
 		for _, s := range servers {
 			s.kill()

@@ -1,0 +1,173 @@
+// Command benchtable runs the performance benchmarks of issue 29 and prints
+// one table: each figure, its value, its goal and whether it meets it. Every
+// figure is a ratio the benchmark measured side by side with its raw limit
+// in the same run (a plain SQLite statement, a minimal SSE writer, one
+// process), so the table means the same on any machine.
+//
+//	go run ./cmd/benchtable            # every figure (the PostgreSQL ones need HOMEWORK_TEST_PG)
+//	go run ./cmd/benchtable -only hop  # figures whose name contains "hop"
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+)
+
+// figure is one row of the table: the benchmark that measures it and the
+// metric it reports, and the goal.
+type figure struct {
+	name      string
+	pkg       string
+	bench     string
+	benchtime string
+	metric    string
+	// atMost is true for a goal the value must not exceed, false for one
+	// it must reach.
+	atMost bool
+	goal   float64
+	// goalFor computes the goal from the metric (the PostgreSQL scaling
+	// figures: 0.9 × N); nil means goal.
+	goalFor func(metric string) float64
+	needsPG bool
+}
+
+var figures = []figure{
+	{name: "hop: lone run wall ÷ server CPU per iteration (300 instant iterations, binary)", pkg: "./cmd/homework", bench: "LoneRunHop", benchtime: "3x", metric: "wall/cpu", atMost: true, goal: 1.5},
+	{name: "engine: overhead per iteration ÷ raw claim+complete (SQLite)", pkg: "./engine", bench: "Iterations", benchtime: "1x", metric: "overhead-ratio", atMost: true, goal: 5},
+	{name: "llm: LLM executor iteration (instant model) ÷ engine iteration", pkg: "./engine/llm", bench: "LLMIterationOverhead", benchtime: "1x", metric: "llm/engine-cost", atMost: true, goal: 1.5},
+	{name: "appends: event appends (256 producers) ÷ raw batched insert", pkg: "./db", bench: "EventAppends", benchtime: "20000x", metric: "vs-batched", goal: 0.8},
+	{name: "replay: replay of 100k events ÷ ordered scan", pkg: "./handlers", bench: "SSEReplay", benchtime: "1x", metric: "vs-scan", goal: 0.9},
+	{name: "memory: per idle subscriber ÷ minimal writer", pkg: "./handlers", bench: "SSEIdleMemory", benchtime: "1x", metric: "ratio", atMost: true, goal: 1.1},
+	{name: "sse: publish→receive p99, 1,000 subscribers ÷ minimal writer", pkg: "./handlers", bench: "SSEPublishLatency", benchtime: "1x", metric: "p99-ratio", atMost: true, goal: 1.0},
+	{name: "stats: GET /api/stats over 10k runs ÷ plain aggregate", pkg: "./handlers", bench: "Stats", benchtime: "10x", metric: "ratio", atMost: true, goal: 2},
+	{name: "page: run page watch bytes ratio", pkg: "./handlers", bench: "RunPageWatch", benchtime: "1x", metric: "bytes-ratio", atMost: true, goal: 1.1},
+	{name: "pg: iterations/s, N processes ÷ 1 process", pkg: "./cmd/homework", bench: "IterationsPerSecondByProcesses", benchtime: "1x", metric: "scaling-", goalFor: pgGoal, needsPG: true},
+}
+
+// pgGoal is 0.9 × N for the metric scaling-Nproc.
+func pgGoal(metric string) float64 {
+	n, _ := strconv.Atoi(strings.TrimSuffix(strings.TrimPrefix(metric, "scaling-"), "proc"))
+	return 0.9 * float64(n)
+}
+
+func main() {
+	only := flag.String("only", "", "run only the figures whose name contains this")
+	flag.Parse()
+	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(w, "figure\tvalue\tgoal\tresult\n")
+	failed := false
+	for _, f := range figures {
+		if *only != "" && !strings.Contains(f.name, *only) {
+			continue
+		}
+		if f.needsPG && os.Getenv("HOMEWORK_TEST_PG") == "" {
+			fmt.Fprintf(w, "%s\t-\t-\tskipped (HOMEWORK_TEST_PG not set)\n", f.name)
+			continue
+		}
+		metrics, out, err := run(f)
+		if err != nil {
+			fmt.Fprintf(w, "%s\t-\t-\tERROR %v\n", f.name, err)
+			fmt.Fprintln(os.Stderr, out)
+			failed = true
+			continue
+		}
+		found := false
+		for _, m := range sortedKeys(metrics) {
+			if !(m == f.metric || f.goalFor != nil && strings.HasPrefix(m, f.metric)) {
+				continue
+			}
+			found = true
+			goal := f.goal
+			if f.goalFor != nil {
+				goal = f.goalFor(m)
+			}
+			v := metrics[m]
+			ok := v >= goal
+			cmp := "≥"
+			if f.atMost {
+				ok, cmp = v <= goal, "≤"
+			}
+			result := "pass"
+			if !ok {
+				result, failed = "FAIL", true
+			}
+			name := f.name
+			if m != f.metric {
+				name += " (" + m + ")"
+			}
+			fmt.Fprintf(w, "%s\t%.3g\t%s %g\t%s\n", name, v, cmp, goal, result)
+		}
+		if !found {
+			fmt.Fprintf(w, "%s\t-\t-\tERROR no metric %q\n", f.name, f.metric)
+			failed = true
+		}
+		w.Flush()
+	}
+	w.Flush()
+	fmt.Printf("\n%s/%s, %d CPUs, %s\n", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), cpuModel())
+	if failed {
+		os.Exit(1)
+	}
+}
+
+// run runs one benchmark and returns the metrics of its result line.
+func run(f figure) (map[string]float64, string, error) {
+	cmd := exec.Command("go", "test", "-run", "^$", "-bench", "^Benchmark"+f.bench+"$", "-benchtime", f.benchtime, "-timeout", "30m", f.pkg)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		return nil, out.String(), err
+	}
+	metrics := map[string]float64{}
+	sc := bufio.NewScanner(bytes.NewReader(out.Bytes()))
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 4 || !strings.HasPrefix(fields[0], "Benchmark"+f.bench) {
+			continue
+		}
+		// name, N, then value-unit pairs.
+		for i := 2; i+1 < len(fields); i += 2 {
+			if v, err := strconv.ParseFloat(fields[i], 64); err == nil {
+				metrics[fields[i+1]] = v
+			}
+		}
+	}
+	return metrics, out.String(), nil
+}
+
+func sortedKeys(m map[string]float64) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	for i := range keys {
+		for j := i + 1; j < len(keys); j++ {
+			if keys[j] < keys[i] {
+				keys[i], keys[j] = keys[j], keys[i]
+			}
+		}
+	}
+	return keys
+}
+
+// cpuModel is the machine's CPU model name, from /proc/cpuinfo.
+func cpuModel() string {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return "unknown CPU"
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "unknown CPU"
+}
