@@ -272,6 +272,14 @@ func docPath(d *spec.Document) string {
 	return d.Path
 }
 
+// revokeQuestion is the confirmation a token's Revoke asks first.
+func revokeQuestion(name string) string {
+	if name == "" {
+		name = "(no name)"
+	}
+	return "Revoke the token “" + name + "”? Scripts and dashboards using it are refused from then on; this cannot be undone."
+}
+
 func budgetPlaceholder(cfg *spec.Config, which string) string {
 	if cfg == nil {
 		return ""
