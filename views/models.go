@@ -348,6 +348,30 @@ func (v RunView) Models() []ModelRow {
 }
 
 // Duration returns how long the run has existed until it ended (or now).
+// EndedAt is when the run ended: its completion, or for a stopped run
+// (which Continue may resume, so it has no completion) its last change,
+// the stop; zero while it has not ended.
+func (v RunView) EndedAt() time.Time {
+	if !v.Run.CompletedAt.IsZero() || v.Run.Status != spec.StatusStopped {
+		return v.Run.CompletedAt
+	}
+	return v.Run.UpdatedAt
+}
+
+// StopDetail is the stop reason's detail. A cost budget's is told again
+// from the run's numbers, so that amounts below a cent read as such (the
+// stored text rounds the limit to cents).
+func (v RunView) StopDetail() string {
+	sr := v.Run.StopReason
+	if sr == nil {
+		return ""
+	}
+	if sr.Type == spec.StopBudgetCost && v.Config != nil && v.Config.Budgets.MaxCostUSD > 0 {
+		return "Used the cost budget (" + Money(v.Run.Metrics.CostTotalUSD) + " of " + Money(v.Config.Budgets.MaxCostUSD) + ")."
+	}
+	return sr.Detail
+}
+
 func (v RunView) Duration() time.Duration {
 	start := v.Run.StartedAt
 	if start.IsZero() {
