@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"io"
 	"net/http"
 	"regexp"
 	"testing"
@@ -57,4 +58,24 @@ func TestABudgetBelowACent(t *testing.T) {
 			t.Fatalf("the run again's cost budget: %+v, %v; want 0.005", cfg.Budgets, err)
 		}
 	})
+}
+
+// TestFaviconAndRunsAddress checks the addresses people and browsers try
+// on their own: /favicon.ico is an icon, /runs is the run list.
+func TestFaviconAndRunsAddress(t *testing.T) {
+	ts := newPageServer(t)
+	resp, err := http.Get(ts.URL + "/favicon.ico")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "image/x-icon" || len(b) < 22 || string(b[:4]) != "\x00\x00\x01\x00" {
+		t.Fatalf("/favicon.ico: %d %q, %d bytes starting %q; want an icon", resp.StatusCode, resp.Header.Get("Content-Type"), len(b), b[:min(4, len(b))])
+	}
+	pc := ts.signedIn(t, "ada@example.com")
+	resp, body := pc.get("/runs")
+	expectStatus(t, resp, body, http.StatusFound, "/")
+	resp, body = pc.get("/runs?status=running")
+	expectStatus(t, resp, body, http.StatusFound, "/?status=running")
 }
