@@ -3,6 +3,8 @@ package static
 
 import "embed"
 
+//go:generate go run ./termcss
+
 // FS holds every asset under static/, served at /static/ (and the icon at
 // /favicon.ico, where browsers ask for it).
 //

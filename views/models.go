@@ -197,6 +197,37 @@ type IterationView struct {
 	Actions []*Action
 }
 
+// LogPage is a batch of an iteration's log for the run page: the blocks
+// after what the page shows, their lines numbered on from there.
+type LogPage struct {
+	RunID     string
+	Iteration int
+	Blocks    []LogBlock
+	// More is set when the transcript has records after the batch.
+	More bool
+	Info spec.TranscriptInfo
+}
+
+// LogBlock is one piece of an iteration's log: a transcript record, or
+// chunks of one output stream that continue one another, shown as a
+// terminal shows them.
+type LogBlock struct {
+	// First is the block's first record (its kind, who and time).
+	First *spec.TranscriptLine
+	// AfterSeq is the seq before the block's first record and LastSeq its
+	// last record's.
+	AfterSeq, LastSeq int64
+	// From is how many lines of the iteration's log come before the block:
+	// its lines are numbered From+1 on.
+	From int
+	// Lines are the block's lines as safe HTML (terminal-to-html's output,
+	// sanitised by the handler).
+	Lines []string
+	// Open is set when the block's output ended mid-line: the page fetches
+	// it again, with what follows, when the transcript grows.
+	Open bool
+}
+
 // Action is one entry of the run's timeline besides its iterations: a
 // question, an answer, a message, a stop, a Continue, a cancel, a recovery.
 type Action struct {
