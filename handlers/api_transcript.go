@@ -18,6 +18,7 @@ import (
 func (s *Server) transcriptRoutes(api fiber.Router) {
 	api.Get("/runs/:id/iterations", s.apiListIterations)
 	api.Get("/runs/:id/iterations/:n/transcript", s.apiTranscript)
+	api.Get("/runs/:id/log", s.apiRunLog)
 }
 
 // IterationPageJSON is one page of GET /api/runs/{id}/iterations.

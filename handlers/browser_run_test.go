@@ -86,7 +86,7 @@ func TestBrowserRunPage(t *testing.T) {
 			`document.querySelector("#log-1 .k-output") !== null && document.querySelector("#iteration-1").classList.contains("running")`)
 		until(t, ctx, "the run to complete", `document.querySelector("#run-live .badge").dataset.status === "completed"`)
 		until(t, ctx, "all six ticks, each once", `(document.querySelector("#log-1 .log-lines").textContent.match(/tick/g) || []).length === 6`)
-		seqs, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll("#log-1 .log-line")).map(l => l.dataset.seq)`))
+		seqs, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll("#log-1 .log-entry")).map(l => l.dataset.seq)`))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -97,7 +97,7 @@ func TestBrowserRunPage(t *testing.T) {
 		}
 		do(t, ctx, "search the transcripts", chromedp.SendKeys(chromedp.CSS("#log-q"), "needle"))
 		until(t, ctx, "a search hit", `document.querySelector("#log-hits") && document.querySelector("#log-hits").textContent.includes("Iteration 1")`)
-		until(t, ctx, "a download link", `document.querySelector('#log-1 a[download$=".txt"]').getAttribute("href") === "/api/runs/`+id+`/iterations/1/transcript?format=text"`)
+		until(t, ctx, "a download link", `document.querySelector('#log-1 a.download-log').getAttribute("href") === "/api/runs/`+id+`/log?iteration=1" && document.querySelector("#download-log").getAttribute("href") === "/api/runs/`+id+`/log"`)
 	})
 
 	t.Run("after a dozen fast runs each page shows what the API says", func(t *testing.T) {

@@ -23,6 +23,7 @@ func (s *Server) pageRoutes(app *fiber.App) {
 	s.sessionRoutes(app)
 	auth := s.requirePageUser
 	app.Get("/", auth, s.runList)
+	app.Get("/runs", s.runsToList)
 	app.Get("/runs/fragment", auth, s.noStore, s.runListFragment)
 	app.Get("/runs/new", auth, s.composer)
 	app.Get("/runs/new/price", auth, s.noStore, s.composerPrice)
@@ -105,6 +106,16 @@ func (s *Server) runList(c *fiber.Ctx) error {
 	}
 	d.Flash = flashText(c.Query("done"))
 	return s.render(c, fiber.StatusOK, views.RunList(d))
+}
+
+// runsToList sends /runs, where a person (or a link) looks for the run
+// list, to the run list at /, with its filters.
+func (s *Server) runsToList(c *fiber.Ctx) error {
+	to := "/"
+	if q := c.Request().URI().QueryString(); len(q) > 0 {
+		to += "?" + string(q)
+	}
+	return c.Redirect(to, fiber.StatusFound)
 }
 
 func (s *Server) runListFragment(c *fiber.Ctx) error {

@@ -121,8 +121,10 @@ func (fe formErrors) money(name, val string) float64 {
 	case err != nil || f < 0 || math.IsNaN(f) || math.IsInf(f, 0):
 		fe[name] = "Enter an amount in US dollars, such as 2.50, or leave it empty."
 		return 0
-	case f < 0.01:
-		fe[name] = "$0 is not a limit: enter at least 0.01, or leave it empty for no limit."
+	case f == 0:
+		// Any amount above zero is a limit, as in the API: a run cloned
+		// from one with a budget below a cent keeps it.
+		fe[name] = "$0 is not a limit: enter an amount above 0, or leave it empty for no limit."
 		return 0
 	}
 	return f

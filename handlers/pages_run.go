@@ -350,10 +350,15 @@ func (s *Server) runTimeline(c *fiber.Ctx) error {
 // logPageLines is how many transcript lines one log fetch returns.
 const logPageLines = 500
 
-// runLog renders an iteration's transcript lines after ?after=SEQ for the
-// run page's log.
+// runLog renders an iteration's log for the run page: the blocks of its
+// transcript after ?after=SEQ, their lines numbered on from ?line=K (the
+// lines the page shows before them).
 func (s *Server) runLog(c *fiber.Ctx) error {
 	n, after, err := transcriptQuery(c)
+	if err != nil {
+		return s.pageError(c, err)
+	}
+	line, err := queryInt(c, "line", 0, 0, 1<<40)
 	if err != nil {
 		return s.pageError(c, err)
 	}
@@ -361,7 +366,27 @@ func (s *Server) runLog(c *fiber.Ctx) error {
 	if err != nil {
 		return s.pageError(c, err)
 	}
-	return s.render(c, fiber.StatusOK, views.LogLines(c.Params("id"), t))
+	return s.render(c, fiber.StatusOK, views.LogBlocks(logPage(c.Params("id"), n, after, int(line), t)))
+}
+
+// logPage renders a page of an iteration's transcript, read after seq
+// after, as log blocks numbered on from line.
+func logPage(runID string, iteration int, after int64, line int, t *spec.Transcript) views.LogPage {
+	p := views.LogPage{RunID: runID, Iteration: iteration, More: t.More, Info: t.Info}
+	blocks := groupBlocks(t.Lines)
+	r := renderTerminal()
+	for i, b := range blocks {
+		lb := views.LogBlock{First: b.recs[0], AfterSeq: after, LastSeq: b.recs[len(b.recs)-1].Seq, From: line,
+			Lines: r.HTMLLines(b.text())}
+		// The last block may go on in records not written yet: the page
+		// fetches it again with them. Not when it fills a whole page,
+		// which it would again and again.
+		lb.Open = i == len(blocks)-1 && b.open() && !(t.More && i == 0)
+		p.Blocks = append(p.Blocks, lb)
+		line += len(lb.Lines)
+		after = lb.LastSeq
+	}
+	return p
 }
 
 // runLogSearch renders the transcript lines of the run matching ?q=.

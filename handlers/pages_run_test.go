@@ -42,7 +42,7 @@ func TestRunPage(t *testing.T) {
 	})
 	t.Run("the live fragments render alone", func(t *testing.T) {
 		for path, want := range map[string]string{"/live": `id="cost-total"`, "/controls": `id="follow-up-hint"`, "/modal": `id="live-iteration"`,
-			"/timeline?from=1": `id="iteration-1"`, "/work": `id="tree"`, "/iterations/1/log": `class="log-line`} {
+			"/timeline?from=1": `id="iteration-1"`, "/work": `id="tree"`, "/iterations/1/log": `class="log-entry`} {
 			resp, body := pc.get("/runs/" + id + path)
 			expectStatus(t, resp, body, http.StatusOK, "")
 			expectContains(t, body, want)

@@ -3,6 +3,7 @@ package handlers
 import (
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"homework/engine/spec"
@@ -36,15 +37,66 @@ func (s *Server) renderTokens(c *fiber.Ctx, status int, d views.TokensData) erro
 
 func (s *Server) tokensPage(c *fiber.Ctx) error {
 	d := views.TokensData{}
-	if c.Query("done") == "revoked" {
+	switch c.Query("done") {
+	case "revoked":
 		d.Flash = "Token revoked. Requests with it are refused from now on."
+	case "created":
+		d.NewSecret, d.NewName = s.takeNewToken(c)
+		if d.NewSecret == "" {
+			d.Flash = "The new token was shown once and is not shown again: if you did not copy it, revoke it and create another."
+		}
 	}
 	return s.renderTokens(c, fiber.StatusOK, d)
 }
 
-// createToken creates a token and shows its secret on this response only:
-// no redirect, so the secret never lands in a URL or the history, and the
-// response is not cached.
+// newTokenCookie carries a token just created from the create's POST to
+// the page its redirect loads, which shows it once and clears the cookie:
+// the secret never lands in a URL or the history, and reloading that page
+// neither creates another token nor shows the secret again. The cookie is
+// HttpOnly, SameSite=Strict, only sent to the tokens page, lives a few
+// minutes at most, and is bound to the session that created the token.
+const newTokenCookie = "homework_new_token"
+
+// newTokenMAC binds a token's id and secret to the session's CSRF token
+// (a secret of the session only the server and that session's pages know).
+func newTokenMAC(sess *spec.Session, id, secret string) string {
+	return spec.HashToken(sess.CSRFToken + "|" + id + "|" + secret)[:32]
+}
+
+// takeNewToken returns the secret and name of the token this session just
+// created, once: the cookie is cleared in any case. It returns "" when
+// there is none, it is another session's, or the token is gone.
+func (s *Server) takeNewToken(c *fiber.Ctx) (secret, name string) {
+	v := c.Cookies(newTokenCookie)
+	if v == "" {
+		return "", ""
+	}
+	c.Cookie(&fiber.Cookie{Name: newTokenCookie, Value: "", Path: "/settings/tokens", HTTPOnly: true,
+		Secure: !s.opts.InsecureCookies, SameSite: fiber.CookieSameSiteStrictMode, Expires: time.Unix(1, 0), MaxAge: -1})
+	sess := sessionOf(c)
+	parts := strings.Split(v, ".")
+	if sess == nil || len(parts) != 3 || !tokensEqual(parts[2], newTokenMAC(sess, parts[0], parts[1])) {
+		return "", ""
+	}
+	id, err := strconv.ParseInt(parts[0], 10, 64)
+	if err != nil {
+		return "", ""
+	}
+	toks, err := s.db.ListAPITokens(c.UserContext(), userOf(c).ID)
+	if err != nil {
+		return "", ""
+	}
+	for _, t := range toks {
+		if t.ID == id && t.RevokedAt.IsZero() {
+			return parts[1], t.Name
+		}
+	}
+	return "", ""
+}
+
+// createToken creates a token and redirects (303) to the tokens page,
+// which shows its secret once (newTokenCookie): reloading that page
+// creates nothing.
 func (s *Server) createToken(c *fiber.Ctx) error {
 	name := strings.TrimSpace(c.FormValue("name"))
 	switch {
@@ -53,11 +105,15 @@ func (s *Server) createToken(c *fiber.Ctx) error {
 	case utf8.RuneCountInString(name) > 100 || !utf8.ValidString(name):
 		return s.renderTokens(c, fiber.StatusUnprocessableEntity, views.TokensData{Error: "The name must be at most 100 characters."})
 	}
-	secret, _, err := s.db.CreateAPIToken(c.UserContext(), userOf(c).ID, name)
+	secret, tok, err := s.db.CreateAPIToken(c.UserContext(), userOf(c).ID, name)
 	if err != nil {
 		return s.pageError(c, err)
 	}
-	return s.renderTokens(c, fiber.StatusCreated, views.TokensData{NewSecret: secret, NewName: name})
+	id := strconv.FormatInt(tok.ID, 10)
+	c.Cookie(&fiber.Cookie{Name: newTokenCookie, Value: id + "." + secret + "." + newTokenMAC(sessionOf(c), id, secret),
+		Path: "/settings/tokens", HTTPOnly: true, Secure: !s.opts.InsecureCookies, SameSite: fiber.CookieSameSiteStrictMode,
+		MaxAge: 300})
+	return c.Redirect("/settings/tokens?done=created", fiber.StatusSeeOther)
 }
 
 func (s *Server) revokeToken(c *fiber.Ctx) error {

@@ -26,7 +26,12 @@ func TestTokensPage(t *testing.T) {
 	var secret string
 	t.Run("a created token is shown once and works against the API", func(t *testing.T) {
 		resp, body := ann.post("/settings/tokens", url.Values{"name": {"laptop"}})
-		expectStatus(t, resp, body, http.StatusCreated, "")
+		// Redirect after POST: the secret is in neither the URL nor a page
+		// a reload would post again.
+		expectStatus(t, resp, body, http.StatusSeeOther, "/settings/tokens?done=created")
+		expectLacks(t, resp.Header.Get("Location"), "hw_")
+		resp, body = ann.get("/settings/tokens?done=created")
+		expectStatus(t, resp, body, http.StatusOK, "")
 		if cc := resp.Header.Get("Cache-Control"); cc != "no-store" {
 			t.Fatalf("the page with the secret may be cached: Cache-Control %q", cc)
 		}
@@ -36,6 +41,19 @@ func TestTokensPage(t *testing.T) {
 		}
 		secret = m[1]
 		expectContains(t, body, "shown only this once", "laptop", "never")
+
+		// A reload of the page the create landed on creates nothing and
+		// does not show the secret again.
+		resp, body = ann.get("/settings/tokens?done=created")
+		expectStatus(t, resp, body, http.StatusOK, "")
+		expectLacks(t, body, secret, `id="new-token"`)
+		expectContains(t, body, "was shown once and is not shown again")
+		if toks, err := ts.Store.ListAPITokens(ts.ctx, ts.userID(t, "ann@example.com").ID); err != nil || len(toks) != 1 {
+			t.Fatalf("after a reload: tokens %v, %v; want the one created", toks, err)
+		}
+		// Nor is it shown to another person who lands on that address.
+		_, body = bob.get("/settings/tokens?done=created")
+		expectLacks(t, body, secret)
 
 		req, _ := http.NewRequest("GET", ts.URL+"/api/runs", nil)
 		req.Header.Set("Authorization", "Bearer "+secret)

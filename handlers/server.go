@@ -165,6 +165,7 @@ func (s *Server) routes() {
 	app.Get("/healthz", s.healthz)
 	app.Get("/metrics", s.metricsHandler())
 	app.Use("/static", filesystem.New(filesystem.Config{Root: http.FS(static.FS), MaxAge: 3600}))
+	app.Get("/favicon.ico", s.favicon)
 	s.apiRoutes(app.Group("/api", s.requireAPIUser))
 	s.pageRoutes(app)
 	app.Use(func(c *fiber.Ctx) error {
@@ -209,6 +210,18 @@ func (s *Server) healthz(c *fiber.Ctx) error {
 		return c.Status(fiber.StatusServiceUnavailable).JSON(fiber.Map{"status": "unavailable"})
 	}
 	return c.JSON(fiber.Map{"status": "ok"})
+}
+
+// favicon serves the site's icon where browsers ask for it without a
+// <link rel="icon">.
+func (s *Server) favicon(c *fiber.Ctx) error {
+	b, err := static.FS.ReadFile("favicon.ico")
+	if err != nil {
+		return err
+	}
+	c.Set(fiber.HeaderContentType, "image/x-icon")
+	c.Set(fiber.HeaderCacheControl, "public, max-age=86400")
+	return c.Send(b)
 }
 
 func (s *Server) metricsHandler() fiber.Handler {

@@ -3,7 +3,10 @@ package static
 
 import "embed"
 
-// FS holds every asset under static/, served at /static/.
+//go:generate go run ./termcss
+
+// FS holds every asset under static/, served at /static/ (and the icon at
+// /favicon.ico, where browsers ask for it).
 //
-//go:embed css vendor js
+//go:embed css vendor js favicon.ico
 var FS embed.FS

@@ -537,7 +537,7 @@ func Composer(d ComposerData) templ.Component {
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
-			templ_7745c5c3_Err = numField("max_cost_usd", "Cost (USD)", d.Form.MaxCostUSD, "no limit", "0.01", d.Errors).Render(ctx, templ_7745c5c3_Buffer)
+			templ_7745c5c3_Err = numField("max_cost_usd", "Cost (USD)", d.Form.MaxCostUSD, "no limit", "any", d.Errors).Render(ctx, templ_7745c5c3_Buffer)
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
@@ -920,9 +920,9 @@ func numField(name, label, value, placeholder, step string, errs map[string]stri
 			return templ_7745c5c3_Err
 		}
 		var templ_7745c5c3_Var34 string
-		templ_7745c5c3_Var34, templ_7745c5c3_Err = templ.JoinStringErrs(step)
+		templ_7745c5c3_Var34, templ_7745c5c3_Err = templ.JoinStringErrs(minFor(step))
 		if templ_7745c5c3_Err != nil {
-			return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/composer.templ`, Line: 211, Col: 103}
+			return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/composer.templ`, Line: 211, Col: 111}
 		}
 		_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var34))
 		if templ_7745c5c3_Err != nil {
@@ -935,7 +935,7 @@ func numField(name, label, value, placeholder, step string, errs map[string]stri
 		var templ_7745c5c3_Var35 string
 		templ_7745c5c3_Var35, templ_7745c5c3_Err = templ.JoinStringErrs(step)
 		if templ_7745c5c3_Err != nil {
-			return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/composer.templ`, Line: 211, Col: 117}
+			return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/composer.templ`, Line: 211, Col: 125}
 		}
 		_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var35))
 		if templ_7745c5c3_Err != nil {
@@ -948,7 +948,7 @@ func numField(name, label, value, placeholder, step string, errs map[string]stri
 		var templ_7745c5c3_Var36 string
 		templ_7745c5c3_Var36, templ_7745c5c3_Err = templ.JoinStringErrs(name + "-error")
 		if templ_7745c5c3_Err != nil {
-			return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/composer.templ`, Line: 211, Col: 174}
+			return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/composer.templ`, Line: 211, Col: 182}
 		}
 		_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var36))
 		if templ_7745c5c3_Err != nil {

@@ -5,6 +5,7 @@ package views
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/url"
 	"strconv"
 	"strings"
@@ -45,15 +46,25 @@ func iso(t time.Time) string { return t.UTC().Format(time.RFC3339) }
 // exact formats t for the title shown on hover (and without JavaScript).
 func exact(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05 UTC") }
 
-// Money formats a cost in US dollars.
+// Money formats a cost in US dollars: cents from $0.01 up, and an amount
+// below a cent with three significant digits ($0.00321), so that a small
+// spend or limit never reads as $0.00.
 func Money(v float64) string {
-	switch {
-	case v == 0:
-		return "$0.00"
-	case v < 0.01:
-		return "$" + strconv.FormatFloat(v, 'f', 4, 64)
+	return "$" + amount(v)
+}
+
+// amount is Money without the dollar sign.
+func amount(v float64) string {
+	if v > 0 && v < 0.01 {
+		// Three significant digits: 0.00321 has its first at the third
+		// decimal, so five decimals.
+		decimals := 2 - int(math.Floor(math.Log10(v)))
+		s := strconv.FormatFloat(v, 'f', decimals, 64)
+		if r, _ := strconv.ParseFloat(s, 64); r < 0.01 { // 0.009996 rounds to a cent
+			return s
+		}
 	}
-	return "$" + strconv.FormatFloat(v, 'f', 2, 64)
+	return strconv.FormatFloat(v, 'f', 2, 64)
 }
 
 // Count formats a large count compactly (12.3k, 4.5M).
@@ -274,6 +285,23 @@ func docPath(d *spec.Document) string {
 	return d.Path
 }
 
+// revokeQuestion is the confirmation a token's Revoke asks first.
+func revokeQuestion(name string) string {
+	if name == "" {
+		name = "(no name)"
+	}
+	return "Revoke the token “" + name + "”? Scripts and dashboards using it are refused from then on; this cannot be undone."
+}
+
+// minFor is a number field's min for its step: an amount ("any") must be
+// above zero, which the server checks; a count starts at its step.
+func minFor(step string) string {
+	if step == "any" {
+		return "0"
+	}
+	return step
+}
+
 func budgetPlaceholder(cfg *spec.Config, which string) string {
 	if cfg == nil {
 		return ""
@@ -290,7 +318,7 @@ func budgetPlaceholder(cfg *spec.Config, which string) string {
 		}
 	case "cost":
 		if b.MaxCostUSD > 0 {
-			return "now " + strconv.FormatFloat(b.MaxCostUSD, 'f', 2, 64)
+			return "now " + amount(b.MaxCostUSD)
 		}
 	case "tokens":
 		if b.MaxTotalTokens > 0 {

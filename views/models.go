@@ -198,6 +198,37 @@ type IterationView struct {
 	Actions []*Action
 }
 
+// LogPage is a batch of an iteration's log for the run page: the blocks
+// after what the page shows, their lines numbered on from there.
+type LogPage struct {
+	RunID     string
+	Iteration int
+	Blocks    []LogBlock
+	// More is set when the transcript has records after the batch.
+	More bool
+	Info spec.TranscriptInfo
+}
+
+// LogBlock is one piece of an iteration's log: a transcript record, or
+// chunks of one output stream that continue one another, shown as a
+// terminal shows them.
+type LogBlock struct {
+	// First is the block's first record (its kind, who and time).
+	First *spec.TranscriptLine
+	// AfterSeq is the seq before the block's first record and LastSeq its
+	// last record's.
+	AfterSeq, LastSeq int64
+	// From is how many lines of the iteration's log come before the block:
+	// its lines are numbered From+1 on.
+	From int
+	// Lines are the block's lines as safe HTML (terminal-to-html's output,
+	// sanitised by the handler).
+	Lines []string
+	// Open is set when the block's output ended mid-line: the page fetches
+	// it again, with what follows, when the transcript grows.
+	Open bool
+}
+
 // Action is one entry of the run's timeline besides its iterations: a
 // question, an answer, a message, a stop, a Continue, a cancel, a recovery.
 type Action struct {
@@ -351,6 +382,30 @@ func (v RunView) Models() []ModelRow {
 }
 
 // Duration returns how long the run has existed until it ended (or now).
+// EndedAt is when the run ended: its completion, or for a stopped run
+// (which Continue may resume, so it has no completion) its last change,
+// the stop; zero while it has not ended.
+func (v RunView) EndedAt() time.Time {
+	if !v.Run.CompletedAt.IsZero() || v.Run.Status != spec.StatusStopped {
+		return v.Run.CompletedAt
+	}
+	return v.Run.UpdatedAt
+}
+
+// StopDetail is the stop reason's detail. A cost budget's is told again
+// from the run's numbers, so that amounts below a cent read as such (the
+// stored text rounds the limit to cents).
+func (v RunView) StopDetail() string {
+	sr := v.Run.StopReason
+	if sr == nil {
+		return ""
+	}
+	if sr.Type == spec.StopBudgetCost && v.Config != nil && v.Config.Budgets.MaxCostUSD > 0 {
+		return "Used the cost budget (" + Money(v.Run.Metrics.CostTotalUSD) + " of " + Money(v.Config.Budgets.MaxCostUSD) + ")."
+	}
+	return sr.Detail
+}
+
 func (v RunView) Duration() time.Duration {
 	start := v.Run.StartedAt
 	if start.IsZero() {

@@ -130,6 +130,15 @@ func logWho(l *spec.TranscriptLine) string {
 	return " " + strings.Join(parts, " ") + " "
 }
 
+// lineID is the anchor of line k of iteration n's log.
+func lineID(n, k int) string { return "i" + strconv.Itoa(n) + "-L" + strconv.Itoa(k) }
+
+// logKey tells apart the sources of log blocks: consecutive blocks of one
+// source show one head.
+func logKey(l *spec.TranscriptLine) string {
+	return l.Kind + ":" + l.Name + ":" + l.Role + ":" + strconv.Itoa(l.Attempt)
+}
+
 // snippet returns up to n bytes of text around the first match of q.
 func snippet(text, q string, n int) string {
 	i := strings.Index(strings.ToLower(text), strings.ToLower(q))

@@ -327,33 +327,158 @@
     htmx.ajax("GET", src, { source: el, target: el, swap: swap }).then(done, done);
   }
   // An iteration's log (details.log) loads when opened and then appends
-  // the lines after its last one whenever the iteration's transcript grows.
-  function lastSeq(box) {
+  // the blocks after its last one whenever the iteration's transcript grows.
+  // Each batch numbers its lines on from the page's last (?line=); a block
+  // whose output ended mid-line (data-reopen) is fetched again with what
+  // follows, so a progress line redrawn with carriage returns ends up as
+  // one line, as on a terminal, and its lines keep their numbers.
+  function lastWith(box, attr) {
     for (var l = box.lastElementChild; l; l = l.previousElementSibling) {
-      if (l.getAttribute("data-seq")) return l.getAttribute("data-seq");
+      if (l.hasAttribute(attr)) return l;
     }
-    return "0";
+    return null;
+  }
+  function running(d) {
+    var li = d.closest("li[data-iteration]");
+    return !!li && li.classList.contains("running");
+  }
+  function atBottom(box) { return box.scrollHeight - box.scrollTop - box.clientHeight < 8; }
+  // Consecutive blocks of one output stream show one head.
+  function joinHeads(el) {
+    for (; el; el = el.nextElementSibling) {
+      var prev = el.previousElementSibling, key = el.getAttribute("data-key");
+      if (prev && key && key.indexOf("output:") === 0 && prev.getAttribute("data-key") === key) el.classList.add("cont");
+    }
   }
   function loadLog(d) {
     var st = state(d);
     if (st.inflight) { st.dirty = true; return; }
     var box = d.querySelector(".log-lines");
     if (!box) return;
+    if (!st.loaded) {
+      st.loaded = true;
+      // A running iteration's log follows its live end; a finished one
+      // opens at its start.
+      st.follow = running(d) && !st.target;
+    }
     st.inflight = true;
     st.dirty = false;
-    st.loaded = true;
+    var seqEl = lastWith(box, "data-seq"), lineEl = lastWith(box, "data-next");
+    var after = seqEl ? seqEl.getAttribute("data-seq") : "0";
+    var line = lineEl ? lineEl.getAttribute("data-next") : "0";
+    var last = box.lastElementChild;
+    var open = last && last.hasAttribute("data-reopen") ? last : null;
+    if (open) { after = open.getAttribute("data-reopen"); line = open.getAttribute("data-from"); }
     var done = function () {
       st.inflight = false;
+      var added = last ? last.nextElementSibling : box.firstElementChild;
+      if (added && open) open.remove(); // its fresh copy came with the batch
       var more = box.querySelector(".log-more");
-      if (more) { more.remove(); st.dirty = true; }
+      if (more) { more.remove(); st.dirty = true; if (added === more) added = null; }
+      if (added) {
+        joinHeads(added);
+        if (st.follow) box.scrollTop = box.scrollHeight;
+        else if (running(d)) d.querySelector(".jump-live").hidden = false;
+      }
+      if (st.target) showTarget(d);
       if (st.dirty) loadLog(d);
     };
-    htmx.ajax("GET", d.getAttribute("data-log-src") + "?after=" + lastSeq(box), { source: box, target: box, swap: "beforeend" }).then(done, done);
+    htmx.ajax("GET", d.getAttribute("data-log-src") + "?after=" + after + "&line=" + line, { source: box, target: box, swap: "beforeend" }).then(done, done);
   }
   document.addEventListener("toggle", function (e) {
     var d = e.target;
     if (d && d.matches && d.matches("details.log") && d.open && !state(d).loaded) loadLog(d);
   }, true);
+  // Follow live: a log that the person scrolls up stops following its live
+  // end and offers "Jump to live"; scrolled back to the end it follows again.
+  document.addEventListener("scroll", function (e) {
+    var box = e.target;
+    if (!box.classList || !box.classList.contains("log-lines")) return;
+    var d = box.closest("details.log");
+    if (!d) return;
+    var st = state(d);
+    st.follow = atBottom(box);
+    if (st.follow) d.querySelector(".jump-live").hidden = true;
+  }, true);
+  document.addEventListener("click", function (e) {
+    var b = e.target.closest ? e.target.closest(".jump-live") : null;
+    if (!b) return;
+    var d = b.closest("details.log"), box = d.querySelector(".log-lines");
+    state(d).follow = true;
+    box.scrollTop = box.scrollHeight;
+    b.hidden = true;
+  });
+  // Permalinks: #i{n}-L{k} is line k of iteration n's log, #i{n}-L{a}-L{b}
+  // lines a to b. Opening one expands the iteration (loading earlier rows
+  // of the timeline if need be), scrolls to the line and highlights it;
+  // clicking a line number puts its link in the address bar (with Shift,
+  // the range from the line linked before).
+  var lineHash = /^#i(\d+)-L(\d+)(?:-L(\d+))?$/;
+  function lineTarget() {
+    var m = lineHash.exec(location.hash);
+    if (!m) return null;
+    var a = parseInt(m[2], 10), b = m[3] ? parseInt(m[3], 10) : a;
+    return { it: m[1], a: Math.min(a, b), b: Math.max(a, b) };
+  }
+  function highlight(t) {
+    document.querySelectorAll(".ll.hl").forEach(function (el) { el.classList.remove("hl"); });
+    if (!t) return null;
+    var first = null;
+    for (var k = t.a; k <= t.b && k - t.a < 10000; k++) {
+      var el = document.getElementById("i" + t.it + "-L" + k);
+      if (!el) break;
+      el.classList.add("hl");
+      if (!first) first = el;
+    }
+    return first;
+  }
+  function showTarget(d) {
+    var st = state(d);
+    var first = highlight(st.target);
+    if (first) {
+      st.target = null;
+      st.follow = false;
+      first.scrollIntoView({ block: "center" });
+    } else if (!st.dirty) {
+      st.target = null; // the whole log is here and has no such line
+    }
+  }
+  var earlier = 0;
+  function openTarget() {
+    var t = lineTarget();
+    if (!t || !document.getElementById("run-page")) return;
+    var d = document.getElementById("log-" + t.it);
+    if (!d) {
+      // The row is before the ones shown: load earlier rows until it is.
+      var more = document.querySelector("#show-earlier button");
+      if (more && earlier++ < 500) more.click();
+      return;
+    }
+    var st = state(d);
+    st.target = t;
+    st.follow = false;
+    if (!d.open) d.open = true; // its toggle loads it
+    else if (!st.loaded) loadLog(d);
+    else if (!st.inflight) showTarget(d);
+  }
+  document.addEventListener("DOMContentLoaded", openTarget);
+  window.addEventListener("hashchange", openTarget);
+  document.addEventListener("htmx:afterSettle", function (e) {
+    if (e.target && e.target.id === "timeline-earlier" && lineTarget()) openTarget();
+  });
+  document.addEventListener("click", function (e) {
+    var a = e.target.closest ? e.target.closest("a.ln") : null;
+    if (!a || e.ctrlKey || e.metaKey || e.altKey || e.button !== 0) return;
+    e.preventDefault();
+    var id = a.parentNode.id, m = /^i(\d+)-L(\d+)$/.exec(id);
+    if (!m) return;
+    var cur = lineTarget(), hash = "#" + id;
+    if (e.shiftKey && cur && cur.it === m[1]) hash = "#i" + m[1] + "-L" + cur.a + "-L" + m[2];
+    history.replaceState(null, "", hash);
+    highlight(lineTarget());
+    var d = a.closest("details.log");
+    if (d) state(d).follow = false;
+  });
   var statusTypes = " run_started run_continued run_recovered run_waiting_on_user user_response run_stalled run_stopped run_completed run_canceled run_failed ";
   function livePage(ev) {
     var page = document.getElementById("run-page");
