@@ -151,7 +151,7 @@ func budgetExceeded(b spec.Budgets, m spec.Metrics) *budgetReason {
 	case b.MaxTotalTokens > 0 && m.TokensTotal >= b.MaxTotalTokens:
 		return &budgetReason{spec.StopBudgetTokens, "max_total_tokens", fmt.Sprintf("Used the token budget (%d of %d tokens).", m.TokensTotal, b.MaxTotalTokens)}
 	case b.MaxCostUSD > 0 && m.CostTotalUSD >= b.MaxCostUSD:
-		return &budgetReason{spec.StopBudgetCost, "max_cost_usd", fmt.Sprintf("Used the cost budget ($%.4f of $%.2f).", m.CostTotalUSD, b.MaxCostUSD)}
+		return &budgetReason{spec.StopBudgetCost, "max_cost_usd", fmt.Sprintf("Used the cost budget (%s of %s).", usd(m.CostTotalUSD), usd(b.MaxCostUSD))}
 	case b.MaxToolCalls > 0 && m.ToolCallsTotal >= b.MaxToolCalls:
 		return &budgetReason{spec.StopBudgetToolCalls, "max_tool_calls", fmt.Sprintf("Used the tool-call budget (%d of %d).", m.ToolCallsTotal, b.MaxToolCalls)}
 	}

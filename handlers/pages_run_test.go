@@ -155,7 +155,7 @@ func TestRunControls(t *testing.T) {
 		ts.waitStatus(t, u, id, spec.StatusCompleted)
 		resp, b = pc.post("/runs/"+id+"/continue", url.Values{"max_iterations": {"5"}})
 		expectStatus(t, resp, b, http.StatusConflict, "")
-		expectContains(t, b, "Only a stopped run can be continued")
+		expectContains(t, b, "Only a stopped run, or one waiting on its budget forecast, can be continued")
 	})
 }
 
