@@ -52,7 +52,7 @@ func BenchmarkLoneRunHop(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		dbPath := filepath.Join(b.TempDir(), "hop.db")
 		token := userAndToken(b, bin, dbPath)
-		s := startServer(b, bin, dbPath, "--log-level", "warn")
+		s := startServer(b, bin, dbPath)
 		pid := s.cmd.Process.Pid
 		time.Sleep(500 * time.Millisecond) // let start-up settle
 		cpu0 := procCPU(b, pid)
