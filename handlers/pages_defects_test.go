@@ -20,7 +20,7 @@ func TestABudgetBelowACent(t *testing.T) {
 	u := ts.userID(t, "ada@example.com")
 	spend := scripted.Step{Summary: "spending", LLM: []spec.LLMCall{{Role: "executor", Model: "m", PromptTokens: 10, CompletionTokens: 5, CostUSD: 0.003, Priced: true}}}
 	run, err := ts.Engine.CreateRun(ts.ctx, u.User, spec.Config{Objective: "Spend half a cent", Executor: spec.ExecutorScript,
-		Script: script(spend, spend, spend), Budgets: spec.Budgets{MaxCostUSD: 0.005}})
+		Script: script(spend, spend, spend), Budgets: spec.Budgets{MaxCostUSD: 0.005, OnForecast: spec.ForecastOff}})
 	if err != nil {
 		t.Fatal(err)
 	}

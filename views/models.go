@@ -392,18 +392,13 @@ func (v RunView) EndedAt() time.Time {
 	return v.Run.UpdatedAt
 }
 
-// StopDetail is the stop reason's detail. A cost budget's is told again
-// from the run's numbers, so that amounts below a cent read as such (the
-// stored text rounds the limit to cents).
+// StopDetail is the stop reason's detail, as the engine wrote it (its
+// amounts keep three significant digits below a dollar).
 func (v RunView) StopDetail() string {
-	sr := v.Run.StopReason
-	if sr == nil {
+	if v.Run.StopReason == nil {
 		return ""
 	}
-	if sr.Type == spec.StopBudgetCost && v.Config != nil && v.Config.Budgets.MaxCostUSD > 0 {
-		return "Used the cost budget (" + Money(v.Run.Metrics.CostTotalUSD) + " of " + Money(v.Config.Budgets.MaxCostUSD) + ")."
-	}
-	return sr.Detail
+	return v.Run.StopReason.Detail
 }
 
 func (v RunView) Duration() time.Duration {
