@@ -40,7 +40,9 @@ func TestRunPageShowsTheForecastAndAsksBeforeTheBudget(t *testing.T) {
 	expectContains(t, b, `id="control-error"`, "at least $1.20")
 	resp, b = pc.post("/runs/"+id+"/continue", url.Values{"max_cost_usd": {"3"}})
 	expectStatus(t, resp, b, http.StatusSeeOther, "/runs/"+id+"?done=continued")
-	r = ts.waitStatus(t, u, id, spec.StatusCompleted)
+	if r = ts.waitStatus(t, u, id, spec.StatusCompleted); r.Metrics.Iterations != 5 {
+		t.Fatalf("the continued run completed after %d iterations, want 5", r.Metrics.Iterations)
+	}
 	_, body = pc.get("/runs/" + id)
 	expectContains(t, body, ">Completed<")
 
