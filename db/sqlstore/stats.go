@@ -1,9 +1,10 @@
 package sqlstore
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
-	"strconv"
 	"strings"
 
 	"homework/engine/spec"
@@ -49,7 +50,7 @@ func (r Reads) StatsRows(ctx context.Context, userID int64, f spec.StatsFilter) 
 	// document instead of one JSON parse per extracted field.
 	q := `SELECT r.id, r.created_at, ` + detail + `, r.executor, r.mode, r.status,
 		coalesce(r.stop_type, ''), r.metrics,
-		coalesce(` + r.d.JSONField("r.config", "budgets.max_cost_usd") + `, ''), coalesce(` + r.d.JSONField("r.config", "budgets.max_total_tokens") + `, ''),
+		coalesce(` + r.d.JSONField("r.config", "budgets") + `, ''),
 		CASE WHEN r.stop_type IN ('` + spec.StopBudgetCost + `', '` + spec.StopBudgetTokens + `')
 			THEN coalesce(` + r.d.JSONField("r.stop_reason", "evidence.breaker") + `, '') ELSE '' END,
 		EXISTS (SELECT 1 FROM events e WHERE e.run_id = r.id AND e.type = '` + string(spec.EventRunWaitingOnUser) + `'),
@@ -70,16 +71,20 @@ func (r Reads) StatsRows(ctx context.Context, userID int64, f spec.StatsFilter) 
 		var created int64
 		var tags string
 		var metrics []byte
-		var maxCost, maxTokens, breaker string
+		var budgets []byte
+		var breaker string
 		if err := rows.Scan(&row.RunID, &created, &row.Objective, &row.Model, &row.Executor, &row.Mode, &row.Status, &row.StopReason,
-			&metrics, &maxCost, &maxTokens, &breaker, &row.Escalated, &tags); err != nil {
+			&metrics, &budgets, &breaker, &row.Escalated, &tags); err != nil {
 			return nil, fmt.Errorf("stats rows: %w", err)
 		}
-		if maxCost != "" {
-			row.MaxCostUSD, _ = strconv.ParseFloat(maxCost, 64)
-		}
-		if maxTokens != "" {
-			row.MaxTotalTokens, _ = strconv.ParseInt(maxTokens, 10, 64)
+		// The budgets object is read whole (one parse of the config) and
+		// decoded only when it has a budget the report counts overshoot of.
+		if bytes.Contains(budgets, []byte(`"max_cost_usd"`)) || bytes.Contains(budgets, []byte(`"max_total_tokens"`)) {
+			var b statsBudgets
+			if err := json.Unmarshal(budgets, &b); err != nil {
+				return nil, fmt.Errorf("run %s budgets: %w", row.RunID, err)
+			}
+			row.MaxCostUSD, row.MaxTotalTokens = b.MaxCostUSD, b.MaxTotalTokens
 		}
 		row.StoppedByForecast = breaker == spec.BreakerForecast
 		var m statsMetrics
@@ -93,6 +98,12 @@ func (r Reads) StatsRows(ctx context.Context, userID int64, f spec.StatsFilter) 
 		out = append(out, row)
 	}
 	return out, rows.Err()
+}
+
+// statsBudgets is the part of a run's budgets the report reads.
+type statsBudgets struct {
+	MaxCostUSD     float64 `json:"max_cost_usd"`
+	MaxTotalTokens int64   `json:"max_total_tokens"`
 }
 
 // statsMetrics is the part of a run's Metrics the report reads.
