@@ -42,12 +42,17 @@ const webhookQueue = "webhook"
 // stored.
 const maxWebhookResponse = 64 << 10
 
-// WebhookArgs are the args of a webhook job: one delivery, of one
-// generation (a redelivery is a new generation; a job of an older one
-// completes as a no-op).
+// WebhookArgs are the args of a webhook job: the next attempt of one
+// delivery, of one generation (a redelivery is a new generation), after
+// Attempt attempts. A job that is not the delivery's current one (another
+// attempt was recorded, or it was redelivered) completes as a no-op, so a
+// job that resurfaces never posts twice. Since is when the generation's
+// retry window began.
 type WebhookArgs struct {
-	DeliveryID int64 `json:"delivery_id" river:"unique"`
-	Generation int   `json:"generation" river:"unique"`
+	DeliveryID int64     `json:"delivery_id" river:"unique"`
+	Generation int       `json:"generation" river:"unique"`
+	Attempt    int       `json:"attempt" river:"unique"`
+	Since      time.Time `json:"since"`
 }
 
 // Kind implements river.JobArgs.
@@ -64,7 +69,7 @@ type webhookWorker struct {
 }
 
 func (w *webhookWorker) Work(ctx context.Context, job *river.Job[WebhookArgs]) error {
-	return w.e.deliver(ctx, job.Args, job.CreatedAt)
+	return w.e.deliver(ctx, job.Args)
 }
 
 // newWebhookCounter counts deliveries by outcome: delivered, retried (an
@@ -198,7 +203,7 @@ func (e *Engine) RedeliverWebhook(ctx context.Context, userID, endpointID, deliv
 		if err := tx.UpdateWebhookDelivery(ctx, d); err != nil {
 			return err
 		}
-		_, err = e.queue.InsertJobTx(ctx, tx, WebhookArgs{DeliveryID: d.ID, Generation: d.Generation}, time.Time{})
+		_, err = e.queue.InsertJobTx(ctx, tx, WebhookArgs{DeliveryID: d.ID, Generation: d.Generation, Since: tx.Now()}, time.Time{})
 		return err
 	})
 	return d, err
@@ -231,7 +236,7 @@ func (e *Engine) insertDelivery(ctx context.Context, tx spec.Tx, ep *spec.Webhoo
 	if err := tx.InsertWebhookDelivery(ctx, d); err != nil {
 		return nil, err
 	}
-	_, err := e.queue.InsertJobTx(ctx, tx, WebhookArgs{DeliveryID: d.ID, Generation: d.Generation}, time.Time{})
+	_, err := e.queue.InsertJobTx(ctx, tx, WebhookArgs{DeliveryID: d.ID, Generation: d.Generation, Since: tx.Now()}, time.Time{})
 	return d, err
 }
 
@@ -378,31 +383,42 @@ func webhookBackoff(attempts int, base, max time.Duration) time.Duration {
 	return d + jitter
 }
 
-// deliver works one webhook job: one attempt of the delivery, recorded;
-// then done, or snoozed until the next attempt. start is when the job was
-// inserted: the retry window runs from there.
-func (e *Engine) deliver(ctx context.Context, args WebhookArgs, start time.Time) error {
+// deliver works one webhook job: one attempt of the delivery, recorded
+// together with the job of the next attempt, scheduled after the backoff
+// (or Retry-After): a server killed between attempts leaves that job on the
+// queue. After WebhookRetryFor since the generation began, the delivery is
+// failed instead.
+func (e *Engine) deliver(ctx context.Context, args WebhookArgs) error {
 	d, ep, err := e.store.FindWebhookDelivery(ctx, args.DeliveryID)
 	if spec.ErrorCode(err) == spec.ENOTFOUND {
 		return nil // the endpoint was deleted
 	} else if err != nil {
 		return err
 	}
-	if d.Generation != args.Generation || d.State != spec.DeliveryPending || !ep.DisabledAt.IsZero() {
+	current := func(d *spec.WebhookDelivery) bool {
+		return d.Generation == args.Generation && d.Attempts == args.Attempt && d.State == spec.DeliveryPending
+	}
+	if !current(d) || !ep.DisabledAt.IsZero() {
 		return nil
 	}
 	actx, cancel := context.WithTimeout(ctx, e.opts.WebhookTimeout)
 	res := e.post(actx, ep, d)
 	cancel()
 
-	var wait time.Duration
+	since := args.Since
+	if since.IsZero() {
+		since = d.CreatedAt
+	}
 	outcome := "delivered"
-	err = e.inTx(context.WithoutCancel(ctx), func(tx spec.Tx) error {
-		cur, err := tx.FindUserWebhookDelivery(ctx, d.UserID, d.EndpointID, d.ID)
+	// The outcome is recorded even when the server is shutting down.
+	wctx, wcancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer wcancel()
+	err = e.inTx(wctx, func(tx spec.Tx) error {
+		cur, err := tx.FindUserWebhookDelivery(wctx, d.UserID, d.EndpointID, d.ID)
 		if err != nil {
 			return err
 		}
-		if cur.Generation != args.Generation || cur.State != spec.DeliveryPending {
+		if !current(cur) {
 			outcome = ""
 			return nil // redelivered meanwhile: the new generation's job goes on
 		}
@@ -416,33 +432,34 @@ func (e *Engine) deliver(ctx context.Context, args WebhookArgs, start time.Time)
 		now := tx.Now()
 		if res.ok() {
 			cur.State, cur.NextAttemptAt = spec.DeliveryDelivered, time.Time{}
-			return tx.UpdateWebhookDelivery(ctx, cur)
+			return tx.UpdateWebhookDelivery(wctx, cur)
 		}
-		wait = webhookBackoff(cur.Attempts, e.opts.WebhookBackoffBase, e.opts.WebhookBackoffMax)
+		wait := webhookBackoff(cur.Attempts, e.opts.WebhookBackoffBase, e.opts.WebhookBackoffMax)
 		if res.retryAfter > 0 {
 			wait = res.retryAfter
 		}
-		deadline := start.Add(e.opts.WebhookRetryFor)
-		if now.Add(wait).After(deadline) {
+		if now.Add(wait).After(since.Add(e.opts.WebhookRetryFor)) {
 			outcome = "failed"
 			cur.State, cur.NextAttemptAt = spec.DeliveryFailed, time.Time{}
-			if err := tx.UpdateWebhookDelivery(ctx, cur); err != nil {
+			if err := tx.UpdateWebhookDelivery(wctx, cur); err != nil {
 				return err
 			}
-			return e.notifyWebhookFailed(ctx, tx, ep, cur)
+			return e.notifyWebhookFailed(wctx, tx, ep, cur)
 		}
 		outcome = "retried"
 		cur.NextAttemptAt = now.Add(wait)
-		return tx.UpdateWebhookDelivery(ctx, cur)
+		if err := tx.UpdateWebhookDelivery(wctx, cur); err != nil {
+			return err
+		}
+		_, err = e.queue.InsertJobTx(wctx, tx, WebhookArgs{DeliveryID: cur.ID, Generation: cur.Generation,
+			Attempt: cur.Attempts, Since: since}, cur.NextAttemptAt)
+		return err
 	})
 	if err != nil {
 		return err
 	}
 	if outcome != "" {
 		e.metrics.webhookDeliveries.WithLabelValues(outcome).Inc()
-	}
-	if outcome == "retried" {
-		return river.JobSnooze(wait)
 	}
 	return nil
 }
@@ -455,7 +472,7 @@ func (e *Engine) notifyWebhookFailed(ctx context.Context, tx spec.Tx, ep *spec.W
 	}
 	n := &spec.Notification{UserID: d.UserID, RunID: d.RunID, Kind: "webhook_failed", Title: "A webhook could not be delivered",
 		Message:   fmt.Sprintf("%s to %s failed after %d attempts: %s", d.Event, host, d.Attempts, d.LastError),
-		ActionURL: "/settings"}
+		ActionURL: "/settings/tokens#webhooks"}
 	if err := tx.InsertNotification(ctx, n); err != nil {
 		return err
 	}
