@@ -65,6 +65,7 @@ type Options struct {
 	WebhookBackoffMax   time.Duration // longest wait between attempts; default 1 h
 	WebhookRetryFor     time.Duration // how long a delivery is retried; default 24 h
 	WebhookWorkers      int           // concurrent deliveries; default 4
+	WebhookDisableAfter time.Duration // an endpoint failing this long is disabled; default 3 days
 
 	// SharedStore says other engines work the same store: Start then leaves
 	// leases to the periodic recovery pass, which takes only expired ones.
@@ -118,6 +119,7 @@ func (o *Options) setDefaults() {
 	defD(&o.WebhookBackoffMax, time.Hour)
 	defD(&o.WebhookRetryFor, 24*time.Hour)
 	def(&o.WebhookWorkers, 4)
+	defD(&o.WebhookDisableAfter, 72*time.Hour)
 	if o.MaxCostUSD <= 0 {
 		o.MaxCostUSD = 1000
 	}

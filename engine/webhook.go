@@ -444,7 +444,10 @@ func (e *Engine) deliver(ctx context.Context, args WebhookArgs) error {
 			if err := tx.UpdateWebhookDelivery(wctx, cur); err != nil {
 				return err
 			}
-			return e.notifyWebhookFailed(wctx, tx, ep, cur)
+			if err := e.notifyWebhookFailed(wctx, tx, ep, cur); err != nil {
+				return err
+			}
+			return e.disableFailingWebhook(wctx, tx, ep)
 		}
 		outcome = "retried"
 		cur.NextAttemptAt = now.Add(wait)
@@ -483,4 +486,21 @@ func (e *Engine) notifyWebhookFailed(ctx context.Context, tx spec.Tx, ep *spec.W
 		ID: n.ID, Kind: n.Kind, Title: n.Title, Message: n.Message, ActionURL: n.ActionURL,
 	})
 	return err
+}
+
+// disableFailingWebhook disables an endpoint whose deliveries have all
+// failed for WebhookDisableAfter, and tells its owner.
+func (e *Engine) disableFailingWebhook(ctx context.Context, tx spec.Tx, ep *spec.WebhookEndpoint) error {
+	since, err := tx.WebhookFailingSince(ctx, ep.ID)
+	if err != nil || since.IsZero() || tx.Now().Sub(since) < e.opts.WebhookDisableAfter {
+		return err
+	}
+	if err := tx.DisableWebhook(ctx, ep.ID); err != nil {
+		return err
+	}
+	return tx.InsertNotification(ctx, &spec.Notification{UserID: ep.UserID, Kind: "webhook_disabled",
+		Title: "A webhook was disabled",
+		Message: fmt.Sprintf("Every delivery to %s has failed since %s; it is disabled. Delete it and add it again once it answers.",
+			ep.URL, since.UTC().Format("2006-01-02 15:04 UTC")),
+		ActionURL: "/settings/tokens#webhooks"})
 }

@@ -213,6 +213,32 @@ func TestADeliveryGivenUpIsFailedAndTheOwnerNotified(t *testing.T) {
 	}
 }
 
+func TestAnEndpointFailingLongEnoughIsDisabled(t *testing.T) {
+	h := webhookHarness(t, func(o *Options) { o.WebhookRetryFor, o.WebhookDisableAfter = 100*time.Millisecond, time.Millisecond })
+	u := h.user("disable@example.com")
+	rcv := webhooktest.New(t)
+	ep := h.endpoint(u, rcv, "")
+	rcv.FailNext("", 500, 500, 500, 500, 500, 500, 500, 500)
+	if _, err := h.e.TestWebhook(h.ctx, u.ID, ep.ID); err != nil {
+		t.Fatal(err)
+	}
+	h.waitDelivery(u, ep, spec.DeliveryFailed)
+	got, err := h.db.FindWebhook(h.ctx, u.ID, ep.ID)
+	if err != nil || got.DisabledAt.IsZero() {
+		t.Fatalf("endpoint %+v %v, want disabled", got, err)
+	}
+	ns, err := h.db.ListNotifications(h.ctx, u.ID, 0, 10)
+	if err != nil || len(ns) != 2 || ns[0].Kind != "webhook_disabled" || ns[1].Kind != "webhook_failed" {
+		t.Fatalf("notifications %v %+v", err, ns)
+	}
+	// A run's outcome is no longer delivered to it.
+	r := h.create(u, spec.Config{Script: script(scripted.Step{Status: &spec.Status{ExitSignal: true, CompletionEvidence: []string{"ok"}}})})
+	h.waitStatus(u, r.ID, spec.StatusCompleted)
+	if ds := h.deliveries(u, ep); len(ds) != 1 {
+		t.Fatalf("a disabled endpoint got a delivery: %+v", ds)
+	}
+}
+
 func TestSlackEndpointsGetATextMessage(t *testing.T) {
 	h := webhookHarness(t, nil)
 	u := h.user("slack@example.com")

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
+	"time"
 
 	"homework/engine/spec"
 )
@@ -204,4 +205,21 @@ func (r Reads) ListWebhookDeliveries(ctx context.Context, userID, endpointID int
 		out = append(out, d)
 	}
 	return out, rows.Err()
+}
+
+// WebhookFailingSince returns when the oldest of the endpoint's failed
+// deliveries since its last delivered one was created.
+func (tx *Tx) WebhookFailingSince(ctx context.Context, endpointID int64) (time.Time, error) {
+	var since sql.NullInt64
+	err := tx.c.QueryRow(ctx, `SELECT MIN(created_at) FROM webhook_deliveries WHERE endpoint_id = ?1 AND state = 'failed'
+		AND id > COALESCE((SELECT MAX(id) FROM webhook_deliveries WHERE endpoint_id = ?1 AND state = 'delivered'), 0)`,
+		endpointID).Scan(&since)
+	return fromMS(since), err
+}
+
+// DisableWebhook disables an endpoint.
+func (tx *Tx) DisableWebhook(ctx context.Context, endpointID int64) error {
+	_, err := tx.c.Exec(ctx, `UPDATE webhook_endpoints SET disabled_at = ? WHERE id = ? AND disabled_at IS NULL`,
+		tx.now.UnixMilli(), endpointID)
+	return err
 }

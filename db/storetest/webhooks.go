@@ -90,6 +90,40 @@ func (s laterSuite) webhooks(t *testing.T) {
 		t.Fatalf("read tx list: %v %v", err, snap)
 	}
 
+	// An endpoint fails since its oldest failure after its last success,
+	// and is disabled for good.
+	f.tx(func(tx spec.Tx) error {
+		if since, err := tx.WebhookFailingSince(f.ctx, all.ID); err != nil || !since.IsZero() {
+			t.Errorf("no failure yet: %v %v", since, err)
+		}
+		mk := func(state string) *spec.WebhookDelivery {
+			d := &spec.WebhookDelivery{EndpointID: all.ID, UserID: u.ID, Event: spec.WebhookPing, WebhookID: spec.NewWebhookID(),
+				Body: []byte(`{}`), State: state}
+			if err := tx.InsertWebhookDelivery(f.ctx, d); err != nil {
+				t.Fatal(err)
+			}
+			return d
+		}
+		mk(spec.DeliveryFailed)
+		mk(spec.DeliveryDelivered)
+		first := mk(spec.DeliveryFailed)
+		mk(spec.DeliveryFailed)
+		if since, err := tx.WebhookFailingSince(f.ctx, all.ID); err != nil || since.UnixMilli() != first.CreatedAt.UnixMilli() {
+			t.Errorf("failing since %v (%v), want %v", since, err, first.CreatedAt)
+		}
+		return tx.DisableWebhook(f.ctx, all.ID)
+	})
+	f.tx(func(tx spec.Tx) error {
+		eps, err := tx.WebhooksFor(f.ctx, u.ID, spec.WebhookRunCompleted)
+		if err != nil || len(eps) != 1 || eps[0].ID != done.ID {
+			t.Errorf("a disabled endpoint is still subscribed: %v %v", eps, err)
+		}
+		return nil
+	})
+	if e, err := ls.FindWebhook(f.ctx, u.ID, all.ID); err != nil || e.DisabledAt.IsZero() {
+		t.Fatalf("disabled endpoint %+v %v", e, err)
+	}
+
 	if err := ls.DeleteWebhook(f.ctx, other.ID, all.ID); spec.ErrorCode(err) != spec.ENOTFOUND {
 		t.Fatalf("deleting another user's endpoint: %v", err)
 	}

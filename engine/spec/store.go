@@ -218,6 +218,12 @@ type Tx interface {
 	// UpdateWebhookDelivery records a delivery's state, attempts, last
 	// outcome, next attempt and generation.
 	UpdateWebhookDelivery(ctx context.Context, d *WebhookDelivery) error
+	// WebhookFailingSince returns when the oldest of the endpoint's failed
+	// deliveries since its last delivered one was created (the zero time
+	// when none failed since).
+	WebhookFailingSince(ctx context.Context, endpointID int64) (time.Time, error)
+	// DisableWebhook disables an endpoint: nothing more is delivered to it.
+	DisableWebhook(ctx context.Context, endpointID int64) error
 
 	// The run's workspace and checklist.
 	ListRunDocuments(ctx context.Context, runID string) ([]*Document, error)
