@@ -28,11 +28,13 @@ import (
 // (setStatus) inserts, in its own transaction, one delivery row and one
 // River job of kind webhook per subscribed endpoint, so an outcome is never
 // without its deliveries and never has them twice. The job POSTs the
-// delivery's body signed by Standard Webhooks; a 2xx ends it, anything else
-// snoozes the job with a jittered backoff (or the receiver's Retry-After)
-// until WebhookRetryFor has passed since the job was inserted, after which
-// the delivery is failed and its owner notified. The job is on the durable
-// queue, so a restart (or a SIGKILL between attempts) only delays it.
+// delivery's body signed by Standard Webhooks; a 2xx ends it. Anything else
+// is recorded together with the next attempt's job, scheduled after a
+// jittered backoff (or the receiver's Retry-After), until WebhookRetryFor
+// has passed, after which the delivery is failed and its owner notified.
+// The jobs are on the durable queue, so a restart (or a SIGKILL between
+// attempts) only delays a delivery. (River makes a scheduled job available
+// within its scheduler's interval, 5 s: about the first backoff.)
 
 // webhookQueue is the River queue of webhook jobs, so that slow receivers
 // never hold an iteration's worker.
@@ -211,7 +213,7 @@ func (e *Engine) RedeliverWebhook(ctx context.Context, userID, endpointID, deliv
 
 // enqueueWebhooks inserts, in tx, a delivery and its job for each of the
 // run owner's endpoints subscribed to the new status's event.
-func (e *Engine) enqueueWebhooks(ctx context.Context, tx spec.Tx, run *spec.Run, status string, stop *spec.StopReason, wait *spec.Waiting) error {
+func (e *Engine) enqueueWebhooks(ctx context.Context, tx spec.Tx, run *spec.Run, status string, wait *spec.Waiting) error {
 	event := spec.WebhookEvent(status)
 	// A run waiting for its host waits on a machine, not on the person.
 	if event == "" || (wait != nil && wait.Reason == spec.WaitHostUnavailable) {
