@@ -3,6 +3,7 @@ module homework
 go 1.26.0
 
 require (
+	code.dny.dev/ssrf v0.3.0
 	github.com/a-h/templ v0.3.977
 	github.com/buildkite/terminal-to-html/v3 v3.17.1
 	github.com/cenkalti/backoff/v4 v4.3.0
@@ -25,6 +26,7 @@ require (
 	github.com/riverqueue/river/rivertype v0.47.0
 	github.com/santhosh-tekuri/jsonschema/v6 v6.0.2
 	github.com/sashabaranov/go-openai v1.43.0
+	github.com/standard-webhooks/standard-webhooks/libraries v0.0.1
 	github.com/valyala/fasthttp v1.51.0
 	github.com/yuin/goldmark v1.8.7
 	golang.org/x/crypto v0.58.0

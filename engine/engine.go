@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -53,6 +54,18 @@ type Options struct {
 	EndpointBackoffBase    time.Duration // first wait after an iteration failed on the model endpoint; default 2 s
 	EndpointBackoffMax     time.Duration // cap of that wait (Retry-After may ask up to 15 min); default 2 min
 	DisableRecoveryAtStart bool          // tests only
+
+	// PublicURL is the server's address as people reach it: the base of
+	// the run links in webhook deliveries.
+	PublicURL           string
+	WebhookAllowHTTP    bool          // accept http:// endpoint URLs, not only https://
+	WebhookAllowPrivate bool          // deliver to loopback, private, link-local and multicast addresses
+	WebhookTimeout      time.Duration // one delivery attempt; default 10 s
+	WebhookBackoffBase  time.Duration // wait after the first failed attempt; default 5 s
+	WebhookBackoffMax   time.Duration // longest wait between attempts; default 1 h
+	WebhookRetryFor     time.Duration // how long a delivery is retried; default 24 h
+	WebhookWorkers      int           // concurrent deliveries; default 4
+	WebhookDisableAfter time.Duration // an endpoint failing this long is disabled; default 3 days
 
 	// SharedStore says other engines work the same store: Start then leaves
 	// leases to the periodic recovery pass, which takes only expired ones.
@@ -101,6 +114,12 @@ func (o *Options) setDefaults() {
 	defD(&o.NarrateTimeout, 60*time.Second)
 	defD(&o.EndpointBackoffBase, 2*time.Second)
 	defD(&o.EndpointBackoffMax, 2*time.Minute)
+	defD(&o.WebhookTimeout, 10*time.Second)
+	defD(&o.WebhookBackoffBase, 5*time.Second)
+	defD(&o.WebhookBackoffMax, time.Hour)
+	defD(&o.WebhookRetryFor, 24*time.Hour)
+	def(&o.WebhookWorkers, 4)
+	defD(&o.WebhookDisableAfter, 72*time.Hour)
 	if o.MaxCostUSD <= 0 {
 		o.MaxCostUSD = 1000
 	}
@@ -131,6 +150,8 @@ type Engine struct {
 	noLiveness atomic.Bool
 
 	metrics *Metrics
+
+	webhookClient *http.Client // posts webhook deliveries (webhook.go)
 }
 
 type inflight struct {
@@ -176,9 +197,12 @@ func New(opts Options) (*Engine, error) {
 
 		inflight: map[string]*inflight{},
 		metrics:  newMetrics(),
+
+		webhookClient: newWebhookClient(opts),
 	}
 	workers := river.NewWorkers()
 	river.AddWorker(workers, &iterateWorker{e: e})
+	river.AddWorker(workers, &webhookWorker{e: e})
 	queue, err := opts.Backend.newQueue(&river.Config{
 		Queues:               riverQueues(opts),
 		Workers:              workers,

@@ -54,7 +54,7 @@ func (o *Options) isCommandHost() bool {
 // riverQueues is the River queues this process works: the default one and,
 // on a command host, its command queue, each with Workers workers.
 func riverQueues(o Options) map[string]river.QueueConfig {
-	q := map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: o.Workers}}
+	q := map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: o.Workers}, webhookQueue: {MaxWorkers: o.WebhookWorkers}}
 	if o.isCommandHost() {
 		q[commandQueue(o.CommandHost, o.CommandRoot)] = river.QueueConfig{MaxWorkers: o.Workers}
 	}

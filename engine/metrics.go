@@ -15,6 +15,7 @@ type Metrics struct {
 	iterationDuration prometheus.Histogram
 	llmTokens         prometheus.Counter
 	llmCost           prometheus.Counter
+	webhookDeliveries *prometheus.CounterVec
 }
 
 func newMetrics() *Metrics {
@@ -28,6 +29,7 @@ func newMetrics() *Metrics {
 			Name: "homework_llm_tokens_total", Help: "Model tokens used (prompt + completion)."}),
 		llmCost: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "homework_llm_cost_usd_total", Help: "Model cost in US dollars (priced calls only)."}),
+		webhookDeliveries: newWebhookCounter(),
 	}
 }
 
@@ -35,7 +37,7 @@ func newMetrics() *Metrics {
 // database and the bus at scrape time, on reg.
 func (e *Engine) Register(reg prometheus.Registerer) error {
 	m := e.metrics
-	for _, c := range []prometheus.Collector{m.iterationsStarted, m.iterationDuration, m.llmTokens, m.llmCost,
+	for _, c := range []prometheus.Collector{m.iterationsStarted, m.iterationDuration, m.llmTokens, m.llmCost, m.webhookDeliveries,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "homework_sse_subscribers", Help: "Live event-stream subscribers."},
 			func() float64 { return float64(e.bus.Subscribers()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "homework_queue_depth", Help: "Iteration jobs waiting to be worked."},

@@ -50,6 +50,10 @@ func (e *Engine) setStatus(ctx context.Context, tx spec.Tx, run *spec.Run, statu
 	if err := e.notify(ctx, tx, run, status, stop, wait); err != nil {
 		return err
 	}
+	// The deliveries commit with the status too: none is lost, none sent twice.
+	if err := e.enqueueWebhooks(ctx, tx, run, status, wait); err != nil {
+		return err
+	}
 	_, err := tx.AppendEvent(ctx, run.ID, typ, data)
 	return err
 }

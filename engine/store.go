@@ -26,6 +26,9 @@ type jobQueue interface {
 	// already exists and nothing was inserted.
 	// queue is the River queue ("" for the default one).
 	InsertTx(ctx context.Context, tx spec.Tx, args IterateArgs, queue string, scheduledAt time.Time) (duplicate bool, err error)
+	// InsertJobTx enqueues another kind of job (its queue from its
+	// InsertOpts) in tx, to be worked at scheduledAt (zero: at once).
+	InsertJobTx(ctx context.Context, tx spec.Tx, args river.JobArgs, scheduledAt time.Time) (duplicate bool, err error)
 	// IterateJobs lists the run's unfinished iterate jobs in tx, oldest
 	// first, so recovery can cancel a stale one.
 	IterateJobs(ctx context.Context, tx spec.Tx, runID string) ([]IterateJob, error)
@@ -62,6 +65,25 @@ func (q *riverQueue[TTx]) InsertTx(ctx context.Context, tx spec.Tx, args Iterate
 	}
 	if !res.UniqueSkippedAsDuplicate && scheduledAt.IsZero() {
 		q.waker.inserted(queue)
+	}
+	return res.UniqueSkippedAsDuplicate, nil
+}
+
+func (q *riverQueue[TTx]) InsertJobTx(ctx context.Context, tx spec.Tx, args river.JobArgs, scheduledAt time.Time) (bool, error) {
+	var opts *river.InsertOpts
+	if !scheduledAt.IsZero() {
+		opts = &river.InsertOpts{ScheduledAt: scheduledAt}
+		if a, ok := args.(river.JobArgsWithInsertOpts); ok {
+			*opts = a.InsertOpts()
+			opts.ScheduledAt = scheduledAt
+		}
+	}
+	res, err := q.client.InsertTx(ctx, q.driverTx(tx), args, opts)
+	if err != nil {
+		return false, err
+	}
+	if !res.UniqueSkippedAsDuplicate && scheduledAt.IsZero() {
+		q.waker.inserted(res.Job.Queue)
 	}
 	return res.UniqueSkippedAsDuplicate, nil
 }

@@ -39,6 +39,7 @@ func (s *Server) apiRoutes(api fiber.Router) {
 	api.Post("/notifications/:id/read", s.apiReadNotification)
 
 	s.statsRoutes(api)
+	s.webhookRoutes(api)
 }
 
 // apiCreateRun handles POST /api/runs: the body is a spec.Config. It answers

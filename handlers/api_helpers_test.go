@@ -112,8 +112,9 @@ func newTestServer(t testing.TB, mod func(*Options)) *testServer {
 }
 
 // newTestServerWith is newTestServer with more executors: extra gets the
-// store and the engine (valid once the server runs) and returns them by name.
-func newTestServerWith(t testing.TB, extra func(d *db.DB, eng func() *engine.Engine) map[string]engine.Executor, mod func(*Options)) *testServer {
+// store and the engine (valid once the server runs) and returns them by name;
+// emod, when given, adjusts the engine's options.
+func newTestServerWith(t testing.TB, extra func(d *db.DB, eng func() *engine.Engine) map[string]engine.Executor, mod func(*Options), emod ...func(*engine.Options)) *testServer {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	bus := engine.NewBus()
@@ -153,6 +154,9 @@ func newTestServerWith(t testing.TB, extra func(d *db.DB, eng func() *engine.Eng
 				eopts.Executors[name] = x
 			}
 		}
+	}
+	for _, m := range emod {
+		m(&eopts)
 	}
 	e, err = engine.New(eopts)
 	if err != nil {

@@ -18,15 +18,34 @@ func (s *Server) tokenRoutes(app *fiber.App, auth fiber.Handler) {
 	app.Get("/settings/tokens", auth, s.noStore, s.tokensPage)
 	app.Post("/settings/tokens", auth, s.noStore, s.createToken)
 	app.Post("/settings/tokens/:tid/revoke", auth, s.revokeToken)
+	app.Post("/settings/webhooks", auth, s.noStore, s.createWebhook)
+	app.Post("/settings/webhooks/:wid/test", auth, s.testWebhook)
+	app.Post("/settings/webhooks/:wid/delete", auth, s.deleteWebhook)
 }
 
 // renderTokens renders the token page with the user's tokens.
 func (s *Server) renderTokens(c *fiber.Ctx, status int, d views.TokensData) error {
 	flash := d.Flash
 	err := s.db.ReadTx(c.UserContext(), func(r spec.ReadStore) error {
-		toks, err := r.ListAPITokens(c.UserContext(), userOf(c).ID)
+		ctx, uid := c.UserContext(), userOf(c).ID
+		toks, err := r.ListAPITokens(ctx, uid)
 		d.Page, d.Tokens = s.pageFrom(c, r, "API tokens"), toks
-		return err
+		if err != nil {
+			return err
+		}
+		eps, err := r.ListWebhooks(ctx, uid)
+		if err != nil {
+			return err
+		}
+		d.Webhooks = nil
+		for _, ep := range eps {
+			ds, err := r.ListWebhookDeliveries(ctx, uid, ep.ID, 5)
+			if err != nil {
+				return err
+			}
+			d.Webhooks = append(d.Webhooks, views.WebhookRow{Endpoint: ep, Deliveries: ds})
+		}
+		return nil
 	})
 	if err != nil {
 		return s.pageError(c, err)
@@ -40,6 +59,10 @@ func (s *Server) tokensPage(c *fiber.Ctx) error {
 	switch c.Query("done") {
 	case "revoked":
 		d.Flash = "Token revoked. Requests with it are refused from now on."
+	case "webhook-deleted":
+		d.WebhookFlash = "Webhook deleted."
+	case "webhook-tested":
+		d.WebhookFlash = "A test ping is on its way; its delivery is listed below."
 	case "created":
 		d.NewSecret, d.NewName = s.takeNewToken(c)
 		if d.NewSecret == "" {
@@ -133,4 +156,61 @@ func (s *Server) revokeToken(c *fiber.Ctx) error {
 	// revocation could not reach them anyway: the verifier checks first.)
 	s.endDeadTokenStreams(c.UserContext(), userOf(c).ID)
 	return c.Redirect("/settings/tokens?done=revoked", fiber.StatusSeeOther)
+}
+
+// createWebhook creates a webhook endpoint and renders the page with its
+// secret, shown this once (the page is the POST's answer: the secret never
+// lands in a URL).
+func (s *Server) createWebhook(c *fiber.Ctx) error {
+	form, err := c.MultipartForm()
+	var events []string
+	if err == nil {
+		events = form.Value["events"]
+	} else {
+		c.Request().PostArgs().VisitAll(func(k, v []byte) {
+			if string(k) == "events" {
+				events = append(events, string(v))
+			}
+		})
+	}
+	if len(events) == 0 {
+		return s.renderTokens(c, fiber.StatusUnprocessableEntity, views.TokensData{WebhookError: "Choose at least one event."})
+	}
+	ep, err := s.engine.CreateWebhook(c.UserContext(), userOf(c).ID, strings.TrimSpace(c.FormValue("url")), events, c.FormValue("format"))
+	if err != nil {
+		if spec.ErrorCode(err) == spec.EINVALID {
+			return s.renderTokens(c, fiber.StatusUnprocessableEntity, views.TokensData{WebhookError: spec.ErrorMessage(err)})
+		}
+		return s.pageError(c, err)
+	}
+	return s.renderTokens(c, fiber.StatusOK, views.TokensData{NewWebhook: ep})
+}
+
+func (s *Server) testWebhook(c *fiber.Ctx) error {
+	id, err := strconv.ParseInt(c.Params("wid"), 10, 64)
+	if err != nil || id <= 0 {
+		return s.renderError(c, fiber.StatusNotFound, "Webhook not found.")
+	}
+	if _, err := s.engine.TestWebhook(c.UserContext(), userOf(c).ID, id); err != nil {
+		if spec.ErrorCode(err) == spec.ENOTFOUND {
+			return s.renderError(c, fiber.StatusNotFound, "Webhook not found.")
+		}
+		return s.pageError(c, err)
+	}
+	return c.Redirect("/settings/tokens?done=webhook-tested#webhooks", fiber.StatusSeeOther)
+}
+
+func (s *Server) deleteWebhook(c *fiber.Ctx) error {
+	id, err := strconv.ParseInt(c.Params("wid"), 10, 64)
+	if err != nil || id <= 0 {
+		return s.renderError(c, fiber.StatusNotFound, "Webhook not found.")
+	}
+	// DeleteWebhook matches the user too: another person's endpoint is not found.
+	if err := s.db.DeleteWebhook(c.UserContext(), userOf(c).ID, id); err != nil {
+		if spec.ErrorCode(err) == spec.ENOTFOUND {
+			return s.renderError(c, fiber.StatusNotFound, "Webhook not found.")
+		}
+		return s.pageError(c, err)
+	}
+	return c.Redirect("/settings/tokens?done=webhook-deleted#webhooks", fiber.StatusSeeOther)
 }

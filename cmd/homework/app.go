@@ -85,6 +85,10 @@ func (m *Main) Run(ctx context.Context) error {
 		// only what dead or silent processes left, and a canceled run's
 		// iteration may run in another process.
 		SharedStore: m.Store.Shared,
+
+		PublicURL:           cfg.PublicURL,
+		WebhookAllowHTTP:    cfg.WebhookAllowHTTP,
+		WebhookAllowPrivate: cfg.WebhookAllowPrivate,
 	}
 	m.Engine, err = engine.New(eopts)
 	if err != nil {

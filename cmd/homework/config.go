@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -40,6 +41,12 @@ type Config struct {
 	LogFormat        string        // "text" or "json"
 	LogRepeats       time.Duration // a warning or error repeated within this is counted, not logged again
 	LogLevel         slog.Level
+
+	// PublicURL is how people reach the server (the links in webhook
+	// deliveries); default http:// and the listen address.
+	PublicURL           string
+	WebhookAllowHTTP    bool // webhook endpoints may be http://, not only https://
+	WebhookAllowPrivate bool // webhooks may be delivered to loopback, private, link-local and multicast addresses
 
 	// Prices is the price table read from PricesFile when the flags were
 	// parsed (nil: the built-in table), so a broken file is a usage error
@@ -228,6 +235,9 @@ func parseServeConfig(args []string, env func(string) string) (*Config, error) {
 	fs.DurationVar(&cfg.LeaseTTL, "lease-ttl", ev.duration("HOMEWORK_LEASE_TTL", 15*time.Second), "run lease length; a crashed server's runs are recovered at the next start (env HOMEWORK_LEASE_TTL)")
 	fs.StringVar(&cfg.LogFormat, "log-format", orDefault(env("HOMEWORK_LOG_FORMAT"), "text"), "log format: text or json (env HOMEWORK_LOG_FORMAT)")
 	fs.DurationVar(&cfg.LogRepeats, "log-repeats", ev.duration("HOMEWORK_LOG_REPEATS", 10*time.Second), "a warning or error repeated within this long (same component and message, as in an outage) is counted and said once with its count; 0 logs every one (env HOMEWORK_LOG_REPEATS)")
+	fs.StringVar(&cfg.PublicURL, "public-url", env("HOMEWORK_PUBLIC_URL"), "the server's address as people reach it, for the run links in webhooks, such as https://homework.example.com (env HOMEWORK_PUBLIC_URL; default http:// and --addr)")
+	fs.BoolVar(&cfg.WebhookAllowHTTP, "webhook-allow-http", ev.bool("HOMEWORK_WEBHOOK_ALLOW_HTTP"), "accept http:// webhook endpoints, not only https:// (env HOMEWORK_WEBHOOK_ALLOW_HTTP)")
+	fs.BoolVar(&cfg.WebhookAllowPrivate, "webhook-allow-private", ev.bool("HOMEWORK_WEBHOOK_ALLOW_PRIVATE"), "deliver webhooks to loopback, private, link-local and multicast addresses, refused otherwise (env HOMEWORK_WEBHOOK_ALLOW_PRIVATE)")
 	logLevel := fs.String("log-level", orDefault(env("HOMEWORK_LOG_LEVEL"), "info"), "log level: debug, info, warn or error (env HOMEWORK_LOG_LEVEL)")
 	if ev.err != nil {
 		return nil, ev.err
@@ -241,6 +251,15 @@ func parseServeConfig(args []string, env func(string) string) (*Config, error) {
 	cfg.DBPath = *dbPath
 	if err := checkAddr(cfg.Addr); err != nil {
 		return nil, err
+	}
+	if cfg.PublicURL == "" {
+		host, port, _ := net.SplitHostPort(cfg.Addr)
+		if host == "" || host == "0.0.0.0" || host == "::" {
+			host = "localhost"
+		}
+		cfg.PublicURL = "http://" + net.JoinHostPort(host, port)
+	} else if u, err := url.Parse(cfg.PublicURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, usagef("--public-url must be an absolute http:// or https:// URL, got %q", cfg.PublicURL)
 	}
 	if cfg.DBPath == "" {
 		return nil, usagef("--db must not be empty")

@@ -501,6 +501,6 @@ func (r Reads) RunningRuns(ctx context.Context) ([]spec.RunLease, error) {
 // QueueDepth returns how many iterate jobs wait to be worked.
 func (r Reads) QueueDepth(ctx context.Context) (int, error) {
 	var n int
-	err := r.c.QueryRow(ctx, `SELECT COUNT(*) FROM river_job WHERE state IN ('available', 'retryable', 'scheduled')`).Scan(&n)
+	err := r.c.QueryRow(ctx, `SELECT COUNT(*) FROM river_job WHERE kind = 'iterate' AND state IN ('available', 'retryable', 'scheduled')`).Scan(&n)
 	return n, err
 }

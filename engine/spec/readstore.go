@@ -32,6 +32,12 @@ type ReadStore interface {
 	ListNotifications(ctx context.Context, userID int64, beforeID int64, limit int) ([]*Notification, error)
 	CountUnread(ctx context.Context, userID int64) (int, error)
 	ListAPITokens(ctx context.Context, userID int64) ([]*APIToken, error)
+	// ListWebhooks returns the user's endpoints, newest first.
+	ListWebhooks(ctx context.Context, userID int64) ([]*WebhookEndpoint, error)
+	// ListWebhookDeliveries returns up to limit of the deliveries of one of
+	// the user's endpoints, newest first; another user's endpoint is
+	// ENOTFOUND.
+	ListWebhookDeliveries(ctx context.Context, userID, endpointID int64, limit int) ([]*WebhookDelivery, error)
 	ListUserTags(ctx context.Context, userID int64) ([]TagCount, error)
 	StatsRows(ctx context.Context, userID int64, f StatsFilter) ([]StatsRow, error)
 	UsageReads

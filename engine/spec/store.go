@@ -53,6 +53,23 @@ type Store interface {
 	Accounts
 	EngineReads
 	RunReads
+	Webhooks
+}
+
+// Webhooks are a user's webhook endpoints and their deliveries (the
+// listing reads are ReadStore's).
+type Webhooks interface {
+	// CreateWebhook stores a new endpoint of e.UserID (URL, events, format
+	// and secret set by the caller) and sets its id and time.
+	CreateWebhook(ctx context.Context, e *WebhookEndpoint) error
+	// FindWebhook returns one of the user's endpoints, or ENOTFOUND.
+	FindWebhook(ctx context.Context, userID, id int64) (*WebhookEndpoint, error)
+	// DeleteWebhook deletes one of the user's endpoints and its
+	// deliveries, or returns ENOTFOUND.
+	DeleteWebhook(ctx context.Context, userID, id int64) error
+	// FindWebhookDelivery returns a delivery and its endpoint whoever owns
+	// them (engine use only), or ENOTFOUND.
+	FindWebhookDelivery(ctx context.Context, id int64) (*WebhookDelivery, *WebhookEndpoint, error)
 }
 
 // Accounts are users, browser sessions and API tokens. Secrets are stored
@@ -188,6 +205,25 @@ type Tx interface {
 	// ResolveRunNotifications marks the run's open notifications of kind
 	// resolved: the run moved on from what they asked of the person.
 	ResolveRunNotifications(ctx context.Context, runID, kind string) error
+
+	// WebhooksFor returns the user's enabled endpoints subscribed to
+	// event, oldest first.
+	WebhooksFor(ctx context.Context, userID int64, event string) ([]*WebhookEndpoint, error)
+	// InsertWebhookDelivery stores a new delivery and sets its id and
+	// times.
+	InsertWebhookDelivery(ctx context.Context, d *WebhookDelivery) error
+	// FindUserWebhookDelivery returns one of the user's deliveries of the
+	// endpoint, or ENOTFOUND.
+	FindUserWebhookDelivery(ctx context.Context, userID, endpointID, id int64) (*WebhookDelivery, error)
+	// UpdateWebhookDelivery records a delivery's state, attempts, last
+	// outcome, next attempt and generation.
+	UpdateWebhookDelivery(ctx context.Context, d *WebhookDelivery) error
+	// WebhookFailingSince returns when the oldest of the endpoint's failed
+	// deliveries since its last delivered one was created (the zero time
+	// when none failed since).
+	WebhookFailingSince(ctx context.Context, endpointID int64) (time.Time, error)
+	// DisableWebhook disables an endpoint: nothing more is delivered to it.
+	DisableWebhook(ctx context.Context, endpointID int64) error
 
 	// The run's workspace and checklist.
 	ListRunDocuments(ctx context.Context, runID string) ([]*Document, error)
