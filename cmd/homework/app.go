@@ -100,7 +100,7 @@ func (m *Main) Run(ctx context.Context) error {
 		DB: store, Engine: m.Engine, Logger: m.Logger.With("component", "http"), Version: buildVersion(), Registry: reg,
 		InsecureCookies: cfg.InsecureCookies, LLMConfigured: llmConfigured, DefaultModel: cfg.LLMModel,
 		CommandRunsEnabled: cfg.AllowCommandRuns != "", MaxRunsPerUser: cfg.MaxRunsPerUser,
-		ScriptRunsEnabled: cfg.ScriptExecutor, Prices: m.Config.Prices, WriteTimeout: cfg.WriteTimeout,
+		ScriptRunsEnabled: cfg.ScriptExecutor, Prices: m.Config.Prices, WriteTimeout: cfg.WriteTimeout, MCP: cfg.MCP,
 	})
 	if err != nil {
 		return err
