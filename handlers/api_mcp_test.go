@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"net/url"
 	"slices"
 	"testing"
 
@@ -100,5 +101,39 @@ func TestAPIMCPServers(t *testing.T) {
 	t.Run("mcp_servers on a run of another executor is refused", func(t *testing.T) {
 		ts.expectError(t, root, "POST", "/api/runs", map[string]any{"objective": "x", "executor": "script", "mcp_servers": []string{"test"}},
 			http.StatusBadRequest, spec.EINVALID, "mcp_servers")
+	})
+}
+
+func TestComposerOffersMCPServers(t *testing.T) {
+	ts, _ := mcpTestServer(t)
+	pc := ts.signedIn(t, "dora@example.com")
+	dora := ts.userID(t, "dora@example.com")
+
+	resp, body := pc.get("/runs/new")
+	expectStatus(t, resp, body, http.StatusOK, "")
+	expectContains(t, body, `id="mcp-servers"`, `name="mcp_servers" value="test"`, "its tools are listed once a run has used it")
+	expectLacks(t, body, `value="secret"`)
+
+	t.Run("an unknown server is shown on its field", func(t *testing.T) {
+		resp, body := pc.post("/runs", url.Values{"objective": {"Use the tools"}, "mode": {"auto"}, "mcp_servers": {"test", "gone"}})
+		expectStatus(t, resp, body, http.StatusBadRequest, "")
+		expectContains(t, body, `id="mcp_servers-error"`, "There is no MCP server")
+	})
+	t.Run("the checked servers are the run's, and Run again keeps them", func(t *testing.T) {
+		id := pc.compose(t, url.Values{"objective": {"Use the tools"}, "mode": {"auto"}, "mcp_servers": {"test"}})
+		if _, err := ts.Engine.Cancel(ts.ctx, dora.ID, id); err != nil {
+			t.Fatal(err)
+		}
+		r, err := ts.Store.FindRun(ts.ctx, dora.ID, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := runConfigOf(r)
+		if err != nil || !slices.Equal(cfg.MCPServers, []string{"test"}) || cfg.Executor != spec.ExecutorLLM {
+			t.Fatalf("config = %+v (%v)", cfg, err)
+		}
+		resp, body := pc.get("/runs/new?from=" + id)
+		expectStatus(t, resp, body, http.StatusOK, "")
+		expectContains(t, body, `value="test" checked`)
 	})
 }
