@@ -156,6 +156,22 @@ func TestLLMRunsUseMCPTools(t *testing.T) {
 		}
 	})
 
+	t.Run("a call that outlasts the server's tool timeout is an error the model sees", func(t *testing.T) {
+		t.Parallel()
+		cmd, argv := mcptest.Stdio()
+		c, _ := mcpServers(t, map[string]any{"slow": map[string]any{"command": cmd, "args": argv, "tool_timeout_ms": 300}})
+		h := newE2E(t, withMCP(c),
+			tools(call("mcp__slow__sleep", map[string]any{"ms": 10000})),
+			status(true, "Done.", "the call timed out"),
+		)
+		narrate(h.srv, "A narrative.")
+		h.waitStatus(h.create(spec.Config{MCPServers: []string{"slow"}}).ID, spec.StatusCompleted)
+		reqs := requestsOf(h.srv, reqPlanner)
+		if got := toolMessages(reqs[1]); len(got) != 1 || !strings.Contains(got[0], "error: MCP server slow: the call timed out after 300ms") {
+			t.Errorf("tool results = %q", got)
+		}
+	})
+
 	t.Run("MCP calls count against the iteration's tool-call bound", func(t *testing.T) {
 		t.Parallel()
 		c, _ := mcpServers(t, nil)

@@ -243,6 +243,22 @@ func TestHTTPSession(t *testing.T) {
 			t.Fatalf("res = %+v, err = %v", res, err)
 		}
 	})
+	t.Run("the older SSE transport works too", func(t *testing.T) {
+		c, err := mcp.Parse([]byte(`{"mcpServers": {"old": {"type": "sse", "url": "`+mcptest.SSE(t)+`"}}}`), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, _ := c.Lookup("old")
+		sess, err := mcp.Open(context.Background(), c, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sess.Close()
+		res, err := sess.Call(context.Background(), "echo", json.RawMessage(`{"text":"over sse"}`))
+		if err != nil || res.Text != "echo: over sse" {
+			t.Fatalf("res = %+v, err = %v", res, err)
+		}
+	})
 	t.Run("a refused connection names the server", func(t *testing.T) {
 		s, _ := c.Lookup("bad")
 		_, err := mcp.Open(context.Background(), c, s)

@@ -97,6 +97,16 @@ func HTTP(t testing.TB, token string) string {
 	return hs.URL + "/mcp"
 }
 
+// SSE starts the server over the older HTTP+SSE transport and returns its
+// URL. It is closed when the test ends.
+func SSE(t testing.TB) string {
+	t.Helper()
+	srv := NewServer()
+	hs := httptest.NewServer(sdk.NewSSEHandler(func(*http.Request) *sdk.Server { return srv }, nil))
+	t.Cleanup(hs.Close)
+	return hs.URL + "/sse"
+}
+
 type echoIn struct {
 	Text string `json:"text" jsonschema:"the text to return"`
 }
