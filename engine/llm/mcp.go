@@ -234,7 +234,6 @@ func (set *mcpSet) call(ctx context.Context, server, tool string, args json.RawM
 	case res.IsError:
 		return "", toolErrorf("%s", cutResult(res.Text))
 	}
-	set.it.recovered(mcpToolName(server, tool))
 	return cutResult(res.Text), nil
 }
 

@@ -22,6 +22,10 @@ import (
 // implementation is how the client introduces itself to servers.
 var implementation = &sdk.Implementation{Name: "homework", Version: "1"}
 
+// startTimeout bounds a server's handshake and tool listing, so a server
+// that never answers fails its start instead of the whole iteration.
+const startTimeout = 30 * time.Second
+
 // baseEnv lists the server environment variables a stdio server gets
 // besides its own env: enough to find and run programs, nothing secret.
 var baseEnv = []string{"PATH", "HOME", "USER", "LOGNAME", "SHELL", "TERM", "LANG", "LC_ALL", "TMPDIR", "TZ"}
@@ -73,7 +77,9 @@ func Open(ctx context.Context, c *Config, s *Server) (*Session, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := sess.listTools(ctx); err != nil {
+	lctx, cancel := context.WithTimeout(ctx, startTimeout)
+	defer cancel()
+	if err := sess.listTools(lctx); err != nil {
 		sess.Close()
 		return nil, sess.failure("listing its tools failed", err)
 	}
@@ -146,7 +152,10 @@ func openStdio(ctx context.Context, s *Server) (*Session, error) {
 		errR.Close()
 	}()
 	client := sdk.NewClient(implementation, nil)
-	cs, err := client.Connect(ctx, &sdk.IOTransport{Reader: outR, Writer: stdinW}, nil)
+	// The transport ignores the context; it bounds the handshake only.
+	cctx, cancel := context.WithTimeout(ctx, startTimeout)
+	defer cancel()
+	cs, err := client.Connect(cctx, &sdk.IOTransport{Reader: outR, Writer: stdinW}, nil)
 	if err != nil {
 		sess.Close()
 		return nil, sess.failure("it did not start", err)
