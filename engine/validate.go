@@ -28,6 +28,9 @@ func (e *Engine) validateConfig(ctx context.Context, user *spec.User, cfg *spec.
 	if err != nil {
 		return err
 	}
+	if len(cfg.MCPServers) > 0 && cfg.Executor != spec.ExecutorLLM {
+		return spec.FieldError("mcp_servers", "mcp_servers is only used by LLM runs (executor %q).", spec.ExecutorLLM)
+	}
 	if cfg.Permissions.WriteMode == "" {
 		cfg.Permissions.WriteMode = spec.WriteAutopilot
 	}

@@ -38,6 +38,8 @@ func (s *Server) apiRoutes(api fiber.Router) {
 	api.Post("/notifications/read-all", s.apiReadAllNotifications)
 	api.Post("/notifications/:id/read", s.apiReadNotification)
 
+	api.Get("/mcp/servers", s.apiMCPServers)
+
 	s.statsRoutes(api)
 	s.webhookRoutes(api)
 }

@@ -14,7 +14,7 @@ import (
 func formFromConfig(cfg *spec.Config) views.ComposerForm {
 	f := views.ComposerForm{
 		Objective: cfg.Objective, Mode: cfg.Mode, Model: cfg.Model, Executor: cfg.Executor,
-		WriteMode: cfg.Permissions.WriteMode, Token: cfg.Completion.Token,
+		WriteMode: cfg.Permissions.WriteMode, Token: cfg.Completion.Token, MCPServers: cfg.MCPServers,
 	}
 	num := func(n int64) string {
 		if n <= 0 {

@@ -13,6 +13,7 @@ import (
 
 	"homework/engine"
 	"homework/engine/agentcmd"
+	"homework/engine/mcp"
 	"homework/engine/spec"
 	"homework/views"
 )
@@ -30,8 +31,17 @@ func (s *Server) composerData(c *fiber.Ctx, r spec.ReadStore, f views.ComposerFo
 		DefaultMinutes: int(s.engine.DefaultRunningTime().Minutes()),
 		CommandRuns:    s.opts.CommandRunsEnabled && u.IsAdmin, ScriptRuns: s.opts.ScriptRunsEnabled,
 		AgentPresets: agentPresetViews(), AgentFormats: agentcmd.OutputFormats(),
-		Price: s.pricePreview(u, f),
+		Price: s.pricePreview(u, f), MCPServers: mcpChoices(s.opts.MCP, u),
 	}
+}
+
+// mcpChoices are the MCP servers u may check in the composer.
+func mcpChoices(c *mcp.Config, u *spec.User) []views.MCPServerChoice {
+	var out []views.MCPServerChoice
+	for _, s := range mcpServersFor(c, u) {
+		out = append(out, views.MCPServerChoice{Name: s.Name, Type: s.Type, AdminOnly: s.AdminOnly, Tools: s.Tools})
+	}
+	return out
 }
 
 // composer shows the run composer: empty, or with ?from=ID the settings of
@@ -88,8 +98,19 @@ func composerForm(c *fiber.Ctx) views.ComposerForm {
 		DocExists: v("doc_exists"), NoProgress: v("no_progress"), RepeatedError: v("repeated_error"),
 		AgentArgv: v("agent_argv"), AgentWorkdir: v("agent_workdir"), ParentRunID: v("parent_run_id"), Script: v("script"),
 		AgentPreset: v("agent_preset"), AgentFormat: v("agent_output_format"), AgentResume: c.FormValue("agent_resume") != "",
-		Tags: v("tags"),
+		Tags: v("tags"), MCPServers: formValues(c, "mcp_servers"),
 	}
+}
+
+// formValues returns every value of the form field name (checkboxes).
+func formValues(c *fiber.Ctx, name string) []string {
+	var out []string
+	for _, v := range c.Request().PostArgs().PeekMulti(name) {
+		if s := strings.TrimSpace(string(v)); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // formErrors collects field errors while a form is parsed.
@@ -180,6 +201,9 @@ func (s *Server) configFromForm(u *spec.User, f views.ComposerForm) (spec.Config
 		}
 		cfg.Agent = &spec.Agent{Argv: argv, Workdir: f.AgentWorkdir, Preset: f.AgentPreset, OutputFormat: f.AgentFormat, Resume: f.AgentResume}
 	}
+	if cfg.Executor == spec.ExecutorLLM {
+		cfg.MCPServers = f.MCPServers // a command run's agent brings its own
+	}
 	if f.Executor != "" && f.Executor != spec.ExecutorLLM && f.Executor != spec.ExecutorCommand && cfg.Executor == spec.ExecutorLLM {
 		cfg.Executor = f.Executor // refused by the engine by name
 	}
@@ -266,6 +290,9 @@ func (s *Server) createRun(c *fiber.Ctx) error {
 		}
 		if strings.HasPrefix(field, "tags") {
 			name, ok = "tags", true
+		}
+		if strings.HasPrefix(field, "mcp_servers") {
+			name, ok = "mcp_servers", true
 		}
 		if name == "executor" && !d.CommandRuns {
 			ok = false

@@ -22,6 +22,7 @@ import (
 
 	"homework/engine"
 	"homework/engine/llm/prices"
+	"homework/engine/mcp"
 	"homework/engine/spec"
 	"homework/static"
 	"homework/views"
@@ -63,6 +64,9 @@ type Options struct {
 	// MaxRunsPerUser is the engine's running-runs limit per user, shown on
 	// the run list; default 3 (the engine's default).
 	MaxRunsPerUser int
+	// MCP is the MCP servers LLM runs may use, listed by the API and the
+	// composer; nil when none are configured.
+	MCP *mcp.Config
 }
 
 // Server is the HTTP server.

@@ -143,6 +143,7 @@ type ComposerForm struct {
 	ParentRunID   string
 	Script        string
 	Tags          string // comma-separated
+	MCPServers    []string
 }
 
 // ComposerData is the composer page.
@@ -165,6 +166,32 @@ type ComposerData struct {
 	AgentFormats []string
 	// Price is what the form's run would be priced at.
 	Price PricePreview
+	// MCPServers are the MCP servers the user may offer a model run.
+	MCPServers []MCPServerChoice
+}
+
+// MCPServerChoice is an MCP server in the composer.
+type MCPServerChoice struct {
+	Name      string
+	Type      string   // stdio, http or sse
+	AdminOnly bool     // only admins see it
+	Tools     []string // as a run last listed them; nil when none has
+}
+
+// Hint describes the server beside its checkbox: its transport, whether it
+// is for admins only, and its tools.
+func (m MCPServerChoice) Hint() string {
+	s := m.Type
+	if m.AdminOnly {
+		s += ", admins only"
+	}
+	if m.Tools == nil {
+		return s + ": its tools are listed once a run has used it"
+	}
+	if len(m.Tools) == 0 {
+		return s + ": no tools"
+	}
+	return s + ": " + strings.Join(m.Tools, ", ")
 }
 
 // AgentPreset is a known agent CLI's headless invocation.

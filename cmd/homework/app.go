@@ -104,7 +104,7 @@ func (m *Main) Run(ctx context.Context) error {
 		DB: store, Engine: m.Engine, Logger: m.Logger.With("component", "http"), Version: buildVersion(), Registry: reg,
 		InsecureCookies: cfg.InsecureCookies, LLMConfigured: llmConfigured, DefaultModel: cfg.LLMModel,
 		CommandRunsEnabled: cfg.AllowCommandRuns != "", MaxRunsPerUser: cfg.MaxRunsPerUser,
-		ScriptRunsEnabled: cfg.ScriptExecutor, Prices: m.Config.Prices, WriteTimeout: cfg.WriteTimeout,
+		ScriptRunsEnabled: cfg.ScriptExecutor, Prices: m.Config.Prices, WriteTimeout: cfg.WriteTimeout, MCP: cfg.MCP,
 	})
 	if err != nil {
 		return err
@@ -191,7 +191,7 @@ func (m *Main) executors() (map[string]engine.Executor, bool, error) {
 	m.Config.Prices = prices
 	x, err := llm.New(llm.Options{
 		Store: m.Store, BaseURL: m.Config.LLMBaseURL, APIKey: m.Config.LLMAPIKey, DefaultModel: m.Config.LLMModel,
-		Prices: prices, Logger: m.Logger.With("component", "llm"),
+		Prices: prices, Logger: m.Logger.With("component", "llm"), MCP: m.Config.MCP,
 		WebFetch: llm.WebFetchOptions{Enabled: len(m.Config.WebFetchHosts) > 0, AllowHosts: m.Config.WebFetchHosts},
 		RecordNarration: func(ctx context.Context, run *spec.Run, c spec.LLMCall) error {
 			return m.Engine.RecordLLMCall(ctx, run, c)

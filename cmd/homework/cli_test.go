@@ -51,7 +51,7 @@ func TestCommandHelpShowsFlagsWithTheirEnvironment(t *testing.T) {
 		want []string
 	}{
 		{[]string{"serve", "--help"}, []string{"-addr", "HOMEWORK_ADDR", "-db", "HOMEWORK_DB", "-insecure-cookies", "HOMEWORK_INSECURE_COOKIES",
-			"-log-format", "HOMEWORK_LOG_FORMAT", "-prices", "HOMEWORK_PRICES", "-shutdown-timeout", "HOMEWORK_SHUTDOWN_TIMEOUT"}},
+			"-log-format", "HOMEWORK_LOG_FORMAT", "-prices", "HOMEWORK_PRICES", "-mcp-config", "HOMEWORK_MCP_CONFIG", "-shutdown-timeout", "HOMEWORK_SHUTDOWN_TIMEOUT"}},
 		{[]string{"--addr", ":1", "--help"}, []string{"usage: homework serve"}},
 		{[]string{"user", "add", "--help"}, []string{"usage: homework user add", "-email", "-admin", "HOMEWORK_DB", "stdin"}},
 		{[]string{"user", "passwd", "-h"}, []string{"usage: homework user passwd", "-email"}},
@@ -116,6 +116,10 @@ func TestBadServeValuesAreOneLineBeforeAnythingStarts(t *testing.T) {
 	if err := os.WriteFile(broken, []byte(`{"m": {"input": "cheap"}}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	badMCP := filepath.Join(dir, "mcp.json")
+	if err := os.WriteFile(badMCP, []byte(`{"mcpServers": {"github": {"type": "http", "url": "https://example.com/mcp", "headers": {"Authorization": "Bearer ${GITHUB_TOKEN}"}}}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	dbPath := filepath.Join(dir, "never.db")
 	envWith := func(k, v string) func(string) string {
 		return func(key string) string {
@@ -137,6 +141,9 @@ func TestBadServeValuesAreOneLineBeforeAnythingStarts(t *testing.T) {
 		{"a missing price file", noEnv, []string{"--prices", filepath.Join(dir, "nope.json")}, "--prices"},
 		{"a broken price file", noEnv, []string{"--prices", broken}, "--prices"},
 		{"a broken price file from the environment", envWith("HOMEWORK_PRICES", broken), nil, "--prices"},
+		{"a missing MCP config", noEnv, []string{"--mcp-config", filepath.Join(dir, "nope.json")}, "--mcp-config"},
+		{"an MCP config naming an unset variable names the path and the field", noEnv, []string{"--mcp-config", badMCP}, badMCP + ": mcpServers.github.headers.Authorization: ${GITHUB_TOKEN} is not set"},
+		{"a bad MCP config from the environment", envWith("HOMEWORK_MCP_CONFIG", badMCP), nil, "mcpServers.github.headers"},
 		{"a bad log format", noEnv, []string{"--log-format", "xml"}, "--log-format"},
 		{"a bad log level", noEnv, []string{"--log-level", "loud"}, "--log-level"},
 		{"a bad boolean in the environment", envWith("HOMEWORK_INSECURE_COOKIES", "maybe"), nil, "HOMEWORK_INSECURE_COOKIES"},
@@ -278,5 +285,27 @@ func TestCookieWarningOnANetworkAddress(t *testing.T) {
 		if c.warn && (!strings.Contains(msg, "--insecure-cookies") || !strings.Contains(msg, "TLS")) {
 			t.Fatalf("the warning must name --insecure-cookies and TLS: %q", msg)
 		}
+	}
+}
+
+func TestTheMCPConfigIsReadWithTheServersEnvironment(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "mcp.json")
+	if err := os.WriteFile(path, []byte(`{"mcpServers": {"github": {"type": "http", "url": "https://example.com/mcp", "headers": {"Authorization": "Bearer ${GITHUB_TOKEN}"}, "admin_only": true},
+		"fs": {"command": "mcp-fs", "args": ["/srv"]}}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	env := func(k string) string {
+		return map[string]string{"HOMEWORK_MCP_CONFIG": path, "GITHUB_TOKEN": "ghp_x"}[k]
+	}
+	cfg, err := parseServeConfig(nil, env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gh, ok := cfg.MCP.Lookup("github")
+	if !ok || gh.Headers["Authorization"] != "Bearer ghp_x" || !gh.AdminOnly {
+		t.Fatalf("github = %+v", gh)
+	}
+	if fs, ok := cfg.MCP.Lookup("fs"); !ok || fs.Command != "mcp-fs" {
+		t.Fatalf("fs = %+v", fs)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"homework/db/bind"
 	"homework/engine"
 	"homework/engine/llm"
+	"homework/engine/mcp"
 )
 
 // Config is the server's configuration from flags and environment. Flags
@@ -28,6 +29,7 @@ type Config struct {
 	LLMAPIKey        string
 	LLMModel         string
 	PricesFile       string
+	MCPConfigFile    string // the mcpServers file; "" = no MCP servers
 	AllowCommandRuns string // root directory for command runs; "" = disabled
 	HostID           string // this machine's name among processes sharing a PostgreSQL database
 	MaxRunsPerUser   int
@@ -52,6 +54,9 @@ type Config struct {
 	// parsed (nil: the built-in table), so a broken file is a usage error
 	// before anything starts.
 	Prices llm.PriceTable
+	// MCP is the MCP servers read from MCPConfigFile when the flags were
+	// parsed (nil: none), so a broken file fails before anything starts.
+	MCP *mcp.Config
 }
 
 // usageError is a bad flag or value: one line, exit code 2.
@@ -222,6 +227,7 @@ func parseServeConfig(args []string, env func(string) string) (*Config, error) {
 	fs.StringVar(&cfg.LLMAPIKey, "llm-api-key", getenv(env, "HOMEWORK_LLM_API_KEY", "OPENAI_API_KEY"), "API key (env HOMEWORK_LLM_API_KEY, OPENAI_API_KEY)")
 	fs.StringVar(&cfg.LLMModel, "llm-model", getenv(env, "HOMEWORK_LLM_MODEL"), "default model (env HOMEWORK_LLM_MODEL)")
 	fs.StringVar(&cfg.PricesFile, "prices", getenv(env, "HOMEWORK_PRICES"), "JSON price table overriding the built-in one (env HOMEWORK_PRICES)")
+	fs.StringVar(&cfg.MCPConfigFile, "mcp-config", getenv(env, "HOMEWORK_MCP_CONFIG"), "MCP servers LLM runs may use, as {\"mcpServers\": {…}}; ${VAR} in env and headers is read from this environment (env HOMEWORK_MCP_CONFIG)")
 	fs.StringVar(&cfg.AllowCommandRuns, "allow-command-runs", getenv(env, "HOMEWORK_ALLOW_COMMAND_RUNS"), "enable command runs for admins in work directories under this root (env HOMEWORK_ALLOW_COMMAND_RUNS)")
 	hostname, _ := os.Hostname()
 	fs.StringVar(&cfg.HostID, "host-id", orDefault(env("HOMEWORK_HOST_ID"), hostname), "this machine's name on a shared PostgreSQL database: command runs created here run only on processes with the same host id and --allow-command-runs root (env HOMEWORK_HOST_ID; default the hostname)")
@@ -326,6 +332,13 @@ func parseServeConfig(args []string, env func(string) string) (*Config, error) {
 			return nil, usagef("--prices: %s", oneLine(err.Error(), 300))
 		}
 		cfg.Prices = p
+	}
+	if cfg.MCPConfigFile != "" {
+		c, err := mcp.LoadFile(cfg.MCPConfigFile, env)
+		if err != nil {
+			return nil, usagef("--mcp-config: %s", oneLine(err.Error(), 500))
+		}
+		cfg.MCP = c
 	}
 	return cfg, nil
 }

@@ -65,7 +65,7 @@ func (it *iteration) delegate(ctx context.Context, tasks []branchTask) string {
 func (it *iteration) runBranch(ctx context.Context, id string, bt branchTask) (report string) {
 	folder := branchesFolder + "/" + id
 	sc := &scope{it: it, role: RoleExecutor, model: it.executorModel, prefix: folder + "/", branch: id,
-		tools: it.e.branchTools(), limit: it.e.opts.BranchToolCalls, u: &usage{}}
+		tools: it.mcp.withMCP(it.e.branchTools()), limit: it.e.opts.BranchToolCalls, u: &usage{}}
 	defer func() {
 		if r := recover(); r != nil {
 			it.e.log.Error("branch panicked", "run", it.in.RunID, "branch", id, "panic", r, "stack", string(debug.Stack()))

@@ -28,6 +28,10 @@ type iteration struct {
 
 	plannerModel, executorModel, repairModel string
 
+	// mcp holds the sessions with the run's MCP servers, open for the
+	// iteration.
+	mcp *mcpSet
+
 	mu   sync.Mutex
 	res  *spec.Result
 	refs map[string]refPos
@@ -65,8 +69,14 @@ func (e *Executor) Iterate(ctx context.Context, in *spec.Input) (*spec.Result, e
 	if err != nil {
 		return res, fmt.Errorf("assemble context: %w", err)
 	}
+	if it.mcp, err = it.openMCP(ctx); err != nil {
+		res.Summary = NotDoneSummary + " (" + err.Error() + ")"
+		res.Error, res.ErrorFingerprint = truncate(err.Error(), 1000), "mcp:unavailable:"+normalizeError(err.Error())
+		return res, err
+	}
+	defer it.mcp.close()
 	limit := it.toolCallLimit()
-	sc := &scope{it: it, role: RolePlanner, model: it.plannerModel, tools: e.plannerTools(it.planPhase), limit: limit, u: &usage{}}
+	sc := &scope{it: it, role: RolePlanner, model: it.plannerModel, tools: it.mcp.withMCP(e.plannerTools(it.planPhase)), limit: limit, u: &usage{}}
 	it.loop(ctx, sc, []openai.ChatCompletionMessage{
 		{Role: openai.ChatMessageRoleSystem, Content: plannerPrompt},
 		{Role: openai.ChatMessageRoleUser, Content: prompt},

@@ -26,6 +26,7 @@ import (
 
 	"github.com/sashabaranov/go-openai"
 
+	"homework/engine/mcp"
 	"homework/engine/spec"
 )
 
@@ -95,6 +96,10 @@ type Options struct {
 	ScratchpadMaxBytes int
 	// MaxContextChars caps the assembled iteration context; 24,000 when zero.
 	MaxContextChars int
+
+	// MCP is the operator's MCP servers, which runs may name in
+	// mcp_servers; nil when none are configured.
+	MCP *mcp.Config
 
 	// RecordNarration stores the summarizer's usage for Narrate, which has
 	// no spec.Host. When nil, the call is inserted into llm_calls directly
@@ -250,7 +255,9 @@ func (e *Executor) Model(cfg *spec.Config, role string) string {
 // ValidateConfig refuses an LLM run when no endpoint is configured
 // (EUNAVAILABLE, field "executor"), no model can be resolved (EINVALID,
 // field "model"), or it sets a cost budget while one of its models has no
-// price (EINVALID, field "budgets.max_cost_usd").
+// price (EINVALID, field "budgets.max_cost_usd"). It refuses an MCP server
+// the server has not configured or names twice (EINVALID, field
+// "mcp_servers[i]") and an admin_only one for others (EFORBIDDEN).
 func (e *Executor) ValidateConfig(ctx context.Context, user *spec.User, cfg *spec.Config) error {
 	if !e.configured {
 		return &spec.Error{Code: spec.EUNAVAILABLE, Field: "executor", Message: "No model endpoint is configured on this server. " +
@@ -262,6 +269,9 @@ func (e *Executor) ValidateConfig(ctx context.Context, user *spec.User, cfg *spe
 			return &spec.Error{Code: spec.EINVALID, Field: "model", Message: "No model given and the server has no default model: " +
 				"set \"model\" on the run or start the server with HOMEWORK_LLM_MODEL."}
 		}
+	}
+	if err := e.validateMCPServers(user, cfg); err != nil {
+		return err
 	}
 	if cfg.Budgets.MaxCostUSD > 0 {
 		// A cost budget over a model without a price would never bind.

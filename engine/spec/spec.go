@@ -55,6 +55,10 @@ type Config struct {
 	ParentRunID string          `json:"parent_run_id,omitempty"`
 	Tags        []string        `json:"tags,omitempty"`   // short labels for the effectiveness report
 	Script      json.RawMessage `json:"script,omitempty"` // ExecutorScript only
+
+	// MCPServers names the operator's MCP servers whose tools an LLM run
+	// is offered (as mcp__{server}__{tool}).
+	MCPServers []string `json:"mcp_servers,omitempty"`
 }
 
 // Models picks a model per role; empty fields fall back to Config.Model,
