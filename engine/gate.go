@@ -27,7 +27,21 @@ func outageFailure(fp string) string {
 	if fp == storeUnavailableFP {
 		return spec.StopStoreUnavailable
 	}
+	if toolUnavailable(fp) {
+		return spec.StopToolUnavailable
+	}
 	return endpointFailure(fp)
+}
+
+// toolUnavailable reports whether fp is the fingerprint of an MCP server
+// that could not be started ("mcp:unavailable:…", engine/llm) or crashed
+// beyond its one restart ("tool:mcp__{server}__{tool}:unavailable:…").
+func toolUnavailable(fp string) bool {
+	if strings.HasPrefix(fp, "mcp:unavailable:") {
+		return true
+	}
+	rest, ok := strings.CutPrefix(fp, "tool:mcp__")
+	return ok && strings.Contains(rest, ":unavailable:")
 }
 
 // stopFor is the gate's stop when a budget ran out (after the iteration or
@@ -40,8 +54,11 @@ func outageFailure(fp string) string {
 func stopFor(in gateInput, stop string, reasons []string, detail string, evidence *spec.Evidence, falseCompletion bool) spec.Decision {
 	if named := outageFailure(in.Signals.ErrorFP); named != "" {
 		what := "the model endpoint was unavailable"
-		if named == spec.StopStoreUnavailable {
+		switch named {
+		case spec.StopStoreUnavailable:
 			what = "the database was unavailable"
+		case spec.StopToolUnavailable:
+			what = "an MCP server was unavailable"
 		}
 		detail = fmt.Sprintf("%s (last error: %s); at the same time: %s", what, text.Truncate(in.Result.Error, 300), detail)
 		stop = named

@@ -118,3 +118,20 @@ func TestBreakers(t *testing.T) {
 		})
 	}
 }
+
+func TestOutagesAreNamedByTheirFingerprint(t *testing.T) {
+	for fp, want := range map[string]string{
+		storeUnavailableFP: spec.StopStoreUnavailable,
+		"model:http_503":   spec.StopModelUnavailable,
+		"model:http_429":   spec.StopRateLimited,
+		"mcp:unavailable:the mcp server test did not start": spec.StopToolUnavailable,
+		"tool:mcp__test__echo:unavailable:crashed":          spec.StopToolUnavailable,
+		"tool:mcp__test__echo:error:bad input":              "",
+		"tool:workspace_write:unavailable:x":                "",
+		"model:http_400":                                    "",
+	} {
+		if got := outageFailure(fp); got != want {
+			t.Errorf("outageFailure(%q) = %q, want %q", fp, got, want)
+		}
+	}
+}

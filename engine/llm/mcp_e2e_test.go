@@ -264,6 +264,20 @@ func TestLLMRunsUseMCPTools(t *testing.T) {
 		noServerOutlives(t, pids, 2)
 	})
 
+	t.Run("a run that keeps failing on a server stops as tool_unavailable, naming it", func(t *testing.T) {
+		t.Parallel()
+		c, pids := mcpServers(t, nil, mcptest.CrashAtStart)
+		h := newE2E(t, withMCP(c))
+		narrate(h.srv, "A narrative.")
+		run := h.create(spec.Config{MCPServers: []string{"test"}, Breakers: spec.Breakers{RepeatedError: 2}, Budgets: spec.Budgets{MaxIterations: 5}})
+		run = h.waitStatus(run.ID, spec.StatusStopped)
+		if run.StopReason == nil || run.StopReason.Type != spec.StopToolUnavailable ||
+			!strings.Contains(run.StopReason.Detail, "MCP server test") || len(h.iterations(run.ID)) != 2 {
+			t.Fatalf("stop %+v after %d iterations; want tool_unavailable after 2, naming the server", run.StopReason, len(h.iterations(run.ID)))
+		}
+		noServerOutlives(t, pids, 4)
+	})
+
 	t.Run("canceling the run kills its stdio server in the middle of a call", func(t *testing.T) {
 		t.Parallel()
 		c, pids := mcpServers(t, nil)

@@ -56,13 +56,18 @@ const (
 	// once the database answered again), when a budget ran out or a breaker
 	// tripped. The detail has the database's last error.
 	StopStoreUnavailable = "store_unavailable"
+	// StopToolUnavailable names an MCP server that could not be started or
+	// kept crashing in the run's last iteration, when a budget ran out or
+	// a breaker tripped (typically the repeated-error breaker, as every
+	// iteration fails on it). The detail has the server's last error.
+	StopToolUnavailable = "tool_unavailable"
 )
 
 // StopReasons lists every stop reason, for filters and labels.
 var StopReasons = []string{StopCompleted, StopMaxIterations, StopBudgetTime, StopBudgetTokens, StopBudgetCost,
 	StopBudgetToolCalls, StopNoProgress, StopRepeatedError, StopQualityRegression, StopStuck, StopBlocked,
-	StopModelUnavailable, StopRateLimited, StopStoreUnavailable, StopReadOnlyViolation, StopCanceled, StopError,
-	StopInterrupted}
+	StopModelUnavailable, StopRateLimited, StopStoreUnavailable, StopToolUnavailable, StopReadOnlyViolation, StopCanceled,
+	StopError, StopInterrupted}
 
 // Wait reasons: the Reason of a waiting_on_user run's Waiting.
 const (
