@@ -243,6 +243,13 @@ func (e *Engine) Start(ctx context.Context) error {
 		if _, err := e.recoverAtStart(ctx); err != nil {
 			return fmt.Errorf("recover runs: %w", err)
 		}
+		// A webhook delivery whose POST was in flight when the last process
+		// died would wait for River's stuck-job rescue (a day): it is sent
+		// again now, with its webhook-id. Alone on the queue, this process
+		// knows that every running job belonged to a dead one.
+		if err := e.resendInterruptedWebhooks(ctx); err != nil {
+			return fmt.Errorf("recover webhook deliveries: %w", err)
+		}
 	}
 	loopCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	watch, err := e.holdLiveness(loopCtx)

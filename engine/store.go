@@ -34,6 +34,10 @@ type jobQueue interface {
 	IterateJobs(ctx context.Context, tx spec.Tx, runID string) ([]IterateJob, error)
 	// JobCancelTx cancels a job in tx.
 	JobCancelTx(ctx context.Context, tx spec.Tx, id int64) error
+	// RunningArgsTx returns the encoded args of the jobs of kind marked
+	// running. For a process that alone works the queue, at its start, a
+	// job running then was running in a process that died.
+	RunningArgsTx(ctx context.Context, tx spec.Tx, kind string) ([][]byte, error)
 	// Committed tells the queue that a transaction of the engine's
 	// committed: jobs it inserted may be fetched now.
 	Committed(ctx context.Context)
@@ -115,6 +119,19 @@ func (q *riverQueue[TTx]) IterateJobs(ctx context.Context, tx spec.Tx, runID str
 			return nil, fmt.Errorf("iterate job %d args: %w", j.ID, err)
 		}
 		out = append(out, IterateJob{ID: j.ID, State: string(j.State), Iteration: args.Iteration, Attempt: args.Attempt})
+	}
+	return out, nil
+}
+
+func (q *riverQueue[TTx]) RunningArgsTx(ctx context.Context, tx spec.Tx, kind string) ([][]byte, error) {
+	params := river.NewJobListParams().Kinds(kind).States(rivertype.JobStateRunning).First(10000)
+	res, err := q.client.JobListTx(ctx, q.driverTx(tx), params)
+	if err != nil {
+		return nil, fmt.Errorf("list running %s jobs: %w", kind, err)
+	}
+	out := make([][]byte, 0, len(res.Jobs))
+	for _, j := range res.Jobs {
+		out = append(out, j.EncodedArgs)
 	}
 	return out, nil
 }

@@ -506,3 +506,48 @@ func (e *Engine) disableFailingWebhook(ctx context.Context, tx spec.Tx, ep *spec
 			ep.URL, since.UTC().Format("2006-01-02 15:04 UTC")),
 		ActionURL: "/settings/tokens#webhooks"})
 }
+
+// resendInterruptedWebhooks sends again, as a new generation of the same
+// delivery (same webhook-id, same attempts and retry window), every delivery
+// whose job was running when the last process died: River leaves such a job
+// to its stuck-job rescue, a day later. Only for a process alone on its
+// queue (SQLite), at its start, when every running job is a dead process's.
+func (e *Engine) resendInterruptedWebhooks(ctx context.Context) error {
+	n := 0
+	err := e.inTx(ctx, func(tx spec.Tx) error {
+		n = 0
+		running, err := e.queue.RunningArgsTx(ctx, tx, WebhookArgs{}.Kind())
+		if err != nil {
+			return err
+		}
+		for _, raw := range running {
+			var a WebhookArgs
+			if err := json.Unmarshal(raw, &a); err != nil {
+				return fmt.Errorf("webhook job args: %w", err)
+			}
+			d, _, err := e.store.FindWebhookDelivery(ctx, a.DeliveryID)
+			if spec.ErrorCode(err) == spec.ENOTFOUND {
+				continue
+			} else if err != nil {
+				return err
+			}
+			if d.Generation != a.Generation || d.Attempts != a.Attempt || d.State != spec.DeliveryPending {
+				continue // it moved on; the job is stale
+			}
+			d.Generation++
+			d.NextAttemptAt = tx.Now()
+			if err := tx.UpdateWebhookDelivery(ctx, d); err != nil {
+				return err
+			}
+			if _, err := e.queue.InsertJobTx(ctx, tx, WebhookArgs{DeliveryID: d.ID, Generation: d.Generation, Attempt: d.Attempts, Since: a.Since}, time.Time{}); err != nil {
+				return err
+			}
+			n++
+		}
+		return nil
+	})
+	if n > 0 {
+		e.log.Info("webhook deliveries in flight at the last stop are sent again", "deliveries", n)
+	}
+	return err
+}

@@ -83,3 +83,42 @@ func TestAWebhookSurvivesASIGKILLBetweenAttempts(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestAWebhookInFlightWhenTheServerDiesIsSentAgain: the server is SIGKILLed
+// while its POST waits for the receiver's answer; the restarted server sends
+// the delivery again at once (not after River's stuck-job rescue), with the
+// same webhook-id, signed.
+func TestAWebhookInFlightWhenTheServerDiesIsSentAgain(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the real binary")
+	}
+	bin, err := binary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dbPath := filepath.Join(t.TempDir(), "hooks.db")
+	flags := []string{"--webhook-allow-http", "--webhook-allow-private", "--public-url", "https://hw.example"}
+	first := startServer(t, bin, dbPath, flags...)
+	token := userAndToken(t, bin, dbPath)
+	rcv := webhooktest.New(t)
+	rcv.HoldNext()
+	var ep struct {
+		ID     int64  `json:"id"`
+		Secret string `json:"secret"`
+	}
+	if code := first.api(t, token, "POST", "/api/webhooks", map[string]any{"url": rcv.URL + "/hook"}, &ep); code != 201 {
+		t.Fatalf("create webhook: %d", code)
+	}
+	rcv.SetSecret(ep.Secret)
+	if code := first.api(t, token, "POST", "/api/runs", map[string]any{"objective": "hook me", "executor": "script", "script": slowScript(1, 10)}, nil); code != 201 {
+		t.Fatalf("create run: %d", code)
+	}
+	rcv.WaitFor(t, "the first attempt, held", 30*time.Second, func(ds []webhooktest.Delivery) bool { return len(ds) == 1 })
+	first.kill()
+
+	startServer(t, bin, dbPath, flags...)
+	got := rcv.WaitFor(t, "the delivery sent again after the restart", 30*time.Second, func(ds []webhooktest.Delivery) bool { return len(ds) >= 2 })
+	if len(got) != 2 || got[1].ID != got[0].ID || !got[1].Verified || got[1].Type() != "run.completed" {
+		t.Fatalf("deliveries %+v", got)
+	}
+}

@@ -46,6 +46,7 @@ type Receiver struct {
 	got        []Delivery
 	failures   []int  // statuses answered before succeeding, in order
 	retryAfter string // Retry-After sent with a 429 or 503
+	hold       int    // requests still to hold unanswered (HoldNext)
 	arrived    chan struct{}
 }
 
@@ -69,8 +70,25 @@ func (r *Receiver) FailNext(retryAfter string, statuses ...int) {
 	r.mu.Unlock()
 }
 
+// HoldNext holds the next request unanswered until its client goes away
+// (it is recorded with status 0): a delivery in flight when its server
+// dies.
+func (r *Receiver) HoldNext() { r.mu.Lock(); r.hold++; r.mu.Unlock() }
+
 func (r *Receiver) serve(w http.ResponseWriter, req *http.Request) {
 	body, _ := io.ReadAll(req.Body)
+	r.mu.Lock()
+	held := r.hold > 0
+	if held {
+		r.hold--
+		r.got = append(r.got, Delivery{ID: req.Header.Get("webhook-id"), Body: body, At: time.Now()})
+	}
+	r.mu.Unlock()
+	if held {
+		r.arrived <- struct{}{}
+		<-req.Context().Done()
+		return
+	}
 	d := Delivery{ID: req.Header.Get("webhook-id"), Timestamp: req.Header.Get("webhook-timestamp"),
 		Signature: req.Header.Get("webhook-signature"), Body: body, At: time.Now(), Status: http.StatusNoContent}
 	r.mu.Lock()
