@@ -203,8 +203,11 @@ func TestADeliveryGivenUpIsFailedAndTheOwnerNotified(t *testing.T) {
 	if _, err := h.e.TestWebhook(h.ctx, u.ID, ep.ID); err != nil {
 		t.Fatal(err)
 	}
+	// How many attempts fit in the 300 ms window depends on the machine's
+	// load (one, when the first POST alone outlasts it); that the delivery
+	// is given up once the window is over does not.
 	d := h.waitDelivery(u, ep, spec.DeliveryFailed)
-	if d.Attempts < 2 || d.LastStatus != 500 || d.LastError != "HTTP 500" || d.LastResponse != "receiver failing on command" {
+	if d.Attempts < 1 || d.LastStatus != 500 || d.LastError != "HTTP 500" || d.LastResponse != "receiver failing on command" {
 		t.Fatalf("failed delivery %+v", d)
 	}
 	ns, err := h.db.ListNotifications(h.ctx, u.ID, 0, 10)
