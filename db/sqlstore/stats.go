@@ -50,7 +50,8 @@ func (r Reads) StatsRows(ctx context.Context, userID int64, f spec.StatsFilter) 
 	// document instead of one JSON parse per extracted field.
 	q := `SELECT r.id, r.created_at, ` + detail + `, r.executor, r.mode, r.status,
 		coalesce(r.stop_type, ''), r.metrics,
-		coalesce(` + r.d.JSONField("r.config", "budgets") + `, ''),
+		CASE WHEN r.config LIKE '%"max_cost_usd"%' OR r.config LIKE '%"max_total_tokens"%'
+			THEN coalesce(` + r.d.JSONField("r.config", "budgets") + `, '') ELSE '' END,
 		CASE WHEN r.stop_type IN ('` + spec.StopBudgetCost + `', '` + spec.StopBudgetTokens + `')
 			THEN coalesce(` + r.d.JSONField("r.stop_reason", "evidence.breaker") + `, '') ELSE '' END,
 		EXISTS (SELECT 1 FROM events e WHERE e.run_id = r.id AND e.type = '` + string(spec.EventRunWaitingOnUser) + `'),
@@ -77,8 +78,9 @@ func (r Reads) StatsRows(ctx context.Context, userID int64, f spec.StatsFilter) 
 			&metrics, &budgets, &breaker, &row.Escalated, &tags); err != nil {
 			return nil, fmt.Errorf("stats rows: %w", err)
 		}
-		// The budgets object is read whole (one parse of the config) and
-		// decoded only when it has a budget the report counts overshoot of.
+		// The budgets object is read (one parse of the config) only when
+		// the config names a budget the report counts overshoot of (a plain
+		// text match first: most runs have none), and decoded here.
 		if bytes.Contains(budgets, []byte(`"max_cost_usd"`)) || bytes.Contains(budgets, []byte(`"max_total_tokens"`)) {
 			var b statsBudgets
 			if err := json.Unmarshal(budgets, &b); err != nil {
