@@ -13,9 +13,11 @@ import (
 	"bytes"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -80,7 +82,7 @@ func main() {
 			continue
 		}
 		found := false
-		for _, m := range sortedKeys(metrics) {
+		for _, m := range slices.Sorted(maps.Keys(metrics)) {
 			if !(m == f.metric || f.goalFor != nil && strings.HasPrefix(m, f.metric)) {
 				continue
 			}
@@ -141,21 +143,6 @@ func run(f figure) (map[string]float64, string, error) {
 		}
 	}
 	return metrics, out.String(), nil
-}
-
-func sortedKeys(m map[string]float64) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	for i := range keys {
-		for j := i + 1; j < len(keys); j++ {
-			if keys[j] < keys[i] {
-				keys[i], keys[j] = keys[j], keys[i]
-			}
-		}
-	}
-	return keys
 }
 
 // cpuModel is the machine's CPU model name, from /proc/cpuinfo.
