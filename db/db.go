@@ -146,6 +146,9 @@ func dsn(path string, readOnly bool) string {
 	q.Add("_pragma", "foreign_keys(1)")
 	q.Add("_pragma", "journal_mode(WAL)")
 	q.Add("_pragma", "synchronous(NORMAL)")
+	// Statement journals (a multi-row insert inside a transaction writes
+	// one) in memory, not in a temporary file: they cost a pwrite per page.
+	q.Add("_pragma", "temp_store(MEMORY)")
 	q.Set("_time_format", "sqlite")
 	if readOnly {
 		q.Add("_pragma", "query_only(1)")

@@ -126,6 +126,10 @@ func New(opts Options) (*Server, error) {
 		DisableStartupMessage: true,
 		ErrorHandler:          s.errorHandler,
 		StreamRequestBody:     false,
+		// Most connections of a watched server are idle event streams:
+		// give a connection's 4 KiB read buffer back to the pool once its
+		// request is read, instead of holding it for the stream's life.
+		ReduceMemoryUsage: true,
 	})
 	s.app.Use(s.requestLog)
 	s.app.Use(recover.New(recover.Config{EnableStackTrace: false}))
