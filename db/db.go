@@ -80,6 +80,8 @@ type DB struct {
 
 	// seqs caches each run's next event seq; guarded by writeMu.
 	seqs seqCache
+
+	ckpt *checkpointer // WAL checkpoints, off the write path
 }
 
 // ErrLocked is returned by Open when another server holds the database lock.
@@ -127,6 +129,7 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 		d.Close()
 		return nil, err
 	}
+	d.ckpt = newCheckpointer(opts.Path, d.writer)
 
 	d.readConn = &cachingConnector{dsn: dsn(opts.Path, true), drv: &sqlite.Driver{}}
 	d.reader = sql.OpenDB(d.readConn)
@@ -139,6 +142,11 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 	d.Store = sqlstore.NewStore(sqlstore.NewReads(conn{d.reader}, dialect, d.beginRead), d.writeShared, d.now)
 	return d, nil
 }
+
+// WriterDSN is the connection string of the store's writer connection on
+// path: the raw-SQLite limits the benchmarks measure open their plain
+// database/sql connection with it, so they run with the store's pragmas.
+func WriterDSN(path string) string { return dsn(path, false) }
 
 func dsn(path string, readOnly bool) string {
 	q := url.Values{}
@@ -154,6 +162,8 @@ func dsn(path string, readOnly bool) string {
 		q.Add("_pragma", "query_only(1)")
 	} else {
 		q.Set("_txlock", "immediate")
+		// Checkpoints run off the write path (see checkpointer).
+		q.Add("_pragma", "wal_autocheckpoint(0)")
 	}
 	return "file:" + path + "?" + q.Encode()
 }
@@ -176,6 +186,10 @@ func lockFile(path string) (*os.File, error) {
 // Close closes both pools and releases the lock.
 func (d *DB) Close() error {
 	var errs []error
+	if d.ckpt != nil {
+		errs = append(errs, d.ckpt.close())
+		d.ckpt = nil
+	}
 	if d.reader != nil {
 		errs = append(errs, d.reader.Close())
 	}
@@ -271,6 +285,9 @@ func (d *DB) writeTxLocked(ctx context.Context, fn func(tx *Tx) error) error {
 	if err := sqlTx.Commit(); err != nil {
 		forget()
 		return fmt.Errorf("commit: %w", err)
+	}
+	if d.ckpt != nil {
+		d.ckpt.committed()
 	}
 	if len(tx.events) > 0 && d.onEvents != nil {
 		d.onEvents(tx.events)

@@ -4,11 +4,17 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
 	"homework/db"
+	"homework/db/pg"
+	"homework/db/pg/pgtest"
 	"homework/engine/scripted"
 	"homework/engine/spec"
 )
@@ -17,28 +23,55 @@ import (
 // concurrent runs and an executor that returns at once, and in the same run
 // the raw claim-then-complete SQL cycle of a minimal job table on SQLite;
 // it reports both and the ratio of the engine's per-iteration cost to the
-// raw cycle (target under 20×).
+// raw cycle.
 //
-//	go test ./engine -run '^$' -bench Iterations -benchtime 1x
+//	go test ./engine -run '^$' -bench '^BenchmarkIterations$' -benchtime 1x
 func BenchmarkIterations(b *testing.B) {
-	const runs = 50
-	const perRun = 20
 	ctx := context.Background()
-
 	rawRate := rawJobCycles(b, 5000)
-
 	bus := NewBus()
 	d, err := db.Open(ctx, db.Options{Path: filepath.Join(b.TempDir(), "bench.db"), OnEvents: bus.Publish})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer d.Close()
-	e, err := New(Options{Backend: sqliteBackend(d), Bus: bus, Executors: map[string]Executor{spec.ExecutorScript: &scripted.Executor{InTx: d.WriteTx}},
-		Workers: 8, MaxConcurrentPerUser: runs, FetchPollInterval: 20 * time.Millisecond})
+	benchEngine(b, d, sqliteBackend(d), bus, false, rawRate)
+}
+
+// BenchmarkIterationsPostgres is BenchmarkIterations on PostgreSQL: the
+// engine (River on pgx, the shared store) against the same raw cycle on a
+// minimal job table in the same database, autocommit statements through one
+// pgx connection.
+//
+//	HOMEWORK_TEST_PG=... go test ./engine -run '^$' -bench IterationsPostgres -benchtime 1x
+func BenchmarkIterationsPostgres(b *testing.B) {
+	if os.Getenv("HOMEWORK_TEST_PG") == "" {
+		b.Skip("HOMEWORK_TEST_PG is not set")
+	}
+	ctx := context.Background()
+	url := pgtest.NewDatabase(b)
+	rawRate := rawJobCyclesPG(b, url, 5000)
+	bus := NewBus()
+	d, err := pg.Open(ctx, pg.Options{URL: url, OnEvents: bus.Publish})
 	if err != nil {
 		b.Fatal(err)
 	}
-	u, _ := d.CreateUser(ctx, "bench@example.com", "x", false)
+	defer d.Close()
+	benchEngine(b, d, Bind(d, riverpgxv5.New(d.Pool()), func(tx spec.Tx) pgx.Tx { return tx.(*pg.Tx).PG }), bus, true, rawRate)
+}
+
+// benchEngine works 50 runs of 20 instant iterations on an engine over
+// store and reports its rate against rawRate.
+func benchEngine(b *testing.B, store spec.Store, backend Backend, bus *Bus, shared bool, rawRate float64) {
+	const runs = 50
+	const perRun = 20
+	ctx := context.Background()
+	e, err := New(Options{Backend: backend, Bus: bus, Executors: map[string]Executor{spec.ExecutorScript: &scripted.Executor{InTx: store.WriteTx}},
+		Workers: 8, MaxConcurrentPerUser: runs, FetchPollInterval: 20 * time.Millisecond, SharedStore: shared})
+	if err != nil {
+		b.Fatal(err)
+	}
+	u, _ := store.CreateUser(ctx, "bench@example.com", "x", false)
 	steps := make([]scripted.Step, perRun)
 	for i := range steps {
 		steps[i] = scripted.Step{Status: &spec.Status{RemainingWork: []string{"more"}}}
@@ -82,10 +115,39 @@ func BenchmarkIterations(b *testing.B) {
 		runs, perRun, engineRate, 1000/engineRate, rawRate, 1000/rawRate, ratio)
 }
 
-// rawJobCycles measures the bare queue cycle on SQLite through one writer:
-// insert a job, claim it, complete it.
+// rawJobCyclesPG is rawJobCycles on PostgreSQL: the same three autocommit
+// statements on a minimal job table, through one pgx connection.
+func rawJobCyclesPG(b *testing.B, url string, n int) float64 {
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, `CREATE TABLE raw_jobs (id BIGSERIAL PRIMARY KEY, state TEXT NOT NULL, args JSONB NOT NULL, attempted_at BIGINT, finalized_at BIGINT);
+		CREATE INDEX raw_jobs_state ON raw_jobs(state, id)`); err != nil {
+		b.Fatal(err)
+	}
+	start := time.Now()
+	for i := 0; i < n; i++ {
+		if _, err := conn.Exec(ctx, `INSERT INTO raw_jobs (state, args) VALUES ('available', $1)`, fmt.Sprintf(`{"run_id":"r%d","iteration":%d,"attempt":1}`, i%50, i)); err != nil {
+			b.Fatal(err)
+		}
+		var id int64
+		if err := conn.QueryRow(ctx, `UPDATE raw_jobs SET state = 'running', attempted_at = $1 WHERE id = (SELECT id FROM raw_jobs WHERE state = 'available' ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED) RETURNING id`, i).Scan(&id); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := conn.Exec(ctx, `UPDATE raw_jobs SET state = 'completed', finalized_at = $1 WHERE id = $2`, i, id); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return float64(n) / time.Since(start).Seconds()
+}
+
+// rawJobCycles measures the bare queue cycle on SQLite through one writer
+// with the store's own pragmas: insert a job, claim it, complete it.
 func rawJobCycles(b *testing.B, n int) float64 {
-	conn, err := sql.Open("sqlite", "file:"+filepath.Join(b.TempDir(), "raw.db")+"?_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_pragma=busy_timeout(10000)&_txlock=immediate")
+	conn, err := sql.Open("sqlite", db.WriterDSN(filepath.Join(b.TempDir(), "raw.db")))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -38,6 +38,12 @@ type wakingDriver[TTx any] struct {
 // works only for a driver without a listener.
 func (d *wakingDriver[TTx]) SupportsListener() bool { return false }
 
+// SupportsListenNotify is false: without a listener nobody reads River's
+// notification table, so a job insert does not write a row into it (one
+// statement in every iteration's finishing transaction, and a table to
+// prune).
+func (d *wakingDriver[TTx]) SupportsListenNotify() bool { return false }
+
 // PluginInit implements River's driverPlugin.
 func (d *wakingDriver[TTx]) PluginInit(*baseservice.Archetype) {}
 
