@@ -207,11 +207,12 @@ func TestCancelAndStreamAcrossProcesses(t *testing.T) {
 	}
 }
 
-// BenchmarkIterationsPerSecondByProcesses works 200 script runs of three
-// 50 ms iterations on one PostgreSQL database with 1, 2 and 3 `homework
-// serve` processes of 4 workers each, and reports iterations per second for
-// each beside the raw limit (workers × processes / 50 ms) and the scaling
-// ratio against one process.
+// BenchmarkIterationsPerSecondByProcesses works 32 script runs of eight
+// 200 ms iterations (iterations that wait, as agent work does) on one
+// PostgreSQL database with 1, 2 and 4 `homework serve` processes of 8
+// workers each, and reports iterations per second for each beside the raw
+// limit (workers × processes / 200 ms) and the scaling ratio against one
+// process.
 //
 //	HOMEWORK_TEST_PG=... go test ./cmd/homework -run '^$' -bench IterationsPerSecondByProcesses -benchtime 1x
 func BenchmarkIterationsPerSecondByProcesses(b *testing.B) {
@@ -219,10 +220,10 @@ func BenchmarkIterationsPerSecondByProcesses(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	const runs, iters, stepMS, workers = 200, 3, 50, 4
+	const runs, iters, stepMS, workers = 32, 8, 200, 8
 	ctx := context.Background()
 	var one float64
-	for _, procs := range []int{1, 2, 3} {
+	for _, procs := range []int{1, 2, 4} {
 		url := pgtest.NewDatabase(b)
 		conn, err := pgx.Connect(ctx, url)
 		if err != nil {
