@@ -130,16 +130,17 @@ func (o *Options) setDefaults() {
 
 // Engine runs runs.
 type Engine struct {
-	opts   Options
-	bus    *Bus
-	log    *slog.Logger
-	now    func() time.Time
-	id     string // lease owner id of this process
-	store  spec.Store
-	inTx   inTxFunc // runs a function in one write transaction of the store
-	queue  jobQueue // River: enqueues iterate jobs inside such a transaction
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	settled settledSums // per run, its settled iterations' metrics summed
+	opts    Options
+	bus     *Bus
+	log     *slog.Logger
+	now     func() time.Time
+	id      string // lease owner id of this process
+	store   spec.Store
+	inTx    inTxFunc // runs a function in one write transaction of the store
+	queue   jobQueue // River: enqueues iterate jobs inside such a transaction
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
 
 	mu       sync.Mutex
 	inflight map[string]*inflight // by run id

@@ -750,7 +750,7 @@ func (e *Engine) recordIteration(ctx context.Context, tx spec.Tx, run *spec.Run,
 	if err := tx.UpsertIteration(ctx, row); err != nil {
 		return err
 	}
-	total, err := tx.SumIterationMetrics(ctx, run.ID)
+	total, err := e.settled.sum(ctx, tx, run.ID, row.Iteration)
 	if err != nil {
 		return err
 	}

@@ -198,3 +198,30 @@ func (tx *Tx) SumIterationMetrics(ctx context.Context, runID string) (spec.Metri
 	}
 	return m, rows.Err()
 }
+
+// SumIterationMetricsFrom returns the sums of the metrics of the run's
+// iterations numbered from on: those below below, and the others.
+func (tx *Tx) SumIterationMetricsFrom(ctx context.Context, runID string, from, below int) (settled, rest spec.Metrics, err error) {
+	rows, err := tx.c.Query(ctx, `SELECT iteration, metrics FROM iterations WHERE run_id = ? AND iteration >= ?`, runID, from)
+	if err != nil {
+		return settled, rest, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var n int
+		var raw []byte
+		if err := rows.Scan(&n, &raw); err != nil {
+			return spec.Metrics{}, spec.Metrics{}, err
+		}
+		var it spec.Metrics
+		if err := json.Unmarshal(raw, &it); err != nil {
+			return spec.Metrics{}, spec.Metrics{}, fmt.Errorf("iteration metrics: %w", err)
+		}
+		if n < below {
+			settled.Add(it)
+		} else {
+			rest.Add(it)
+		}
+	}
+	return settled, rest, rows.Err()
+}

@@ -109,6 +109,16 @@ func (s suite) metricSums(t *testing.T) {
 		if err != nil || m.Iterations != 2 || m.RunningMS != 150 || m.TokensTotal != 15 || m.CostTotalUSD != 0.75 || m.ToolCallsTotal != 3 {
 			t.Errorf("iteration sums = %+v, %v", m, err)
 		}
+		// From iteration 1 on, split at 2: iteration 1 settled, 2 the rest.
+		settled, rest, err := tx.SumIterationMetricsFrom(f.ctx, r.ID, 1, 2)
+		if err != nil || settled.RunningMS != 100 || settled.TokensTotal != 10 || rest.RunningMS != 50 || rest.ToolCallsTotal != 1 {
+			t.Errorf("iteration sums split at 2 = %+v and %+v, %v", settled, rest, err)
+		}
+		// From iteration 2 on: iteration 1 is not read.
+		settled, rest, err = tx.SumIterationMetricsFrom(f.ctx, r.ID, 2, 3)
+		if err != nil || settled.RunningMS != 50 || rest.Iterations != 0 {
+			t.Errorf("iteration sums from 2 split at 3 = %+v and %+v, %v", settled, rest, err)
+		}
 		calls, err := tx.SumLLMCalls(f.ctx, r.ID, 2)
 		if err != nil || calls.LLMCalls != 2 || calls.TokensTotal != 18 || calls.UnpricedCalls != 1 || calls.CostTotalUSD != 0.1 {
 			t.Errorf("model call sums in the transaction = %+v, %v", calls, err)

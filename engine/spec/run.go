@@ -146,6 +146,18 @@ type Metrics struct {
 	CostReportedUSD float64 `json:"cost_reported_usd"`
 }
 
+// Clone returns a copy of m that shares no map with it.
+func (m Metrics) Clone() Metrics {
+	if m.ByModel != nil {
+		by := make(map[string]ModelUsage, len(m.ByModel))
+		for k, v := range m.ByModel {
+			by[k] = v
+		}
+		m.ByModel = by
+	}
+	return m
+}
+
 // Add adds o's counters to m.
 func (m *Metrics) Add(o Metrics) {
 	m.Iterations += o.Iterations

@@ -191,6 +191,10 @@ type Tx interface {
 	PastIterations(ctx context.Context, runID string, before, n int) ([]*PastIteration, error)
 	// SumIterationMetrics adds up the recorded iterations' metrics of a run.
 	SumIterationMetrics(ctx context.Context, runID string) (Metrics, error)
+	// SumIterationMetricsFrom adds up the metrics of the run's iterations
+	// numbered from on, in two parts: those numbered below below (settled)
+	// and the others (rest).
+	SumIterationMetricsFrom(ctx context.Context, runID string, from, below int) (settled, rest Metrics, err error)
 	UsageReads
 	// AppendTranscript appends lines to an iteration's transcript under its
 	// cap (CapTranscript) and returns the kept lines and the new info.
