@@ -12,6 +12,11 @@ import (
 // checkpointEvery is the shortest time between two WAL checkpoints.
 const checkpointEvery = 100 * time.Millisecond
 
+// checkpointIdle is how often the WAL is checkpointed without commits of
+// ours: River writes on the same connection by itself (leader elections,
+// maintenance), which an idle server would otherwise let pile up.
+const checkpointIdle = 30 * time.Second
+
 // restartFrames is the WAL size (in pages) past which a checkpoint that
 // could not finish off the write path is finished on the writer's own
 // connection, so the next write starts the WAL over: 16 MiB of 4 KiB pages.
@@ -37,6 +42,7 @@ type checkpointer struct {
 	kick   chan struct{}
 	stop   chan struct{}
 	done   sync.WaitGroup
+	once   sync.Once
 }
 
 func newCheckpointer(path string, writer *sql.DB) *checkpointer {
@@ -63,11 +69,14 @@ func (c *checkpointer) committed() {
 
 func (c *checkpointer) loop() {
 	defer c.done.Done()
+	idle := time.NewTicker(checkpointIdle)
+	defer idle.Stop()
 	for {
 		select {
 		case <-c.stop:
 			return
 		case <-c.kick:
+		case <-idle.C:
 		}
 		// A checkpoint that fails (the file gone, the disk full) is
 		// retried after the next commit, as SQLite's own would be.
@@ -84,10 +93,15 @@ func (c *checkpointer) loop() {
 	}
 }
 
-// close stops the goroutine, then checkpoints what is left.
+// close stops the goroutine, then checkpoints what is left. It may be
+// called more than once.
 func (c *checkpointer) close() error {
-	close(c.stop)
-	c.done.Wait()
-	c.conn.ExecContext(context.Background(), `PRAGMA wal_checkpoint(PASSIVE)`)
-	return c.conn.Close()
+	var err error
+	c.once.Do(func() {
+		close(c.stop)
+		c.done.Wait()
+		c.conn.ExecContext(context.Background(), `PRAGMA wal_checkpoint(PASSIVE)`)
+		err = c.conn.Close()
+	})
+	return err
 }

@@ -188,7 +188,6 @@ func (d *DB) Close() error {
 	var errs []error
 	if d.ckpt != nil {
 		errs = append(errs, d.ckpt.close())
-		d.ckpt = nil
 	}
 	if d.reader != nil {
 		errs = append(errs, d.reader.Close())
