@@ -78,7 +78,7 @@ func TestRunPageCostsReadOneWay(t *testing.T) {
 		if m == nil || m[1] != "$0.0123" || m[2] != "$0.0123 of $2.00" || m[3] != "$0.0123" || m[4] != "$0.0123" {
 			t.Fatalf("costs %q; want $0.0123 in each", m)
 		}
-		expectContains(t, body, `· $0.0123`)  // the iteration's row
+		expectContains(t, body, `· $0.0123`)     // the iteration's row
 		expectLacks(t, body, "$0.01<", "$0.01 ") // the by-model table and anywhere else
 	})
 	t.Run("the transcript's size counts records, as they are", func(t *testing.T) {
