@@ -521,6 +521,27 @@
     d.open = true;
     d.scrollIntoView({ block: "start" });
   });
+  // Duration bars (svg.it-bar): the server draws the bars of the rows it
+  // sends against the longest of those rows; redraw every bar of the page
+  // against the longest on the page when rows come in.
+  function rescaleBars() {
+    var bars = document.querySelectorAll("#timeline-card svg.it-bar"), most = 0;
+    bars.forEach(function (b) { most = Math.max(most, parseInt(b.getAttribute("data-ms"), 10) || 0); });
+    if (!most) return;
+    bars.forEach(function (b) {
+      var r = b.querySelectorAll("rect");
+      if (!r.length) return;
+      var w = parseFloat(r[0].getAttribute("width")) || 0, c = r[1] ? parseFloat(r[1].getAttribute("width")) || 0 : 0;
+      var total = Math.max(0.5, 100 * (parseInt(b.getAttribute("data-ms"), 10) || 0) / most);
+      var checks = w + c > 0 ? total * c / (w + c) : 0;
+      r[0].setAttribute("width", (total - checks).toFixed(2));
+      if (r[1]) { r[1].setAttribute("x", (total - checks).toFixed(2)); r[1].setAttribute("width", checks.toFixed(2)); }
+    });
+  }
+  document.addEventListener("htmx:afterSettle", function (e) {
+    var id = e.target && e.target.id;
+    if (id === "timeline" || id === "timeline-earlier") rescaleBars();
+  });
   // Forms with data-confirm ask first (Cancel).
   document.addEventListener("submit", function (e) {
     var f = e.target;
