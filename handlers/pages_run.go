@@ -31,7 +31,9 @@ const (
 	partTimeline
 	partWork
 	partModal
-	partAll = partStatus | partTimeline | partWork | partModal
+	// partPage is what the whole page shows: the live modal's content is
+	// fetched when the modal opens.
+	partPage = partStatus | partTimeline | partWork
 )
 
 // runView loads the parts of the run page in parts, every read in one
@@ -80,12 +82,6 @@ func (s *Server) readRunView(c *fiber.Ctx, r spec.ReadStore, runID string, parts
 			if json.Unmarshal(run.StopReason.Evidence, &ev) == nil && ev.Breaker != "" {
 				v.Evidence = &ev
 			}
-		}
-		if run.ParentRunID != "" {
-			v.Parent, _ = r.FindRun(ctx, u.ID, run.ParentRunID)
-		}
-		if v.Children, err = r.ListChildRuns(ctx, u.ID, run.ID); err != nil {
-			return v, err
 		}
 	}
 	if parts&partTimeline != 0 {
@@ -273,7 +269,7 @@ func (s *Server) runPage(c *fiber.Ctx) error {
 	if _, err := s.db.MarkRunNotificationsRead(c.UserContext(), userOf(c).ID, c.Params("id")); err != nil {
 		return s.pageError(c, err)
 	}
-	v, err := s.runView(c, c.Params("id"), partAll)
+	v, err := s.runView(c, c.Params("id"), partPage)
 	if err != nil {
 		return s.pageError(c, err)
 	}
@@ -417,7 +413,7 @@ func (s *Server) controlDone(c *fiber.Ctx, err error, done string) error {
 	if code == spec.EINTERNAL || code == spec.ENOTFOUND {
 		return s.pageError(c, err)
 	}
-	v, verr := s.runView(c, id, partAll)
+	v, verr := s.runView(c, id, partPage)
 	if verr != nil {
 		return s.pageError(c, verr)
 	}

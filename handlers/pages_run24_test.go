@@ -59,8 +59,7 @@ func TestRunPageCostsReadOneWay(t *testing.T) {
 
 	t.Run("a command run that reported no usage is not measured everywhere on its page", func(t *testing.T) {
 		id := seedCostRun(t, ts, u.ID, spec.ExecutorCommand, spec.Metrics{})
-		resp, body := pc.get("/runs/" + id)
-		expectStatus(t, resp, body, http.StatusOK, "")
+		body := runPageWithModal(t, pc, id)
 		m := costs.FindStringSubmatch(body)
 		if m == nil {
 			t.Fatalf("the page's costs not found; body:\n%s", clipBody(body))
@@ -73,7 +72,7 @@ func TestRunPageCostsReadOneWay(t *testing.T) {
 	t.Run("a spend below a dollar keeps three significant digits everywhere", func(t *testing.T) {
 		id := seedCostRun(t, ts, u.ID, spec.ExecutorCommand, spec.Metrics{LLMCalls: 1, CostTotalUSD: 0.0123, CostReportedUSD: 0.0123, TokensTotal: 900,
 			ByModel: map[string]spec.ModelUsage{"agent-model": {Calls: 1, CostUSD: 0.0123, CostReportedUSD: 0.0123}}})
-		_, body := pc.get("/runs/" + id)
+		body := runPageWithModal(t, pc, id)
 		m := costs.FindStringSubmatch(body)
 		if m == nil || m[1] != "$0.0123" || m[2] != "$0.0123 of $2.00" || m[3] != "$0.0123" || m[4] != "$0.0123" {
 			t.Fatalf("costs %q; want $0.0123 in each", m)
@@ -87,4 +86,15 @@ func TestRunPageCostsReadOneWay(t *testing.T) {
 		expectContains(t, body, "3 records · ")
 		expectLacks(t, body, "3 lines")
 	})
+}
+
+// runPageWithModal returns the run's page followed by its live modal's
+// content (fetched when the modal opens).
+func runPageWithModal(t *testing.T, pc *pageClient, id string) string {
+	t.Helper()
+	resp, page := pc.get("/runs/" + id)
+	expectStatus(t, resp, page, http.StatusOK, "")
+	resp, modal := pc.get("/runs/" + id + "/modal")
+	expectStatus(t, resp, modal, http.StatusOK, "")
+	return page + modal
 }

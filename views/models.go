@@ -297,8 +297,6 @@ type RunView struct {
 	Forecast *spec.Forecast
 	Created  []spec.Ref
 	Updated  []spec.Ref
-	Parent   *spec.Run
-	Children []*spec.Run
 	// LastSeq is the run's last event sequence number; the live stream
 	// starts after it.
 	LastSeq int64
