@@ -385,6 +385,9 @@ func logPage(runID string, iteration int, after int64, line int, t *spec.Transcr
 	return p
 }
 
+// logSearchHits is how many matching records a transcript search lists.
+const logSearchHits = 50
+
 // runLogSearch renders the transcript lines of the run matching ?q=.
 func (s *Server) runLogSearch(c *fiber.Ctx) error {
 	q := strings.TrimSpace(c.Query("q"))
@@ -394,11 +397,11 @@ func (s *Server) runLogSearch(c *fiber.Ctx) error {
 	var hits []*spec.TranscriptLine
 	if q != "" {
 		var err error
-		if hits, err = s.db.SearchTranscripts(c.UserContext(), userOf(c).ID, c.Params("id"), q, 50); err != nil {
+		if hits, err = s.db.SearchTranscripts(c.UserContext(), userOf(c).ID, c.Params("id"), q, logSearchHits); err != nil {
 			return s.pageError(c, err)
 		}
 	}
-	return s.render(c, fiber.StatusOK, views.LogSearchResults(c.Params("id"), q, hits))
+	return s.render(c, fiber.StatusOK, views.LogSearchResults(c.Params("id"), q, hits, logSearchHits))
 }
 
 // controlDone finishes a control POST: 303 back to the run on success; on a

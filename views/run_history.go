@@ -111,13 +111,37 @@ func scalar(v any) string {
 }
 
 // prettyJSON is an event's payload indented for reading (as it is when it
-// is not valid JSON).
+// is not valid JSON), with the <, > and & that Go's encoder escapes as
+// \u003c, \u003e and \u0026 shown as themselves (the page escapes them).
 func prettyJSON(data json.RawMessage) string {
 	var b bytes.Buffer
 	if err := json.Indent(&b, data, "", "  "); err != nil {
 		return string(data)
 	}
-	return b.String()
+	in := b.Bytes()
+	out := make([]byte, 0, len(in))
+	for i := 0; i < len(in); i++ {
+		if in[i] != '\\' || i+1 >= len(in) {
+			out = append(out, in[i])
+			continue
+		}
+		if in[i+1] == 'u' && i+6 <= len(in) {
+			switch string(in[i+2 : i+6]) {
+			case "003c", "003C":
+				out, i = append(out, '<'), i+5
+				continue
+			case "003e", "003E":
+				out, i = append(out, '>'), i+5
+				continue
+			case "0026":
+				out, i = append(out, '&'), i+5
+				continue
+			}
+		}
+		// Any other escape, an escaped backslash among them, stays whole.
+		out, i = append(out, in[i], in[i+1]), i+1
+	}
+	return string(out)
 }
 
 // newestFirst returns events in the reverse of their seq order.
