@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -97,4 +98,59 @@ func runPageWithModal(t *testing.T, pc *pageClient, id string) string {
 	resp, modal := pc.get("/runs/" + id + "/modal")
 	expectStatus(t, resp, modal, http.StatusOK, "")
 	return page + modal
+}
+
+// TestRunEventsAndLineageFragments: the event history's and the lineage's
+// fragments answer hostile input with a readable 400 and another user's
+// run with 404, and the history's filter and pages hold only what they
+// say.
+func TestRunEventsAndLineageFragments(t *testing.T) {
+	ts := newPageServer(t)
+	pc := ts.signedIn(t, "ada@example.com")
+	u := ts.userID(t, "ada@example.com")
+	id := seedHistoryRun(t, ts, u.ID, "", "Events", spec.StatusCompleted, []seededIteration{{took: time.Second, records: 1}}, 3, 2)
+	base := "/runs/" + id + "/events"
+
+	t.Run("bad parameters are a readable 400", func(t *testing.T) {
+		for _, tc := range []struct{ query, want string }{
+			{"?type=no_such_type", "There is no event type “no_such_type”"},
+			{"?type=%3Cscript%3E", "There is no event type “&lt;script&gt;”"},
+			{"?type=" + strings.Repeat("x", 300), "type must be the name of an event type"},
+			{"?type=%00", "type must be the name of an event type"},
+			{"?before=abc", "before must be a whole number"},
+			{"?before=-1", "before must be a whole number"},
+			{"?before=0", "before must be a whole number"},
+			{"?before=99999999999999999999", "before must be a whole number"},
+		} {
+			resp, body := pc.get(base + tc.query)
+			expectStatus(t, resp, body, http.StatusBadRequest, "")
+			expectContains(t, body, tc.want)
+			expectLacks(t, body, "<script>")
+		}
+	})
+	t.Run("a filter and a page hold only what they say", func(t *testing.T) {
+		_, body := pc.get(base + "?type=check_result")
+		if n := strings.Count(body, `data-type="check_result"`); n != 2 || strings.Contains(body, `data-type="tool_call"`) {
+			t.Fatalf("check_result filter: %d rows; body:\n%s", n, clipBody(body))
+		}
+		expectContains(t, body, `<option value="check_result" selected>`, "{\n  &#34;iteration&#34;: 2,")
+		_, body = pc.get(base + "?before=3")
+		if got := regexp.MustCompile(`id="event-(\d+)"`).FindAllStringSubmatch(body, -1); len(got) != 2 || got[0][1] != "2" || got[1][1] != "1" {
+			t.Fatalf("the page before seq 3: %v", got)
+		}
+	})
+	t.Run("another user's run is not found", func(t *testing.T) {
+		eve := ts.signedIn(t, "eve@example.com")
+		for _, p := range []string{base, "/runs/" + id + "/lineage"} {
+			resp, body := eve.get(p)
+			expectStatus(t, resp, body, http.StatusNotFound, "")
+		}
+	})
+	t.Run("a run with neither parent nor follow-ups has no lineage", func(t *testing.T) {
+		resp, body := pc.get("/runs/" + id + "/lineage")
+		expectStatus(t, resp, body, http.StatusOK, "")
+		if strings.TrimSpace(body) != "" {
+			t.Fatalf("lineage of a lone run: %q", body)
+		}
+	})
 }
