@@ -30,7 +30,7 @@ func TestTimelineBars(t *testing.T) {
 		{Iteration: 1, StartedAt: t0, EndedAt: t0.Add(30 * time.Second)},
 		{Iteration: 2, StartedAt: t0, EndedAt: t0.Add(2 * time.Minute), Checks: []spec.CheckResult{{DurationMS: 30_000}}},
 		{Iteration: 3, StartedAt: now.Add(-time.Minute)}, // running for a minute
-		{Iteration: 4},                                   // not started
+		{Iteration: 4}, // not started
 	}
 	s := timelineScale(RunView{Run: &spec.Run{Executor: spec.ExecutorLLM}, Iterations: its, Now: now})
 	if s.Max != 2*time.Minute {
