@@ -158,6 +158,20 @@ func TestBrowserRunPageReadsLikeALogViewer(t *testing.T) {
 			` && document.querySelector("#hit-count").textContent.trim() === "2 of 4"`)
 	})
 
+	t.Run("a hit in an iteration before the rows shown loads the earlier rows and lands", func(t *testing.T) {
+		its := make([]seededIteration, 24)
+		for i := range its {
+			its[i] = seededIteration{took: time.Second, records: 40}
+		}
+		its[1].needles = []int{33}
+		long := seedHistoryRun(t, ts, ada.ID, "", "Long", spec.StatusCompleted, its, 0, 0)
+		do(t, ctx, "search", chromedp.Navigate(ts.URL+"/runs/"+long), chromedp.WaitVisible(chromedp.CSS("#log-q")),
+			chromedp.SendKeys(chromedp.CSS("#log-q"), "needle"), chromedp.Click(chromedp.CSS(".log-search button")))
+		until(t, ctx, "one hit, its iteration not on the page", `document.querySelectorAll("#log-hits > li").length === 1 && !document.getElementById("log-2")`)
+		do(t, ctx, "next", chromedp.Click(chromedp.CSS("#hit-next")))
+		until(t, ctx, "line 33 of iteration 2", hitShown("i2-L33", "iteration 2 line 33 has a Needle in it"))
+	})
+
 	t.Run("each iteration is a bar as long as its time, its checks a segment, its numbers on hover", func(t *testing.T) {
 		do(t, ctx, "open the run", chromedp.Navigate(ts.URL+"/runs/"+id), chromedp.WaitVisible(chromedp.CSS("#iteration-3")))
 		until(t, ctx, "the minute-long iteration's bar wider than the others, each in proportion", `(() => {

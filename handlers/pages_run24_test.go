@@ -146,6 +146,21 @@ func TestRunEventsAndLineageFragments(t *testing.T) {
 			expectStatus(t, resp, body, http.StatusNotFound, "")
 		}
 	})
+	t.Run("the chain of parents is bounded", func(t *testing.T) {
+		parent := ""
+		var chain []string
+		for i := range 7 {
+			parent = seedHistoryRun(t, ts, u.ID, parent, fmt.Sprintf("Run %d of the chain", i), spec.StatusCompleted, nil, 0, 0)
+			chain = append(chain, parent)
+		}
+		_, body := pc.get("/runs/" + chain[6] + "/lineage")
+		for i, id := range chain[:6] {
+			if shown := strings.Contains(body, `id="lineage-`+id+`"`); shown != (i >= 1) {
+				t.Errorf("ancestor %d shown: %v, want %v", i, shown, i >= 1)
+			}
+		}
+		expectContains(t, body, "Earlier runs in the chain are not shown.", `class="this-run"`)
+	})
 	t.Run("a run with neither parent nor follow-ups has no lineage", func(t *testing.T) {
 		resp, body := pc.get("/runs/" + id + "/lineage")
 		expectStatus(t, resp, body, http.StatusOK, "")
