@@ -28,23 +28,26 @@ func (v RunView) CostMeasured() bool {
 	return m.CostTotalUSD != 0 || m.LLMCalls != 0 || v.Run.Executor != spec.ExecutorCommand
 }
 
-// Dollars formats an amount of the run page in US dollars with at least
-// three significant digits below a dollar ($0.0123, $0.00321, $0.50) and
-// cents from a dollar up ($1.23, $12.35): one format for every cost on the
-// page.
+// Dollars formats an amount of the run page in US dollars with three
+// significant digits below a dollar, like Money below a cent ($0.00321,
+// $0.0123, $0.0400, $0.500), and cents from a dollar up ($1.23, $12.35):
+// one format for every cost on the page.
 func Dollars(v float64) string {
-	if v <= 0 || v >= 1 || v < 0.01 {
+	if v <= 0 || v >= 1 {
 		return Money(v)
 	}
 	// 0.0123 has its first significant digit at the second decimal: four
-	// decimals; trailing zeros beyond the cents are dropped (0.50, 0.012).
-	decimals := 2 - int(math.Floor(math.Log10(v)))
+	// decimals.
+	first := math.Floor(math.Log10(v))
+	decimals := 2 - int(first)
 	s := strconv.FormatFloat(v, 'f', decimals, 64)
-	if r, _ := strconv.ParseFloat(s, 64); r >= 1 {
-		return "$1.00"
-	}
-	for strings.HasSuffix(s, "0") && len(s)-strings.IndexByte(s, '.') > 3 {
-		s = s[:len(s)-1]
+	if r, _ := strconv.ParseFloat(s, 64); r >= math.Pow(10, first+1) {
+		// Rounded up to the next power of ten (0.0099996 to 0.0100):
+		// one decimal fewer keeps three digits.
+		if r >= 1 {
+			return "$1.00"
+		}
+		s = strconv.FormatFloat(r, 'f', decimals-1, 64)
 	}
 	return "$" + s
 }
