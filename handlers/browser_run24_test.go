@@ -163,28 +163,34 @@ func TestBrowserRunPageReadsLikeALogViewer(t *testing.T) {
 		for i := range its {
 			its[i] = seededIteration{took: time.Second, records: 40}
 		}
-		its[1].needles = []int{33}
+		its[1].needles, its[1].took = []int{33}, time.Minute
 		long := seedHistoryRun(t, ts, ada.ID, "", "Long", spec.StatusCompleted, its, 0, 0)
 		do(t, ctx, "search", chromedp.Navigate(ts.URL+"/runs/"+long), chromedp.WaitVisible(chromedp.CSS("#log-q")),
 			chromedp.SendKeys(chromedp.CSS("#log-q"), "needle"), chromedp.Click(chromedp.CSS(".log-search button")))
 		until(t, ctx, "one hit, its iteration not on the page", `document.querySelectorAll("#log-hits > li").length === 1 && !document.getElementById("log-2")`)
 		do(t, ctx, "next", chromedp.Click(chromedp.CSS("#hit-next")))
 		until(t, ctx, "line 33 of iteration 2", hitShown("i2-L33", "iteration 2 line 33 has a Needle in it"))
+		// The rows shown first were drawn against their own longest, a
+		// second; the earlier rows brought the minute.
+		until(t, ctx, "every bar redrawn against the minute-long iteration", `(() => {
+			const w = n => document.querySelector("#iteration-" + n + " .it-bar rect").getBoundingClientRect().width;
+			return Math.abs(w(24) / w(2) - 1/60) < 0.005 && Math.abs(w(1) / w(2) - 1/60) < 0.005;
+		})()`)
 	})
 
 	t.Run("each iteration is a bar as long as its time, its checks a segment, its numbers on hover", func(t *testing.T) {
 		do(t, ctx, "open the run", chromedp.Navigate(ts.URL+"/runs/"+id), chromedp.WaitVisible(chromedp.CSS("#iteration-3")))
 		until(t, ctx, "the minute-long iteration's bar wider than the others, each in proportion", `(() => {
-			const w = n => { const b = document.querySelector("#iteration-" + n + " svg.it-bar"); return Array.from(b.querySelectorAll("rect")).reduce((s, r) => s + r.getBoundingClientRect().width, 0); };
-			const full = document.querySelector("#iteration-2 svg.it-bar").getBoundingClientRect().width;
+			const w = n => { const b = document.querySelector("#iteration-" + n + " .it-bar"); return Array.from(b.querySelectorAll("rect")).reduce((s, r) => s + r.getBoundingClientRect().width, 0); };
+			const full = document.querySelector("#iteration-2 .it-bar").getBoundingClientRect().width;
 			return Math.abs(w(2) - full) < 1 && w(1) < w(3) && w(3) < w(2) && Math.abs(w(3) / w(2) - 0.05) < 0.01 && w(1) > 0;
 		})()`)
 		until(t, ctx, "the checks' third of iteration 2 as a segment", `(() => {
-			const c = document.querySelector("#iteration-2 svg.it-bar rect.c"), all = document.querySelector("#iteration-2 svg.it-bar").getBoundingClientRect().width;
-			return c && Math.abs(c.getBoundingClientRect().width / all - 1/3) < 0.01 && !document.querySelector("#iteration-1 svg.it-bar rect.c");
+			const c = document.querySelector("#iteration-2 .it-bar rect.c"), all = document.querySelector("#iteration-2 .it-bar").getBoundingClientRect().width;
+			return c && Math.abs(c.getBoundingClientRect().width / all - 1/3) < 0.01 && !document.querySelector("#iteration-1 .it-bar rect.c");
 		})()`)
 		until(t, ctx, "the hover text: start, time, checks, calls, tokens, cost", `(() => {
-			const t = document.querySelector("#iteration-2 svg.it-bar > title").textContent;
+			const t = document.querySelector("#iteration-2 .it-bar").title;
 			return /^Started \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC · took 1m 0s · checks 20\.0s · 2 model calls · 1500 tokens · \$0\.0123$/.test(t);
 		})()`)
 	})

@@ -608,11 +608,11 @@
     else if (a.id === "hit-prev") goHit(hitAt < 0 ? -1 : hitAt - 1);
     else goHit(parseInt(a.getAttribute("data-hit"), 10));
   });
-  // Duration bars (svg.it-bar): the server draws the bars of the rows it
+  // Duration bars (.it-bar): the server draws the bars of the rows it
   // sends against the longest of those rows; redraw every bar of the page
   // against the longest on the page when rows come in.
   function rescaleBars() {
-    var bars = document.querySelectorAll("#timeline-card svg.it-bar"), most = 0;
+    var bars = document.querySelectorAll("#timeline-card .it-bar[data-ms]"), most = 0;
     bars.forEach(function (b) { most = Math.max(most, parseInt(b.getAttribute("data-ms"), 10) || 0); });
     if (!most) return;
     bars.forEach(function (b) {
