@@ -233,6 +233,17 @@ func TestBrowserRunPageReadsLikeALogViewer(t *testing.T) {
 				li.every(l => l.querySelector("details.event > summary") && !l.querySelector("details.event").open) &&
 				li[0].querySelector("summary").textContent.trim() === "iteration 2 · check 4" && !li[0].textContent.trim().startsWith("{");
 		})()`)
+		do(t, ctx, "open the newest event's payload", chromedp.Click(chromedp.CSS(`#live-events > li[data-seq="65"] > details.event > summary`)))
+		if _, err := ts.Store.AppendEvent(ts.ctx, id, spec.EventToolCall, map[string]any{"iteration": 3, "tool": "write_file"}); err != nil {
+			t.Fatal(err)
+		}
+		do(t, ctx, "an event refreshes the live view", chromedp.Evaluate[chromedp.Void](fmt.Sprintf(
+			`document.dispatchEvent(new CustomEvent("hw:event", {detail: {type: "tool_call", run_id: %q}}))`, id)))
+		until(t, ctx, "the new event on top, the opened payload still open", `(() => {
+			const li = document.querySelectorAll("#live-events > li");
+			return li.length === 30 && li[0].getAttribute("data-seq") === "66" && li[0].querySelector("summary").textContent.trim() === "iteration 3 · write_file" &&
+				document.querySelector('#live-events > li[data-seq="65"] > details.event').open && !li[0].querySelector("details.event").open;
+		})()`)
 	})
 
 	t.Run("a follow-up's page shows the run it came from and its own follow-ups, with their statuses", func(t *testing.T) {

@@ -302,8 +302,15 @@
     // lends them its summary (their line count).
     var kept = [];
     el.querySelectorAll("details.log").forEach(function (d) { if (state(d).loaded) kept.push(d); });
+    // So do the events the person opened in the live view.
+    var opened = [];
+    el.querySelectorAll("li[data-seq] > details.event[open]").forEach(function (d) { opened.push(d.parentNode.getAttribute("data-seq")); });
     var done = function () {
       st.inflight = false;
+      opened.forEach(function (seq) {
+        var d = el.querySelector('li[data-seq="' + seq + '"] > details.event');
+        if (d) d.open = true;
+      });
       kept.forEach(function (old) {
         var fresh = document.getElementById(old.id);
         if (!fresh || fresh === old) return;
