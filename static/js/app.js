@@ -1,9 +1,9 @@
 // Homework's small page helpers. Live parts use htmx and its SSE extension;
 // this file formats times relative to now (with the exact time kept in the
-// element's title), opens <dialog>s from buttons with data-open-dialog="ID"
-// (the CSP allows no inline handlers), and schedules the run page's live
-// fetches (htmx does the swapping); the composer's agent preset fills in the
-// agent command.
+// element's title; a <time class="abs"> keeps its clock time), opens
+// <dialog>s from buttons with data-open-dialog="ID" (the CSP allows no
+// inline handlers), and schedules the run page's live fetches (htmx does the
+// swapping); the composer's agent preset fills in the agent command.
 (function () {
   "use strict";
   function rel(t) {
@@ -21,7 +21,7 @@
     return fut ? "in " + out : out + " ago";
   }
   function update(root) {
-    (root || document).querySelectorAll("time[datetime]").forEach(function (el) {
+    (root || document).querySelectorAll("time[datetime]:not(.abs)").forEach(function (el) {
       var t = new Date(el.getAttribute("datetime"));
       if (isNaN(t)) return;
       if (!el.title) el.title = t.toLocaleString();
