@@ -10,6 +10,7 @@ import (
 
 	"homework/engine/scripted"
 	"homework/engine/spec"
+	"homework/views"
 )
 
 // TestBrowserRunPage drives the run page as a person would: the transcript
@@ -120,7 +121,7 @@ func TestBrowserRunPage(t *testing.T) {
 			run := ts.waitStatus(t, u, id, want)
 			// The page has 3 s after the run settled to show the API's state.
 			expr := fmt.Sprintf(`document.querySelector("#run-live .badge").dataset.status === %q && document.querySelector("#iterations").textContent === "%d" && document.querySelectorAll("#timeline > li[id^=iteration-]").length === %d && document.querySelector("#cost-total").textContent === %q && document.querySelectorAll("#timeline li.running").length === 0`,
-				run.Status, run.Metrics.Iterations, run.Metrics.Iterations, fmt.Sprintf("$%.2f", run.Metrics.CostTotalUSD))
+				run.Status, run.Metrics.Iterations, run.Metrics.Iterations, views.Dollars(run.Metrics.CostTotalUSD))
 			if _, err := chromedp.Run(ctx, chromedp.Poll[bool](expr, chromedp.WithPollingTimeout(3*time.Second), chromedp.WithPollingInterval(50*time.Millisecond))); err != nil {
 				body, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector("#run-page").innerText.slice(0, 1500)`))
 				t.Fatalf("run %d (%s, %d iterations, $%.2f): the page did not converge within 3 s: %v\n%s", i, run.Status, run.Metrics.Iterations, run.Metrics.CostTotalUSD, err, body)

@@ -183,7 +183,7 @@ func TestBrowser(t *testing.T) {
 		until(t, ctx, "the page not to have reloaded", `window.__noReload === true`)
 		// Read in the page: a live refresh may swap the node between a
 		// lookup and a read over the protocol.
-		until(t, ctx, "the cost to be $0.04", `document.querySelector("#cost-total").textContent.trim() === "$0.04"`)
+		until(t, ctx, "the cost to be $0.0400", `document.querySelector("#cost-total").textContent.trim() === "$0.0400"`)
 	})
 
 	t.Run("the run list shows the run", func(t *testing.T) {

@@ -37,6 +37,7 @@ func (s *Server) pageRoutes(app *fiber.App) {
 	app.Get("/runs/:id/timeline", auth, s.noStore, s.runTimeline)
 	app.Get("/runs/:id/iterations/:n/log", auth, s.noStore, s.runLog)
 	app.Get("/runs/:id/log-search", auth, s.noStore, s.runLogSearch)
+	s.runHistoryRoutes(app, auth)
 	app.Get("/runs/:id/documents/:doc", auth, s.documentPage)
 	app.Post("/runs/:id/cancel", auth, s.cancelRun)
 	app.Post("/runs/:id/continue", auth, s.continueRun)

@@ -31,7 +31,7 @@ func TestRunPageShowsTheForecastAndAsksBeforeTheBudget(t *testing.T) {
 		t.Fatalf("run waits for %+v after %d iterations", r.Waiting, r.Metrics.Iterations)
 	}
 	_, body := pc.get("/runs/" + id)
-	expectContains(t, body, `id="forecast"`, "Next iteration: about $0.30", "the next iteration does not fit in the budget",
+	expectContains(t, body, `id="forecast"`, "Next iteration: about $0.300 and", "the next iteration does not fit in the budget",
 		"the run asks you", "spent $0.900, next iteration forecast $0.300", `id="continue-form"`)
 	expectLacks(t, body, `id="respond-form"`)
 

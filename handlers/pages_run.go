@@ -31,7 +31,9 @@ const (
 	partTimeline
 	partWork
 	partModal
-	partAll = partStatus | partTimeline | partWork | partModal
+	// partPage is what the whole page shows: the live modal's content is
+	// fetched when the modal opens.
+	partPage = partStatus | partTimeline | partWork
 )
 
 // runView loads the parts of the run page in parts, every read in one
@@ -80,12 +82,6 @@ func (s *Server) readRunView(c *fiber.Ctx, r spec.ReadStore, runID string, parts
 			if json.Unmarshal(run.StopReason.Evidence, &ev) == nil && ev.Breaker != "" {
 				v.Evidence = &ev
 			}
-		}
-		if run.ParentRunID != "" {
-			v.Parent, _ = r.FindRun(ctx, u.ID, run.ParentRunID)
-		}
-		if v.Children, err = r.ListChildRuns(ctx, u.ID, run.ID); err != nil {
-			return v, err
 		}
 	}
 	if parts&partTimeline != 0 {
@@ -273,7 +269,7 @@ func (s *Server) runPage(c *fiber.Ctx) error {
 	if _, err := s.db.MarkRunNotificationsRead(c.UserContext(), userOf(c).ID, c.Params("id")); err != nil {
 		return s.pageError(c, err)
 	}
-	v, err := s.runView(c, c.Params("id"), partAll)
+	v, err := s.runView(c, c.Params("id"), partPage)
 	if err != nil {
 		return s.pageError(c, err)
 	}
@@ -389,6 +385,9 @@ func logPage(runID string, iteration int, after int64, line int, t *spec.Transcr
 	return p
 }
 
+// logSearchHits is how many matching records a transcript search lists.
+const logSearchHits = 50
+
 // runLogSearch renders the transcript lines of the run matching ?q=.
 func (s *Server) runLogSearch(c *fiber.Ctx) error {
 	q := strings.TrimSpace(c.Query("q"))
@@ -398,11 +397,11 @@ func (s *Server) runLogSearch(c *fiber.Ctx) error {
 	var hits []*spec.TranscriptLine
 	if q != "" {
 		var err error
-		if hits, err = s.db.SearchTranscripts(c.UserContext(), userOf(c).ID, c.Params("id"), q, 50); err != nil {
+		if hits, err = s.db.SearchTranscripts(c.UserContext(), userOf(c).ID, c.Params("id"), q, logSearchHits); err != nil {
 			return s.pageError(c, err)
 		}
 	}
-	return s.render(c, fiber.StatusOK, views.LogSearchResults(c.Params("id"), q, hits))
+	return s.render(c, fiber.StatusOK, views.LogSearchResults(c.Params("id"), q, hits, logSearchHits))
 }
 
 // controlDone finishes a control POST: 303 back to the run on success; on a
@@ -417,7 +416,7 @@ func (s *Server) controlDone(c *fiber.Ctx, err error, done string) error {
 	if code == spec.EINTERNAL || code == spec.ENOTFOUND {
 		return s.pageError(c, err)
 	}
-	v, verr := s.runView(c, id, partAll)
+	v, verr := s.runView(c, id, partPage)
 	if verr != nil {
 		return s.pageError(c, verr)
 	}

@@ -33,7 +33,7 @@ func TestRunPage(t *testing.T) {
 	resp, body := pc.get("/runs/" + id)
 	expectStatus(t, resp, body, http.StatusOK, "")
 	t.Run("it shows overview, cost, budgets, timeline, outputs, tree, tasks and report", func(t *testing.T) {
-		expectContains(t, body, "Research &lt;haiku&gt;", ">Completed<", `id="cost-total">$0.01<`, "model-a", ">1500<", "<progress",
+		expectContains(t, body, "Research &lt;haiku&gt;", ">Completed<", `id="cost-total">$0.0123<`, "model-a", ">1500<", "<progress",
 			`id="iteration-1"`, "Wrote the findings", "Why we stopped: complete", `id="outputs"`, "findings.md", `id="tree"`,
 			"Write &lt;the&gt; haiku", "☑", `id="report"`, "Stopping reason", "Ask follow-up",
 			// The settings panel: the full objective, executor, model, modes, budgets, breakers.

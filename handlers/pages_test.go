@@ -213,8 +213,8 @@ func TestComposer(t *testing.T) {
 		if err != nil || r.ParentRunID != parent {
 			t.Fatalf("child %+v %v", r, err)
 		}
-		_, body = pc.get("/runs/" + child)
-		expectContains(t, body, "Follow-up of", "/runs/"+parent)
+		_, body = pc.get("/runs/" + child + "/lineage")
+		expectContains(t, body, "Follow-up chain", `href="/runs/`+parent+`"`, "First question")
 	})
 	t.Run("another user's run cannot be a parent", func(t *testing.T) {
 		other := ts.signedIn(t, "eve@example.com")

@@ -58,11 +58,11 @@ func TestRunPageShowsTokensAndCostWithTheirSource(t *testing.T) {
 	_, page := pc.get("/runs/" + id)
 	expectContains(t, page,
 		// Iteration 1: claude's own cost, cache reads and writes.
-		`$0.13 <span class="hint">(reported by the CLI)</span>`, `53.5k tokens: <span class="token-split">12.0k input (12.0k cache write) · 40.0k cached · 1500 output</span>`,
+		`$0.133 <span class="hint">(reported by the CLI)</span>`, `53.5k tokens: <span class="token-split">12.0k input (12.0k cache write) · 40.0k cached · 1500 output</span>`,
 		// Iteration 2: codex priced from the table, with its reasoning.
-		`$0.07 <span class="hint">(price table)</span>`, `123.0k tokens: <span class="token-split">20.0k input · 100.0k cached · 1200 output · 1800 reasoning</span>`,
+		`$0.0675 <span class="hint">(price table)</span>`, `123.0k tokens: <span class="token-split">20.0k input · 100.0k cached · 1200 output · 1800 reasoning</span>`,
 		// The run: both sources, and its cost per model.
-		`id="cost-source">$0.13 reported by the CLI, $0.07 from the price table</div>`, `id="by-model"`,
+		`id="cost-source">$0.133 reported by the CLI, $0.0675 from the price table</div>`, `id="by-model"`,
 		`<code>claude-opus-4-5-20251101</code>`, `<code>gpt-5-codex</code>`)
 }
 

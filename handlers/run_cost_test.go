@@ -180,11 +180,14 @@ func BenchmarkRunPageWatch(b *testing.B) {
 	render := func(id string) func(b *testing.B) {
 		return func(b *testing.B) {
 			var n int
+			var q int64
 			for b.Loop() {
+				before := ts.DB.ReadQueries()
 				_, page := pc.get("/runs/" + id)
-				n = len(page)
+				n, q = len(page), ts.DB.ReadQueries()-before
 			}
 			b.ReportMetric(float64(n), "page-bytes")
+			b.ReportMetric(float64(q), "page-queries")
 		}
 	}
 	b.Run("render-10-iterations-10-docs", render(small))

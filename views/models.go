@@ -297,8 +297,6 @@ type RunView struct {
 	Forecast *spec.Forecast
 	Created  []spec.Ref
 	Updated  []spec.Ref
-	Parent   *spec.Run
-	Children []*spec.Run
 	// LastSeq is the run's last event sequence number; the live stream
 	// starts after it.
 	LastSeq int64
@@ -381,7 +379,7 @@ func (v RunView) Budgets() []BudgetRow {
 	add("Iterations", itoa(m.Iterations), itoa(b.MaxIterations), float64(m.Iterations), float64(b.MaxIterations))
 	add("Time", Duration(time.Duration(m.RunningMS)*time.Millisecond), Duration(time.Duration(b.MaxRunningMS)*time.Millisecond),
 		float64(m.RunningMS), float64(b.MaxRunningMS))
-	add("Cost", Money(m.CostTotalUSD), Money(b.MaxCostUSD), m.CostTotalUSD, b.MaxCostUSD)
+	add("Cost", CostText(v), Dollars(b.MaxCostUSD), m.CostTotalUSD, b.MaxCostUSD)
 	add("Tokens", Count(m.TokensTotal), Count(b.MaxTotalTokens), float64(m.TokensTotal), float64(b.MaxTotalTokens))
 	add("Tool calls", itoa(m.ToolCallsTotal), itoa(b.MaxToolCalls), float64(m.ToolCallsTotal), float64(b.MaxToolCalls))
 	return out

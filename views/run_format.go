@@ -2,6 +2,7 @@ package views
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -12,12 +13,43 @@ import (
 
 // CostText is the run's cost, or "not measured" for a command run that
 // reported no usage (a command agent's spend is not seen, never "$0.00").
+// Every place of the run page that tells the run's cost uses it.
 func CostText(v RunView) string {
-	m := v.Run.Metrics
-	if m.CostTotalUSD == 0 && m.LLMCalls == 0 && v.Run.Executor == spec.ExecutorCommand {
+	if !v.CostMeasured() {
 		return "not measured"
 	}
-	return Money(m.CostTotalUSD)
+	return Dollars(v.Run.Metrics.CostTotalUSD)
+}
+
+// CostMeasured reports whether the run's spend is known: not for a command
+// run that reported no usage.
+func (v RunView) CostMeasured() bool {
+	m := v.Run.Metrics
+	return m.CostTotalUSD != 0 || m.LLMCalls != 0 || v.Run.Executor != spec.ExecutorCommand
+}
+
+// Dollars formats an amount of the run page in US dollars with three
+// significant digits below a dollar, like Money below a cent ($0.00321,
+// $0.0123, $0.0400, $0.500), and cents from a dollar up ($1.23, $12.35):
+// one format for every cost on the page.
+func Dollars(v float64) string {
+	if v <= 0 || v >= 1 {
+		return Money(v)
+	}
+	// 0.0123 has its first significant digit at the second decimal: four
+	// decimals.
+	first := math.Floor(math.Log10(v))
+	decimals := 2 - int(first)
+	s := strconv.FormatFloat(v, 'f', decimals, 64)
+	if r, _ := strconv.ParseFloat(s, 64); r >= math.Pow(10, first+1) {
+		// Rounded up to the next power of ten (0.0099996 to 0.0100):
+		// one decimal fewer keeps three digits.
+		if r >= 1 {
+			return "$1.00"
+		}
+		s = strconv.FormatFloat(r, 'f', decimals-1, 64)
+	}
+	return "$" + s
 }
 
 // Bytes formats a byte count.
@@ -62,7 +94,7 @@ func budgetText(b spec.Budgets) string {
 		parts = append(parts, Count(b.MaxTotalTokens)+" tokens")
 	}
 	if b.MaxCostUSD > 0 {
-		parts = append(parts, Money(b.MaxCostUSD))
+		parts = append(parts, Dollars(b.MaxCostUSD))
 	}
 	if b.MaxToolCalls > 0 {
 		parts = append(parts, plural(b.MaxToolCalls, "tool call", "tool calls"))
@@ -164,3 +196,12 @@ func snippet(text, q string, n int) string {
 }
 
 func msDuration(ms int64) time.Duration { return time.Duration(ms) * time.Millisecond }
+
+// ReportCost is the report's cost in the page's one format: "not measured"
+// like the run's own cost when the run's spend is not known.
+func (v RunView) ReportCost() string {
+	if v.Report == nil || !v.CostMeasured() {
+		return CostText(v)
+	}
+	return Dollars(v.Report.Metrics.TotalCostUSD)
+}

@@ -14,7 +14,7 @@ func TestCostText(t *testing.T) {
 		want string
 	}{
 		{"a command run without usage is not measured", spec.Run{Executor: spec.ExecutorCommand}, "not measured"},
-		{"a command run that reported usage shows it", spec.Run{Executor: spec.ExecutorCommand, Metrics: spec.Metrics{LLMCalls: 1, CostTotalUSD: 0.5}}, "$0.50"},
+		{"a command run that reported usage shows it", spec.Run{Executor: spec.ExecutorCommand, Metrics: spec.Metrics{LLMCalls: 1, CostTotalUSD: 0.5}}, "$0.500"},
 		{"an LLM run with no spend yet is $0.00", spec.Run{Executor: spec.ExecutorLLM}, "$0.00"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -53,7 +53,7 @@ func CostSource(cost, reported float64, unpriced bool) string {
 	case reported > eps && cost-reported <= eps:
 		return "reported by the CLI"
 	case reported > eps:
-		return Money(reported) + " reported by the CLI, " + Money(cost-reported) + " from the price table"
+		return Dollars(reported) + " reported by the CLI, " + Dollars(cost-reported) + " from the price table"
 	case unpriced:
 		return "price table; some calls unpriced"
 	}

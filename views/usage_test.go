@@ -25,7 +25,7 @@ func TestUsageFormatting(t *testing.T) {
 	}{
 		{0.5, 0.5, false, "reported by the CLI"},
 		{0.5, 0, false, "price table"},
-		{0.5, 0.2, false, "$0.20 reported by the CLI, $0.30 from the price table"},
+		{0.5, 0.2, false, "$0.200 reported by the CLI, $0.300 from the price table"},
 		{0, 0, true, "unpriced"},
 		{0.5, 0, true, "price table; some calls unpriced"},
 	} {

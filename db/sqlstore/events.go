@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -124,4 +125,47 @@ var ActionPredicate = func() string {
 func (r Reads) ListRunActions(ctx context.Context, runID string, since time.Time) ([]*spec.Event, error) {
 	return ScanEvents(r.c.Query(ctx, `SELECT `+EventColumns+` FROM events
 		WHERE run_id = ? AND (`+ActionPredicate+`) AND created_at >= ? ORDER BY seq LIMIT 2000`, runID, since.UnixMilli()))
+}
+
+// ListRunEventsBefore returns up to limit of the user's run's events with
+// seq below beforeSeq (any seq when beforeSeq <= 0), newest first, only
+// those of type typ when typ is not "": the run page's event history,
+// paged back by seq. Another user's run is ENOTFOUND.
+func (r Reads) ListRunEventsBefore(ctx context.Context, userID int64, runID, typ string, beforeSeq int64, limit int) ([]*spec.Event, error) {
+	if err := r.checkRunOwner(ctx, userID, runID); err != nil {
+		return nil, err
+	}
+	if limit <= 0 || limit > 1000 {
+		limit = 1000
+	}
+	if beforeSeq <= 0 {
+		beforeSeq = math.MaxInt64
+	}
+	q, args := `SELECT `+EventColumns+` FROM events WHERE run_id = ? AND seq < ?`, []any{runID, beforeSeq}
+	if typ != "" {
+		q, args = q+` AND type = ?`, append(args, typ)
+	}
+	return ScanEvents(r.c.Query(ctx, q+` ORDER BY seq DESC LIMIT ?`, append(args, limit)...))
+}
+
+// ListRunEventTypes returns the types of the user's run's events, each
+// once, in name order. Another user's run is ENOTFOUND.
+func (r Reads) ListRunEventTypes(ctx context.Context, userID int64, runID string) ([]string, error) {
+	if err := r.checkRunOwner(ctx, userID, runID); err != nil {
+		return nil, err
+	}
+	rows, err := r.c.Query(ctx, `SELECT DISTINCT type FROM events WHERE run_id = ? ORDER BY type`, runID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var t string
+		if err := rows.Scan(&t); err != nil {
+			return nil, err
+		}
+		out = append(out, t)
+	}
+	return out, rows.Err()
 }

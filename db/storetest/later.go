@@ -23,6 +23,7 @@ func runLater(t *testing.T, open func(t *testing.T) spec.Store) {
 	t.Run("model calls keep their token split and their cost's source", s.llmCalls)
 	t.Run("a forecast reads finished iterations' usage; the report reads budgets and forecast stops", s.usage)
 	t.Run("webhook endpoints keep their events and deliveries, each user only theirs", s.webhooks)
+	t.Run("a run's event history pages back by seq, filtered by type", s.eventHistory)
 }
 
 type laterSuite struct {

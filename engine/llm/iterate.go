@@ -10,6 +10,7 @@ import (
 	"github.com/sashabaranov/go-openai"
 
 	"homework/engine/spec"
+	"homework/engine/text"
 )
 
 // NotDoneSummary starts the summary of an iteration that ended without
@@ -160,7 +161,7 @@ func outcomeSummary(ctx context.Context, sc *scope) string {
 		}
 		return "The model reported its status without a summary."
 	case sc.modelErr != nil && ctx.Err() != nil:
-		return NotDoneSummary + " (the iteration ran out of time)"
+		return NotDoneSummary + " (" + endedBy(ctx) + ")"
 	case sc.modelErr != nil:
 		return NotDoneSummary + " (model error: " + sc.modelErr.Message + ")"
 	case sc.stuck != "":
@@ -178,7 +179,7 @@ func recordModelError(ctx context.Context, res *spec.Result, me *ModelError) err
 		return nil
 	}
 	if ctx.Err() != nil {
-		res.Error, res.ErrorFingerprint = "the iteration ran out of time", "iteration:timeout"
+		res.Error, res.ErrorFingerprint = endedBy(ctx), "iteration:timeout"
 		return fmt.Errorf("llm iteration: %w", ctx.Err())
 	}
 	res.Error, res.ErrorFingerprint, res.RetryAfter = me.Message, me.Fingerprint, me.RetryAfter
@@ -186,6 +187,17 @@ func recordModelError(ctx context.Context, res *spec.Result, me *ModelError) err
 		res.Fatal = &spec.Fatal{Type: "error", Detail: me.Message}
 	}
 	return me
+}
+
+// endedBy says what ended the iteration whose context ctx is done: its
+// time, or the cause the engine gave when it cut the iteration short (a
+// cost or token budget used up during it is not "out of time").
+func endedBy(ctx context.Context) string {
+	cause := context.Cause(ctx)
+	if cause == nil || errors.Is(cause, context.DeadlineExceeded) || errors.Is(cause, context.Canceled) {
+		return "the iteration ran out of time"
+	}
+	return "the iteration was ended early: " + text.OneLine(cause.Error(), 300)
 }
 
 func hasAnswer(items []spec.InboxItem) bool {

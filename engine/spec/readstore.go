@@ -24,6 +24,13 @@ type ReadStore interface {
 	FindTranscript(ctx context.Context, userID int64, runID string, iteration int, afterSeq int64, limit int) (*Transcript, error)
 	ListRunActions(ctx context.Context, runID string, since time.Time) ([]*Event, error)
 	ListRunEvents(ctx context.Context, userID int64, runID string, afterSeq int64, limit int) ([]*Event, error)
+	// ListRunEventsBefore returns up to limit of the run's events with seq
+	// below beforeSeq (any when beforeSeq <= 0), newest first, only of type
+	// typ when typ is not "".
+	ListRunEventsBefore(ctx context.Context, userID int64, runID, typ string, beforeSeq int64, limit int) ([]*Event, error)
+	// ListRunEventTypes returns the types of the run's events, each once,
+	// in name order.
+	ListRunEventTypes(ctx context.Context, userID int64, runID string) ([]string, error)
 	LastSeq(ctx context.Context, runID string) (int64, error)
 	LastUserEventID(ctx context.Context, userID int64) (int64, error)
 	FindDocument(ctx context.Context, userID int64, id string) (*Document, error)

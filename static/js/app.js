@@ -1,9 +1,9 @@
 // Homework's small page helpers. Live parts use htmx and its SSE extension;
 // this file formats times relative to now (with the exact time kept in the
-// element's title), opens <dialog>s from buttons with data-open-dialog="ID"
-// (the CSP allows no inline handlers), and schedules the run page's live
-// fetches (htmx does the swapping); the composer's agent preset fills in the
-// agent command.
+// element's title; a <time class="abs"> keeps its clock time), opens
+// <dialog>s from buttons with data-open-dialog="ID" (the CSP allows no
+// inline handlers), and schedules the run page's live fetches (htmx does the
+// swapping); the composer's agent preset fills in the agent command.
 (function () {
   "use strict";
   function rel(t) {
@@ -21,7 +21,7 @@
     return fut ? "in " + out : out + " ago";
   }
   function update(root) {
-    (root || document).querySelectorAll("time[datetime]").forEach(function (el) {
+    (root || document).querySelectorAll("time[datetime]:not(.abs)").forEach(function (el) {
       var t = new Date(el.getAttribute("datetime"));
       if (isNaN(t)) return;
       if (!el.title) el.title = t.toLocaleString();
@@ -302,8 +302,15 @@
     // lends them its summary (their line count).
     var kept = [];
     el.querySelectorAll("details.log").forEach(function (d) { if (state(d).loaded) kept.push(d); });
+    // So do the events the person opened in the live view.
+    var opened = [];
+    el.querySelectorAll("li[data-seq] > details.event[open]").forEach(function (d) { opened.push(d.parentNode.getAttribute("data-seq")); });
     var done = function () {
       st.inflight = false;
+      opened.forEach(function (seq) {
+        var d = el.querySelector('li[data-seq="' + seq + '"] > details.event');
+        if (d) d.open = true;
+      });
       kept.forEach(function (old) {
         var fresh = document.getElementById(old.id);
         if (!fresh || fresh === old) return;
@@ -434,7 +441,7 @@
   }
   function showTarget(d) {
     var st = state(d);
-    var first = highlight(st.target);
+    var first = st.target && st.target.seq ? landHit(d, st.target) : highlight(st.target);
     if (first) {
       st.target = null;
       st.follow = false;
@@ -464,7 +471,7 @@
   document.addEventListener("DOMContentLoaded", openTarget);
   window.addEventListener("hashchange", openTarget);
   document.addEventListener("htmx:afterSettle", function (e) {
-    if (e.target && e.target.id === "timeline-earlier" && lineTarget()) openTarget();
+    if (e.target && e.target.id === "timeline-earlier" && lineTarget() && !pendingHit) openTarget();
   });
   document.addEventListener("click", function (e) {
     var a = e.target.closest ? e.target.closest("a.ln") : null;
@@ -506,20 +513,128 @@
     var page = document.getElementById("run-page");
     if (page) page.querySelectorAll("[data-live-src]").forEach(refresh);
   });
-  // A search hit opens its iteration's log, or its text when the row is
-  // not on the page.
-  document.addEventListener("click", function (e) {
-    var a = e.target.closest ? e.target.closest("[data-open-log]") : null;
-    if (!a) return;
-    var d = document.getElementById("log-" + a.getAttribute("data-open-log"));
-    var page = document.getElementById("run-page");
-    e.preventDefault();
+  // Search hits (#log-hits, one per transcript record that matches): a
+  // hit clicked, or reached with Next and Previous (which cycle, "k of N"
+  // between them), opens its iteration's log (loading earlier timeline rows
+  // until the iteration is there, and the log's pages until the record is),
+  // scrolls its line into view, highlights it and marks the match in it.
+  var hitAt = -1, pendingHit = null, hitEarlier = 0;
+  function hitItems() { return Array.prototype.slice.call(document.querySelectorAll("#log-hits > li[data-seq]")); }
+  function goHit(i) {
+    var items = hitItems();
+    if (!items.length) return;
+    hitAt = ((i % items.length) + items.length) % items.length;
+    items.forEach(function (li, k) { li.classList.toggle("current", k === hitAt); });
+    var count = document.getElementById("hit-count");
+    if (count) count.textContent = (hitAt + 1) + " of " + items.length;
+    var li = items[hitAt], nav = document.getElementById("log-nav");
+    pendingHit = { it: li.getAttribute("data-it"), seq: parseInt(li.getAttribute("data-seq"), 10),
+      q: nav ? nav.getAttribute("data-q") : "", li: li };
+    hitEarlier = 0;
+    openHit();
+  }
+  function openHit() {
+    var t = pendingHit;
+    if (!t) return;
+    var d = document.getElementById("log-" + t.it);
     if (!d) {
-      if (page) window.open("/api/runs/" + page.getAttribute("data-run-id") + "/iterations/" + a.getAttribute("data-open-log") + "/transcript?format=text");
+      var more = document.querySelector("#show-earlier button");
+      if (more && hitEarlier++ < 500) more.click();
+      else pendingHit = null;
       return;
     }
-    d.open = true;
-    d.scrollIntoView({ block: "start" });
+    pendingHit = null;
+    var st = state(d);
+    st.target = t;
+    st.follow = false;
+    if (!d.open) d.open = true; // its toggle loads it
+    else if (!st.loaded) loadLog(d);
+    else if (!st.inflight) showTarget(d);
+  }
+  document.addEventListener("htmx:afterSettle", function (e) {
+    if (e.target && e.target.id === "timeline-earlier" && pendingHit) openHit();
+    if (e.target && e.target.id === "log-search-results") hitAt = -1;
+  });
+  // landHit finds the line of hit t in log d: in the block holding the
+  // record (blocks carry the seq of their last record), the line with the
+  // match that is as many matches in as the hit is hits in; null while the
+  // block is not loaded yet.
+  function landHit(d, t) {
+    var blocks = d.querySelectorAll(".log-entry[data-seq]"), prev = 0, block = null;
+    for (var i = 0; i < blocks.length; i++) {
+      var seq = parseInt(blocks[i].getAttribute("data-seq"), 10);
+      if (seq >= t.seq && blocks[i].querySelector(".ll")) { block = blocks[i]; break; }
+      prev = seq;
+    }
+    if (!block) return null;
+    var q = (t.q || "").toLowerCase(), lines = Array.prototype.slice.call(block.querySelectorAll(".ll"));
+    var matching = lines.filter(function (l) { return q && l.textContent.toLowerCase().indexOf(q) >= 0; });
+    var before = hitItems().filter(function (li) {
+      var s = parseInt(li.getAttribute("data-seq"), 10);
+      return li.getAttribute("data-it") === t.it && s > prev && s < t.seq;
+    }).length;
+    var line = matching.length ? matching[Math.min(before, matching.length - 1)] : lines[0];
+    document.querySelectorAll(".ll.hl").forEach(function (el) { el.classList.remove("hl"); });
+    document.querySelectorAll("mark.hit").forEach(function (m) {
+      var p = m.parentNode;
+      while (m.firstChild) p.insertBefore(m.firstChild, m);
+      p.removeChild(m);
+      p.normalize();
+    });
+    line.classList.add("hl");
+    markText(line.querySelector(".lt") || line, t.q || "");
+    history.replaceState(null, "", "#" + line.id);
+    return line;
+  }
+  // markText wraps the first match of q in el's text in <mark class="hit">
+  // (one per text node it spans, so the line's colours stay).
+  function markText(el, q) {
+    if (!q) return;
+    var walker = document.createTreeWalker(el, NodeFilter.SHOW_TEXT), nodes = [], text = "";
+    for (var n = walker.nextNode(); n; n = walker.nextNode()) { nodes.push({ n: n, at: text.length }); text += n.nodeValue; }
+    var i = text.toLowerCase().indexOf(q.toLowerCase());
+    if (i < 0) return;
+    var end = i + q.length;
+    nodes.forEach(function (x) {
+      var s = Math.max(i, x.at), e = Math.min(end, x.at + x.n.nodeValue.length);
+      if (s >= e) return;
+      var node = x.n;
+      if (e - x.at < node.nodeValue.length) node.splitText(e - x.at);
+      if (s > x.at) node = node.splitText(s - x.at);
+      var m = document.createElement("mark");
+      m.className = "hit";
+      node.parentNode.insertBefore(m, node);
+      m.appendChild(node);
+    });
+  }
+  document.addEventListener("click", function (e) {
+    var a = e.target.closest ? e.target.closest("#log-hits [data-hit], #hit-next, #hit-prev") : null;
+    if (!a) return;
+    e.preventDefault();
+    if (a.id === "hit-next") goHit(hitAt + 1);
+    else if (a.id === "hit-prev") goHit(hitAt < 0 ? -1 : hitAt - 1);
+    else goHit(parseInt(a.getAttribute("data-hit"), 10));
+  });
+  // Duration bars (.it-bar): the server draws the bars of the rows it
+  // sends against the longest of those rows; redraw every bar of the page
+  // against the longest on the page when rows come in.
+  function rescaleBars() {
+    var bars = document.querySelectorAll("#timeline-card .it-bar[data-ms]"), most = 0;
+    bars.forEach(function (b) { most = Math.max(most, parseInt(b.getAttribute("data-ms"), 10) || 0); });
+    if (!most) return;
+    bars.forEach(function (b) {
+      var r = b.querySelectorAll("rect");
+      if (!r.length) return;
+      var w = parseFloat(r[0].getAttribute("width")) || 0, c = r[1] ? parseFloat(r[1].getAttribute("width")) || 0 : 0;
+      var total = Math.max(0.5, 100 * (parseInt(b.getAttribute("data-ms"), 10) || 0) / most);
+      var checks = w + c > 0 ? total * c / (w + c) : 0;
+      r[0].setAttribute("width", (total - checks).toFixed(2));
+      if (r[1]) { r[1].setAttribute("x", (total - checks).toFixed(2)); r[1].setAttribute("width", checks.toFixed(2)); }
+    });
+  }
+  document.addEventListener("htmx:afterSettle", function (e) {
+    var id = e.target && e.target.id;
+    if (id === "timeline" || id === "timeline-earlier") rescaleBars();
   });
   // Forms with data-confirm ask first (Cancel).
   document.addEventListener("submit", function (e) {
