@@ -28,6 +28,7 @@ func (s *Server) pageRoutes(app *fiber.App) {
 	app.Get("/runs/new", auth, s.composer)
 	app.Get("/runs/new/price", auth, s.noStore, s.composerPrice)
 	app.Post("/runs", auth, s.createRun)
+	app.Post("/runs/bulk", auth, s.bulkRuns)
 	app.Get("/runs/:id", auth, s.runPage)
 	app.Get("/runs/:id/live", auth, s.noStore, s.runLive)
 	app.Get("/runs/:id/controls", auth, s.noStore, s.runControls)
