@@ -124,3 +124,87 @@ func TestBrowserBulkActions(t *testing.T) {
 		})()`)
 	})
 }
+
+// TestBrowserNotificationsGroupedAndReadWhileViewing: the notifications
+// page groups by run with counts; a run's page reads that run's
+// notifications when opened and as new ones arrive while it is open, and
+// the header's count is left with the other run's.
+func TestBrowserNotificationsGroupedAndReadWhileViewing(t *testing.T) {
+	findChromium(t) // before any server starts: skip (or fail in CI) at once
+	ts := newPageServer(t)
+	ctx := newBrowser(t)
+	do(t, ctx, "set up",
+		chromedp.Navigate(ts.URL+"/setup"),
+		chromedp.WaitVisible(chromedp.CSS("#password2")),
+		chromedp.SendKeys(chromedp.CSS("#email"), "ada@example.com"),
+		chromedp.SendKeys(chromedp.CSS("#password"), pagePassword),
+		chromedp.SendKeys(chromedp.CSS("#password2"), pagePassword),
+		chromedp.Submit(chromedp.CSS("#password2")),
+		chromedp.WaitVisible(chromedp.CSS("#objective")),
+	)
+	ada := ts.userID(t, "ada@example.com")
+	create := func(cfg spec.Config, steps ...scripted.Step) string {
+		t.Helper()
+		cfg.Executor, cfg.Script = spec.ExecutorScript, script(steps...)
+		run, err := ts.Engine.CreateRun(ts.ctx, ada.User, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return run.ID
+	}
+	unreadOf := func(runID string) int {
+		t.Helper()
+		items, err := ts.Store.ListNotifications(ts.ctx, ada.ID, 0, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, it := range items {
+			if it.RunID == runID && it.ReadAt.IsZero() {
+				n++
+			}
+		}
+		return n
+	}
+	b := create(spec.Config{Objective: "Run B finishes"}, doneStep("done"))
+	ts.waitStatus(t, ada, b, spec.StatusCompleted)
+	a := create(spec.Config{Objective: "Run A stops", Budgets: spec.Budgets{MaxIterations: 1}}, scripted.Step{Summary: "one", SleepMS: 1500}, doneStep("two"))
+	ts.waitStatus(t, ada, a, spec.StatusStopped)
+
+	do(t, ctx, "open the notifications", chromedp.Navigate(ts.URL+"/notifications"), chromedp.WaitVisible(chromedp.CSS("#group-"+a)))
+	until(t, ctx, "two groups, A's first, each with its count", `(() => {
+		const groups = Array.from(document.querySelectorAll("details.notice-group"));
+		return groups.length === 2 && groups[0].id === "group-`+a+`" && groups[1].id === "group-`+b+`" &&
+			groups.every(g => g.open && g.querySelector(".group-count").textContent === "1 notification" && g.querySelector(".group-unread")) &&
+			groups[0].querySelector(".group-title").textContent === "Run A stops" &&
+			document.querySelector("#unread").textContent.trim().startsWith("2");
+	})()`)
+	do(t, ctx, "fold a group", chromedp.Click(chromedp.CSS("#group-"+b+" > summary")))
+	until(t, ctx, "the group folded", `!document.querySelector("#group-`+b+`").open`)
+
+	do(t, ctx, "open run A", chromedp.Navigate(ts.URL+"/runs/"+a), chromedp.WaitVisible(chromedp.CSS("#run-live")))
+	until(t, ctx, "the count to leave out A's notification", `document.querySelector("#unread").textContent.trim().startsWith("1")`)
+	if n := unreadOf(a); n != 0 {
+		t.Fatalf("opening A left %d of its notifications unread", n)
+	}
+
+	// A new notification of A arrives while its page is open: it is read
+	// there, and the count still shows only B's.
+	if _, err := ts.Engine.Continue(ts.ctx, ada.ID, a, &spec.Budgets{MaxIterations: 3}); err != nil {
+		t.Fatal(err)
+	}
+	ts.waitStatus(t, ada, a, spec.StatusCompleted)
+	until(t, ctx, "A's page to show it completed", `document.querySelector("#run-live .badge").textContent === "Completed"`)
+	waitUntil(t, "A's completion notification to be read on its open page", func() bool { return unreadOf(a) == 0 })
+	until(t, ctx, "the count still B's alone", `document.querySelector("#unread").textContent.trim().startsWith("1") && document.querySelector("#unread").getAttribute("hx-get").endsWith("viewing=`+a+`")`)
+	if n := unreadOf(b); n != 1 {
+		t.Fatalf("B has %d unread, want 1", n)
+	}
+
+	do(t, ctx, "back to the notifications", chromedp.Navigate(ts.URL+"/notifications"), chromedp.WaitVisible(chromedp.CSS("#group-"+a)))
+	until(t, ctx, "A's group read with two notifications, B's new", `(() => {
+		const a = document.querySelector("#group-`+a+`"), b = document.querySelector("#group-`+b+`");
+		return a.querySelector(".group-count").textContent === "2 notifications" && !a.querySelector(".group-unread") && !a.open &&
+			b.querySelector(".group-unread").textContent === "1 new" && b.open;
+	})()`)
+}

@@ -340,6 +340,8 @@ type DocumentData struct {
 type NotificationsData struct {
 	Page
 	Items  []*spec.Notification
+	// Groups are Items by run (GroupNotifications), each with its run.
+	Groups []*NotificationGroup
 	Before int64 // the next page's cursor, 0 when none
 }
 
