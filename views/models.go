@@ -339,7 +339,7 @@ type DocumentData struct {
 // NotificationsData is the notifications page.
 type NotificationsData struct {
 	Page
-	Items  []*spec.Notification
+	Items []*spec.Notification
 	// Groups are Items by run (GroupNotifications), each with its run.
 	Groups []*NotificationGroup
 	Before int64 // the next page's cursor, 0 when none
