@@ -59,6 +59,7 @@ func TestBrowserBulkActions(t *testing.T) {
 			chromedp.Click(chromedp.CSS(`#run-`+a+` input.run-select`)),
 			chromedp.Click(chromedp.CSS(`#run-`+b+` input.run-select`)),
 		)
+		until(t, ctx, "the filters open on a wide screen", `document.querySelector("#filters").open`)
 		until(t, ctx, "the count of selected runs", `document.querySelector("#bulk-count").textContent === "2 runs selected" && document.querySelector("#select-all").indeterminate`)
 		do(t, ctx, "cancel the selected", chromedp.Click(chromedp.CSS("#bulk-cancel")))
 		until(t, ctx, "the dialog asking about 2 runs", `document.querySelector("#bulk-dialog").open && document.querySelector("#bulk-question").textContent.startsWith("Cancel 2 runs?")`)

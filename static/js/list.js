@@ -89,7 +89,14 @@
     }
   });
 
+  // Folded filters open by themselves where there is room for them.
+  function openWide() {
+    if (!window.matchMedia || !window.matchMedia("(min-width: 641px)").matches) return;
+    document.querySelectorAll("details[data-open-wide]").forEach(function (d) { d.open = true; });
+  }
+
   document.addEventListener("DOMContentLoaded", function () {
+    openWide();
     boxes().forEach(function (b) { if (b.checked) picked.add(b.value); });
     update();
   });
