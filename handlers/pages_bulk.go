@@ -13,6 +13,9 @@ import (
 // run list is 25, so this is several pages' worth of select-all.
 const maxBulkRuns = 200
 
+// maxRunIDLen is longer than any run id (a UUID is 36 characters).
+const maxRunIDLen = 64
+
 // bulkRuns handles POST /runs/bulk from the run list's bulk bar:
 //
 //	action      cancel | continue
@@ -75,6 +78,11 @@ func (s *Server) bulkRuns(c *fiber.Ctx) error {
 		err := s.db.ReadTx(ctx, func(r spec.ReadStore) error {
 			for _, id := range ids {
 				res := views.BulkResult{ID: id}
+				if len(id) > maxRunIDLen {
+					res.Reason = "Not found: no run of yours has this id."
+					d.Results = append(d.Results, res)
+					continue
+				}
 				run, err := r.FindRun(ctx, u.ID, id)
 				switch {
 				case err == nil:
@@ -96,6 +104,12 @@ func (s *Server) bulkRuns(c *fiber.Ctx) error {
 	}
 	for _, id := range ids {
 		res := views.BulkResult{ID: id}
+		if len(id) > maxRunIDLen {
+			// No run has such an id; do not send it to the database.
+			res.Reason = "Not found: no run of yours has this id."
+			d.Results = append(d.Results, res)
+			continue
+		}
 		var run *spec.Run
 		var err error
 		if d.Action == "cancel" {

@@ -83,12 +83,12 @@ func TestBulkActionsWithoutJavaScript(t *testing.T) {
 
 	t.Run("confirmed, each run is acted on by itself and says what happened", func(t *testing.T) {
 		pc.get("/")
-		hostile := `<script>alert(1)</script>`
+		hostile := `<script>alert(1)</script>` + strings.Repeat("x", 100)
 		resp, body := pc.post("/runs/bulk", url.Values{"action": {"cancel"}, "confirm": {"1"}, "ids": {running, finished, bobs, hostile}})
 		expectStatus(t, resp, body, http.StatusOK, "")
 		expectContains(t, body, `id="bulk-summary"`, "1 run of 4 canceled", "<strong>Canceled</strong>",
 			"<strong>Refused</strong>", "The run is already completed.", "Not found: no run of yours has this id.",
-			"&lt;script&gt;alert(1)&lt;/script&gt;")
+			"&lt;script&gt;alert(1)&lt;/script&gt;xxx")
 		expectLacks(t, body, hostile, "Bob&#39;s secret", "Bob's secret")
 		ts.waitStatus(t, ada, running, spec.StatusCanceled)
 		if r, _ := ts.Store.FindRun(ts.ctx, bob.ID, bobs); r.Status == spec.StatusCanceled {
