@@ -81,12 +81,23 @@
         input.type = "hidden";
         input.name = kv[0];
         input.value = kv[1];
+        input.setAttribute("data-confirmed-input", "");
         form.appendChild(input);
       });
       form.dataset.confirmed = "1";
       dialog.close();
       form.submit();
     }
+  });
+
+  // Back from the answer, a page restored from the back-forward cache asks
+  // again before the next bulk action.
+  window.addEventListener("pageshow", function () {
+    var form = document.getElementById("bulk");
+    if (!form) return;
+    delete form.dataset.confirmed;
+    form.querySelectorAll("[data-confirmed-input]").forEach(function (i) { i.remove(); });
+    pending = null;
   });
 
   // Folded filters open by themselves where there is room for them.
