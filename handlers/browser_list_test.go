@@ -61,6 +61,7 @@ func TestBrowserBulkActions(t *testing.T) {
 		)
 		until(t, ctx, "the filters open on a wide screen", `document.querySelector("#filters").open`)
 		until(t, ctx, "the count of selected runs", `document.querySelector("#bulk-count").textContent === "2 runs selected" && document.querySelector("#select-all").indeterminate`)
+		shot(t, ctx, "run-list-selected.png")
 		do(t, ctx, "cancel the selected", chromedp.Click(chromedp.CSS("#bulk-cancel")))
 		until(t, ctx, "the dialog asking about 2 runs", `document.querySelector("#bulk-dialog").open && document.querySelector("#bulk-question").textContent.startsWith("Cancel 2 runs?")`)
 		if status(a) == spec.StatusCanceled || status(b) == spec.StatusCanceled {
@@ -102,6 +103,7 @@ func TestBrowserBulkActions(t *testing.T) {
 		)
 		until(t, ctx, "the dialog asking about 2 runs", `document.querySelector("#bulk-dialog").open && document.querySelector("#bulk-question").textContent.startsWith("Continue 2 runs")`)
 		do(t, ctx, "confirm", chromedp.Click(chromedp.CSS("#bulk-yes")), chromedp.WaitVisible(chromedp.CSS("#bulk-summary")))
+		shot(t, ctx, "bulk-continued.png")
 		if got := text(t, ctx, "#bulk-summary"); got != "2 runs continued." {
 			t.Fatalf("summary %q", got)
 		}
