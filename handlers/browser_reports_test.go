@@ -58,6 +58,12 @@ func TestBrowserReports(t *testing.T) {
 				`[...document.querySelectorAll(".chart svg")].every(s => s.getBoundingClientRect().right <= window.innerWidth + 0.5) && document.documentElement.scrollWidth <= window.innerWidth`)
 			until(t, ctx, "chart labels readable (at least 10 px tall)",
 				`[...document.querySelectorAll("#chart-stop-reasons .c-label")].every(l => l.getBoundingClientRect().height >= 10)`)
+			until(t, ctx, "no chart's labels, values or legend overlapping its drawing or each other", chartsDoNotOverlap)
+			until(t, ctx, "the outcome legend under the plot", `(() => {
+				const svg = document.querySelector("#chart-outcomes > svg").getBoundingClientRect();
+				const items = [...document.querySelectorAll("#chart-outcomes .legend li")];
+				return items.length === 5 && items.every(li => li.getBoundingClientRect().top >= svg.bottom - 0.5 && li.getBoundingClientRect().right <= window.innerWidth);
+			})()`)
 			until(t, ctx, "the finished runs below", `document.querySelector("#finished-reports").getBoundingClientRect().top > document.querySelector("#chart-cost").getBoundingClientRect().top`)
 			var png []byte
 			do(t, ctx, "screenshot", chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
@@ -90,3 +96,20 @@ func TestBrowserReports(t *testing.T) {
 		until(t, ctx, "the replay's totals", `(document.querySelector("#wi-earlier .value")||{}).textContent === "1 of 2"`)
 	})
 }
+
+// chartsDoNotOverlap holds when, in every chart on the page, no label,
+// value or legend entry overlaps a bar, a segment or another of them.
+const chartsDoNotOverlap = `(() => {
+	const meets = (a, b) => a.left < b.right - 0.5 && b.left < a.right - 0.5 && a.top < b.bottom - 0.5 && b.top < a.bottom - 0.5;
+	const charts = [...document.querySelectorAll("figure.chart")];
+	if (charts.length === 0) return false;
+	for (const fig of charts) {
+		const words = [...fig.querySelectorAll(":scope > svg text, .legend li")].map(e => e.getBoundingClientRect()).filter(r => r.width > 0);
+		const shapes = [...fig.querySelectorAll(":scope > svg rect")].map(e => e.getBoundingClientRect()).filter(r => r.width > 0 && r.height > 0);
+		for (let i = 0; i < words.length; i++) {
+			if (shapes.some(s => meets(words[i], s))) return false;
+			for (let j = i + 1; j < words.length; j++) if (meets(words[i], words[j])) return false;
+		}
+	}
+	return true;
+})()`

@@ -28,6 +28,7 @@ func (s *Server) pageRoutes(app *fiber.App) {
 	app.Get("/runs/new", auth, s.composer)
 	app.Get("/runs/new/price", auth, s.noStore, s.composerPrice)
 	app.Post("/runs", auth, s.createRun)
+	app.Post("/runs/bulk", auth, s.bulkRuns)
 	app.Get("/runs/:id", auth, s.runPage)
 	app.Get("/runs/:id/live", auth, s.noStore, s.runLive)
 	app.Get("/runs/:id/controls", auth, s.noStore, s.runControls)
@@ -127,12 +128,25 @@ func (s *Server) runListFragment(c *fiber.Ctx) error {
 	return s.render(c, fiber.StatusOK, views.RunListFragment(d))
 }
 
+// unreadCount answers the header's count. On a run's page it is asked with
+// ?viewing=RUN_ID: the person is looking at that run, so its notifications
+// (a new one is what made the count refresh) are read first. An id that is
+// not one of the user's runs marks nothing.
 func (s *Server) unreadCount(c *fiber.Ctx) error {
-	n, err := s.db.CountUnread(c.UserContext(), userOf(c).ID)
+	u := userOf(c)
+	viewing := c.Query("viewing")
+	if viewing != "" {
+		if len(viewing) > 64 {
+			viewing = ""
+		} else if _, err := s.db.MarkRunNotificationsRead(c.UserContext(), u.ID, viewing); err != nil && spec.ErrorCode(err) != spec.ENOTFOUND {
+			return s.pageError(c, err)
+		}
+	}
+	n, err := s.db.CountUnread(c.UserContext(), u.ID)
 	if err != nil {
 		return s.pageError(c, err)
 	}
-	return s.render(c, fiber.StatusOK, views.UnreadCount(n))
+	return s.render(c, fiber.StatusOK, views.UnreadCountFor(n, viewing))
 }
 
 func (s *Server) notifications(c *fiber.Ctx) error {
@@ -142,8 +156,21 @@ func (s *Server) notifications(c *fiber.Ctx) error {
 	var d views.NotificationsData
 	err := s.db.ReadTx(c.UserContext(), func(r spec.ReadStore) error {
 		items, err := r.ListNotifications(c.UserContext(), u.ID, before, limit)
-		d = views.NotificationsData{Page: s.pageFrom(c, r, "Notifications"), Items: items}
-		return err
+		if err != nil {
+			return err
+		}
+		d = views.NotificationsData{Page: s.pageFrom(c, r, "Notifications"), Items: items, Groups: views.GroupNotifications(items)}
+		for _, g := range d.Groups {
+			if g.RunID == "" {
+				continue
+			}
+			run, err := r.FindRun(c.UserContext(), u.ID, g.RunID)
+			if err != nil && spec.ErrorCode(err) != spec.ENOTFOUND {
+				return err
+			}
+			g.Run = run
+		}
+		return nil
 	})
 	if err != nil {
 		return s.pageError(c, err)

@@ -286,5 +286,8 @@ func (s *Server) pageFrom(c *fiber.Ctx, r spec.ReadStore, title string) views.Pa
 	if sess := sessionOf(c); sess != nil {
 		p.CSRF = sess.CSRFToken
 	}
+	if c.Route().Path == "/runs/:id" && c.Method() == fiber.MethodGet {
+		p.ViewingRun = c.Params("id")
+	}
 	return p
 }

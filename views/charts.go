@@ -34,16 +34,19 @@ type Bar struct {
 }
 
 // Height is the chart's viewBox height.
-func (c BarChart) Height() int { return 8 + len(c.Bars)*barRow }
+func (c BarChart) Height() int { return 4 + len(c.Bars)*barRow }
 
+// Each row of a bar chart is its label on a line of its own, then the bar
+// with its value after it: a long label cannot run into the bars, at any
+// width (the whole drawing scales together).
 const (
-	barRow    = 26
-	barLabelW = 130
+	barRow    = 34
 	barValueW = 56
+	barLabelN = 48 // characters of a label shown; about 6.5 units each
 )
 
-// BarY is the top of bar i.
-func (c BarChart) BarY(i int) int { return 4 + i*barRow }
+// BarY is the top of row i.
+func (c BarChart) BarY(i int) int { return 2 + i*barRow }
 
 // BarW is bar i's length, scaled to the largest bar.
 func (c BarChart) BarW(i int) float64 {
@@ -54,7 +57,7 @@ func (c BarChart) BarW(i int) float64 {
 	if mx <= 0 {
 		return 0
 	}
-	return math.Max(1, c.Bars[i].Value/mx*float64(ChartWidth-barLabelW-barValueW))
+	return math.Max(1, c.Bars[i].Value/mx*float64(ChartWidth-barValueW))
 }
 
 // StackedChart is a column chart of stacked series, such as outcomes per
@@ -76,13 +79,14 @@ type StackColumn struct {
 
 // Stacked chart geometry.
 const (
-	stackH      = 150 // the plot's height
-	stackTop    = 8
-	stackLegend = 40 // the rows under the plot: axis labels and legend
+	stackH    = 150 // the plot's height
+	stackTop  = 8
+	stackAxis = 22 // the row under the plot for the column labels
 )
 
-// Height is the chart's viewBox height.
-func (c StackedChart) Height() int { return stackTop + stackH + stackLegend }
+// Height is the chart's viewBox height. The legend is not drawn in it but
+// listed under it in HTML, where it wraps instead of overlapping.
+func (c StackedChart) Height() int { return stackTop + stackH + stackAxis }
 
 // Segment is one drawn rectangle of a stacked chart.
 type Segment struct {
@@ -151,9 +155,6 @@ func (c StackedChart) AxisLabels() []AxisLabel {
 	}
 	return out
 }
-
-// LegendX is the x of legend entry i.
-func (c StackedChart) LegendX(i int) int { return 4 + i*(ChartWidth/max(1, len(c.Series))) }
 
 // Chart CSS classes per outcome.
 var outcomeSeries = []Series{

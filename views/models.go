@@ -96,6 +96,18 @@ func (f RunListFilter) Active() bool {
 	return f.Query != "" || f.Status != "" || f.Executor != "" || f.StopType != "" || f.From != "" || f.To != ""
 }
 
+// Count is how many filters other than the search words narrow or order
+// the list (the count shown on the folded filters).
+func (f RunListFilter) Count() int {
+	n := 0
+	for _, v := range []string{f.Status, f.Executor, f.StopType, f.From, f.To, f.Tag, f.Sort} {
+		if v != "" {
+			n++
+		}
+	}
+	return n
+}
+
 // FragmentURL is the URL the live run list re-fetches.
 func (d RunListData) FragmentURL() string {
 	u := "/runs/fragment?status=" + queryEscape(d.Status)
@@ -337,7 +349,9 @@ type DocumentData struct {
 // NotificationsData is the notifications page.
 type NotificationsData struct {
 	Page
-	Items  []*spec.Notification
+	Items []*spec.Notification
+	// Groups are Items by run (GroupNotifications), each with its run.
+	Groups []*NotificationGroup
 	Before int64 // the next page's cursor, 0 when none
 }
 
