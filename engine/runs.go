@@ -256,6 +256,7 @@ func (e *Engine) closeRunningIteration(ctx context.Context, tx spec.Tx, run *spe
 		m := row.Metrics
 		m.PromptTokens, m.CompletionTokens, m.TokensTotal = usage.PromptTokens, usage.CompletionTokens, usage.TokensTotal
 		m.CostTotalUSD, m.UnpricedCalls, m.LLMCalls, m.ByModel = usage.CostTotalUSD, usage.UnpricedCalls, usage.LLMCalls, usage.ByModel
+		m.ModelMS = usage.ModelMS
 		if m.ByModel == nil {
 			m.ByModel = map[string]spec.ModelUsage{}
 		}

@@ -18,12 +18,12 @@ func TestALongRunsMetricsStillAddUp(t *testing.T) {
 			Budgets: spec.Budgets{MaxIterations: 40},
 			Script: script(scripted.Step{Status: &spec.Status{RemainingWork: []string{"more"}}, Tools: 2,
 				LLM: []spec.LLMCall{
-					{Role: "planner", Model: "m1", PromptTokens: 100, CompletionTokens: 20, CostUSD: 0.01, Priced: true},
-					{Role: "planner", Model: "m2", PromptTokens: 10, CompletionTokens: 5, CostUSD: 0.002, Priced: true},
+					{Role: "planner", Model: "m1", PromptTokens: 100, CompletionTokens: 20, CostUSD: 0.01, Priced: true, LatencyMS: 7},
+					{Role: "planner", Model: "m2", PromptTokens: 10, CompletionTokens: 5, CostUSD: 0.002, Priced: true, LatencyMS: 3},
 				}}),
 		})
 		r = h.waitStatus(u, r.ID, spec.StatusStopped)
-		if r.Metrics.Iterations != 40 || r.Metrics.ToolCallsTotal != 80 || r.Metrics.TokensTotal != 40*135 || r.Metrics.LLMCalls != 80 {
+		if r.Metrics.Iterations != 40 || r.Metrics.ToolCallsTotal != 80 || r.Metrics.TokensTotal != 40*135 || r.Metrics.LLMCalls != 80 || r.Metrics.ModelMS != 400 {
 			t.Fatalf("metrics after 40 iterations = %+v", r.Metrics)
 		}
 		if m1, m2 := r.Metrics.ByModel["m1"], r.Metrics.ByModel["m2"]; m1.Calls != 40 || m2.Calls != 40 || !closeEnough(m1.CostUSD, 0.4) || !closeEnough(m2.CostUSD, 0.08) {

@@ -744,6 +744,7 @@ func (e *Engine) recordIteration(ctx context.Context, tx spec.Tx, run *spec.Run,
 	}
 	row.Metrics.PromptTokens, row.Metrics.CompletionTokens, row.Metrics.TokensTotal = usage.PromptTokens, usage.CompletionTokens, usage.TokensTotal
 	row.Metrics.CostTotalUSD, row.Metrics.UnpricedCalls, row.Metrics.LLMCalls, row.Metrics.ByModel = usage.CostTotalUSD, usage.UnpricedCalls, usage.LLMCalls, usage.ByModel
+	row.Metrics.ModelMS = usage.ModelMS
 	if row.Metrics.ByModel == nil {
 		row.Metrics.ByModel = map[string]spec.ModelUsage{}
 	}

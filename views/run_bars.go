@@ -46,11 +46,20 @@ func (it IterationView) CheckTime() time.Duration {
 	return time.Duration(ms) * time.Millisecond
 }
 
-// iterationBar is the geometry of an iteration's bar, in hundredths of the
-// timeline's width: its work and, after it, its checks.
-type iterationBar struct {
-	Work, Checks float64
+// ModelTime is how long the iteration waited on model calls.
+func (it IterationView) ModelTime() time.Duration {
+	return time.Duration(it.Metrics.ModelMS) * time.Millisecond
 }
+
+// iterationBar is the geometry of an iteration's bar, in hundredths of the
+// timeline's width: its model calls, the rest of its work and, after it,
+// its checks.
+type iterationBar struct {
+	Model, Work, Checks float64
+}
+
+// Total is the bar's whole length.
+func (b iterationBar) Total() float64 { return b.Model + b.Work + b.Checks }
 
 // bar draws it against s: at least a sliver for any iteration that started,
 // so a fast one is still seen.
@@ -61,8 +70,10 @@ func (s barScale) bar(it IterationView) iterationBar {
 	}
 	total := max(0.5, 100*float64(took)/float64(s.Max))
 	checks := min(it.CheckTime(), took)
+	model := min(it.ModelTime(), took-checks)
 	c := total * float64(checks) / float64(took)
-	return iterationBar{Work: total - c, Checks: c}
+	m := total * float64(model) / float64(took)
+	return iterationBar{Model: m, Work: total - c - m, Checks: c}
 }
 
 // svgNum formats a bar coordinate.
@@ -86,7 +97,11 @@ func (s barScale) title(it IterationView) string {
 	}
 	m := it.Metrics
 	if m.LLMCalls > 0 {
-		parts = append(parts, plural(m.LLMCalls, "model call", "model calls"))
+		calls := plural(m.LLMCalls, "model call", "model calls")
+		if mt := it.ModelTime(); mt > 0 {
+			calls += " (" + Duration(mt) + ")"
+		}
+		parts = append(parts, calls)
 	}
 	cost := Dollars(m.CostTotalUSD)
 	if s.Unmeasured {

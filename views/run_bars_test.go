@@ -48,6 +48,22 @@ func TestTimelineBars(t *testing.T) {
 	if got := s.title(its[2]); !strings.Contains(got, "took 1m 0s so far") {
 		t.Errorf("a running iteration's title %q", got)
 	}
+	// Model calls are a segment at the start, never longer than what the
+	// checks leave; the hover tells their time.
+	withModel := IterationView{Iteration: 5, StartedAt: t0, EndedAt: t0.Add(2 * time.Minute),
+		Checks:  []spec.CheckResult{{DurationMS: 30_000}},
+		Metrics: spec.Metrics{LLMCalls: 3, ModelMS: 60_000}}
+	if got := s.bar(withModel); !near(got.Model, 50) || !near(got.Work, 25) || !near(got.Checks, 25) {
+		t.Errorf("model calls 1m, checks 30s of 2m: bar %+v", got)
+	}
+	withModel.Metrics.ModelMS = 10 * 60_000 // more than the iteration's time (calls in parallel)
+	if got := s.bar(withModel); !near(got.Model, 75) || !near(got.Work, 0) || !near(got.Checks, 25) {
+		t.Errorf("model time past the iteration's: bar %+v", got)
+	}
+	withModel.Metrics.ModelMS = 60_000
+	if got := s.title(withModel); !strings.Contains(got, "3 model calls (1m 0s)") {
+		t.Errorf("title with model calls %q", got)
+	}
 	cmd := timelineScale(RunView{Run: &spec.Run{Executor: spec.ExecutorCommand}, Iterations: its, Now: now})
 	if got := cmd.title(its[0]); !strings.HasSuffix(got, "cost not measured") {
 		t.Errorf("an unmeasured command run's title %q", got)

@@ -42,7 +42,7 @@ func (r Reads) ListLLMCalls(ctx context.Context, userID int64, runID string) ([]
 }
 
 const sumLLMCallsSQL = `SELECT model, prompt_tokens, completion_tokens, cached_tokens, cache_write_tokens, reasoning_tokens,
-	cost_usd, priced, cost_source FROM llm_calls
+	cost_usd, priced, cost_source, latency_ms FROM llm_calls
 	WHERE run_id = ? AND iteration = ?`
 
 // SumLLMCalls returns the usage of the run's calls made in iteration.
@@ -70,7 +70,7 @@ func sumCalls(rows Rows) (spec.Metrics, error) {
 	for rows.Next() {
 		var c spec.LLMCall
 		if err := rows.Scan(&c.Model, &c.PromptTokens, &c.CompletionTokens, &c.CachedTokens, &c.CacheWriteTokens,
-			&c.ReasoningTokens, &c.CostUSD, &c.Priced, &c.CostSource); err != nil {
+			&c.ReasoningTokens, &c.CostUSD, &c.Priced, &c.CostSource, &c.LatencyMS); err != nil {
 			return spec.Metrics{}, err
 		}
 		m.AddLLMCall(c)

@@ -98,8 +98,8 @@ func (s suite) metricSums(t *testing.T) {
 				return err
 			}
 		}
-		for _, c := range []spec.LLMCall{{Model: "a", PromptTokens: 10, CompletionTokens: 2, CostUSD: 0.1, Priced: true},
-			{Model: "b", PromptTokens: 5, CompletionTokens: 1}} {
+		for _, c := range []spec.LLMCall{{Model: "a", PromptTokens: 10, CompletionTokens: 2, CostUSD: 0.1, Priced: true, LatencyMS: 120},
+			{Model: "b", PromptTokens: 5, CompletionTokens: 1, LatencyMS: 30}} {
 			c.RunID, c.Iteration = r.ID, 2
 			if err := tx.InsertLLMCall(f.ctx, &c); err != nil {
 				return err
@@ -120,7 +120,7 @@ func (s suite) metricSums(t *testing.T) {
 			t.Errorf("iteration sums from 2 split at 3 = %+v and %+v, %v", settled, rest, err)
 		}
 		calls, err := tx.SumLLMCalls(f.ctx, r.ID, 2)
-		if err != nil || calls.LLMCalls != 2 || calls.TokensTotal != 18 || calls.UnpricedCalls != 1 || calls.CostTotalUSD != 0.1 {
+		if err != nil || calls.LLMCalls != 2 || calls.TokensTotal != 18 || calls.UnpricedCalls != 1 || calls.CostTotalUSD != 0.1 || calls.ModelMS != 150 {
 			t.Errorf("model call sums in the transaction = %+v, %v", calls, err)
 		}
 		return nil

@@ -144,6 +144,9 @@ type Metrics struct {
 	// CostReportedUSD is the part of CostTotalUSD the agent CLIs reported
 	// themselves; the rest comes from the price table.
 	CostReportedUSD float64 `json:"cost_reported_usd"`
+	// ModelMS is the time spent waiting on model calls (their latencies
+	// added up): the model's part of RunningMS.
+	ModelMS int64 `json:"model_ms,omitempty"`
 }
 
 // Clone returns a copy of m that shares no map with it.
@@ -162,6 +165,7 @@ func (m Metrics) Clone() Metrics {
 func (m *Metrics) Add(o Metrics) {
 	m.Iterations += o.Iterations
 	m.RunningMS += o.RunningMS
+	m.ModelMS += o.ModelMS
 	m.PromptTokens += o.PromptTokens
 	m.CompletionTokens += o.CompletionTokens
 	m.CachedTokens += o.CachedTokens
@@ -208,7 +212,8 @@ func (m *Metrics) AddLLMCall(c LLMCall) {
 	}
 	o := Metrics{PromptTokens: c.PromptTokens, CompletionTokens: c.CompletionTokens, TokensTotal: c.PromptTokens + c.CompletionTokens,
 		CachedTokens: c.CachedTokens, CacheWriteTokens: c.CacheWriteTokens, ReasoningTokens: c.ReasoningTokens,
-		CostTotalUSD: c.CostUSD, CostReportedUSD: u.CostReportedUSD, LLMCalls: 1, ByModel: map[string]ModelUsage{c.Model: u}}
+		CostTotalUSD: c.CostUSD, CostReportedUSD: u.CostReportedUSD, LLMCalls: 1, ByModel: map[string]ModelUsage{c.Model: u},
+		ModelMS: max(c.LatencyMS, 0)}
 	if !c.Priced {
 		o.UnpricedCalls = 1
 	}

@@ -623,13 +623,17 @@
     bars.forEach(function (b) { most = Math.max(most, parseInt(b.getAttribute("data-ms"), 10) || 0); });
     if (!most) return;
     bars.forEach(function (b) {
-      var r = b.querySelectorAll("rect");
+      // The segments (model calls, work, checks) keep their shares.
+      var r = b.querySelectorAll("rect"), sum = 0;
       if (!r.length) return;
-      var w = parseFloat(r[0].getAttribute("width")) || 0, c = r[1] ? parseFloat(r[1].getAttribute("width")) || 0 : 0;
-      var total = Math.max(0.5, 100 * (parseInt(b.getAttribute("data-ms"), 10) || 0) / most);
-      var checks = w + c > 0 ? total * c / (w + c) : 0;
-      r[0].setAttribute("width", (total - checks).toFixed(2));
-      if (r[1]) { r[1].setAttribute("x", (total - checks).toFixed(2)); r[1].setAttribute("width", checks.toFixed(2)); }
+      r.forEach(function (s) { sum += parseFloat(s.getAttribute("width")) || 0; });
+      var total = Math.max(0.5, 100 * (parseInt(b.getAttribute("data-ms"), 10) || 0) / most), x = 0;
+      r.forEach(function (s) {
+        var w = sum > 0 ? total * (parseFloat(s.getAttribute("width")) || 0) / sum : total / r.length;
+        s.setAttribute("x", x.toFixed(2));
+        s.setAttribute("width", w.toFixed(2));
+        x += w;
+      });
     });
   }
   document.addEventListener("htmx:afterSettle", function (e) {
