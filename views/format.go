@@ -3,7 +3,6 @@
 package views
 
 import (
-	"encoding/json"
 	"fmt"
 	"math"
 	"net/url"
@@ -326,20 +325,6 @@ func budgetPlaceholder(cfg *spec.Config, which string) string {
 		}
 	}
 	return ""
-}
-
-// eventDetail is a one-line view of an event's data.
-func eventDetail(e *spec.Event) string {
-	var m map[string]any
-	if err := json.Unmarshal(e.Data, &m); err != nil || len(m) == 0 {
-		return ""
-	}
-	for _, k := range []string{"summary", "tool", "path", "title", "decision", "model", "body", "detail"} {
-		if v, ok := m[k]; ok {
-			return clip(fmt.Sprint(v), 120)
-		}
-	}
-	return clip(string(e.Data), 120)
 }
 
 // safeAction keeps a notification's action URL on this site.

@@ -11,7 +11,7 @@ import (
 // first, pages back by seq, filters by type and names the types present;
 // another user's run is not found.
 func (s laterSuite) eventHistory(t *testing.T) {
-	f := (suite{open: s.open}).fixture(t)
+	f, _ := s.fixture(t)
 	u, eve := f.user("a@example.com"), f.user("eve@example.com")
 	f.run(u.ID, "h")
 	f.run(u.ID, "quiet")
