@@ -3,6 +3,7 @@ package db
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"homework/db/sqlstore"
 	"homework/engine/spec"
@@ -167,11 +168,17 @@ type appendReq struct {
 	done chan error
 }
 
+// errLead, received on a waiting caller's done channel, makes it the
+// leader of the next group commit (its own append is still pending).
+var errLead = errors.New("lead the next group commit")
+
 // AppendEvent appends one event outside any other transaction. Concurrent
-// callers are group-committed: the first caller becomes the leader and
-// commits every pending append in one transaction, looping until none is
-// left, while the others just wait for their result. Throughput grows with
-// concurrency instead of paying one commit per event.
+// callers are group-committed: one caller, the leader, commits every
+// pending append in one transaction while the others wait for their
+// result. Throughput grows with concurrency instead of paying one commit
+// per event. A leader commits one batch (its own append is in it) and then
+// hands the lead to a waiting caller, so under steady load no caller leads
+// forever while its own append is long committed.
 func (d *DB) AppendEvent(ctx context.Context, runID string, typ spec.EventType, data any) (*spec.Event, error) {
 	b, err := sqlstore.MarshalEventData(data)
 	if err != nil {
@@ -182,31 +189,45 @@ func (d *DB) AppendEvent(ctx context.Context, runID string, typ spec.EventType, 
 	d.pending = append(d.pending, req)
 	if d.leading {
 		d.pendingMu.Unlock()
-		return req.ev, <-req.done
-	}
-	d.leading = true
-	d.pendingMu.Unlock()
-	for {
-		// Let the callers the last commit released run first: they are
-		// ready on this goroutine's processor and would otherwise wait
-		// for the next commit to end, so their appends queue now and join
-		// this batch (about 130 appends per commit with 256 producers,
-		// instead of 20).
-		runtime.Gosched()
-		d.pendingMu.Lock()
-		batch := d.pending
-		d.pending = nil
-		if len(batch) == 0 {
-			d.leading = false
-			d.pendingMu.Unlock()
-			break
+		if err := <-req.done; err != errLead {
+			return req.ev, err
 		}
+	} else {
+		d.leading = true
 		d.pendingMu.Unlock()
+	}
+	d.leadOnce(ctx)
+	return req.ev, <-req.done
+}
+
+// leadOnce commits the pending appends, the leader's own among them, then
+// hands the lead to the oldest waiting caller, or gives it up when none
+// waits.
+func (d *DB) leadOnce(ctx context.Context) {
+	// Let the callers the last commit released run first: they are ready
+	// on this goroutine's processor and would otherwise wait for the next
+	// commit to end, so their appends queue now and join this batch
+	// (about 130 appends per commit with 256 producers, instead of 20).
+	runtime.Gosched()
+	d.pendingMu.Lock()
+	batch := d.pending
+	d.pending = nil
+	d.pendingMu.Unlock()
+	if len(batch) > 0 {
 		d.writeMu.Lock()
 		d.commitBatch(ctx, batch)
 		d.writeMu.Unlock()
 	}
-	return req.ev, <-req.done
+	d.pendingMu.Lock()
+	if len(d.pending) == 0 {
+		d.leading = false
+		d.pendingMu.Unlock()
+		return
+	}
+	// Only a leader takes batches, so next stays pending until it leads.
+	next := d.pending[0]
+	d.pendingMu.Unlock()
+	next.done <- errLead
 }
 
 // commitBatch commits batch in one transaction. An append to an unknown run

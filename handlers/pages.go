@@ -135,11 +135,21 @@ func (s *Server) runListFragment(c *fiber.Ctx) error {
 func (s *Server) unreadCount(c *fiber.Ctx) error {
 	u := userOf(c)
 	viewing := c.Query("viewing")
+	// Only the page's own refresh (htmx sends HX-Request, which a link
+	// from another site cannot) marks anything read, and only when the
+	// run has unread notifications: a refresh is otherwise a read.
+	if viewing != "" && (len(viewing) > 64 || c.Get("HX-Request") != "true") {
+		viewing = ""
+	}
 	if viewing != "" {
-		if len(viewing) > 64 {
-			viewing = ""
-		} else if _, err := s.db.MarkRunNotificationsRead(c.UserContext(), u.ID, viewing); err != nil && spec.ErrorCode(err) != spec.ENOTFOUND {
+		n, err := s.db.CountRunUnread(c.UserContext(), u.ID, viewing)
+		if err != nil && spec.ErrorCode(err) != spec.ENOTFOUND {
 			return s.pageError(c, err)
+		}
+		if n > 0 {
+			if _, err := s.db.MarkRunNotificationsRead(c.UserContext(), u.ID, viewing); err != nil && spec.ErrorCode(err) != spec.ENOTFOUND {
+				return s.pageError(c, err)
+			}
 		}
 	}
 	n, err := s.db.CountUnread(c.UserContext(), u.ID)

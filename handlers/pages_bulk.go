@@ -2,6 +2,8 @@ package handlers
 
 import (
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/gofiber/fiber/v2"
 
@@ -33,13 +35,21 @@ func (s *Server) bulkRuns(c *fiber.Ctx) error {
 	d := views.BulkData{Action: c.FormValue("action")}
 	var ids []string
 	seen := map[string]bool{}
+	badID := false
 	for _, b := range c.Request().PostArgs().PeekMulti("ids") {
 		id := strings.TrimSpace(string(b))
 		if id == "" || seen[id] {
 			continue
 		}
+		if !utf8.ValidString(id) || strings.ContainsFunc(id, unicode.IsControl) {
+			badID = true
+			break
+		}
 		seen[id] = true
 		ids = append(ids, id)
+		if len(ids) > maxBulkRuns {
+			break // enough to refuse; the rest is not read
+		}
 	}
 	d.Budgets = views.BulkBudgets{
 		MaxIterations: strings.TrimSpace(c.FormValue("max_iterations")),
@@ -52,6 +62,8 @@ func (s *Server) bulkRuns(c *fiber.Ctx) error {
 	switch {
 	case d.Action != "cancel" && d.Action != "continue":
 		d.Error = "Choose Cancel selected or Continue selected."
+	case badID:
+		d.Error = "One of the selected ids is not a run id (it holds control characters or is not text); select the runs again."
 	case len(ids) == 0:
 		d.Error = "Select at least one run first: tick the box in its row."
 	case len(ids) > maxBulkRuns:

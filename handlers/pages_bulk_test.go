@@ -50,6 +50,13 @@ func TestBulkActionsWithoutJavaScript(t *testing.T) {
 		expectStatus(t, resp, body, http.StatusBadRequest, "")
 		expectContains(t, body, "more than 200 runs at once")
 
+		for _, bad := range []string{"a\x00b", "\xff\xfe", "r\x1b[31m"} {
+			resp, body = pc.post("/runs/bulk", url.Values{"action": {"cancel"}, "confirm": {"1"}, "ids": {running, bad}})
+			expectStatus(t, resp, body, http.StatusBadRequest, "")
+			expectContains(t, body, "is not a run id")
+			expectLacks(t, body, bad)
+		}
+
 		resp, body = pc.post("/runs/bulk", url.Values{"action": {"delete"}, "ids": {running}, "confirm": {"1"}})
 		expectStatus(t, resp, body, http.StatusBadRequest, "")
 		expectContains(t, body, "Choose Cancel selected or Continue selected.")

@@ -23,12 +23,17 @@ func TestUnreadCountWhileViewingARun(t *testing.T) {
 
 	_, body := pc.get("/")
 	expectContains(t, body, `hx-get="/notifications/count"`)
-	resp, body := eve.get("/notifications/count?viewing=" + a)
+	resp, body := eve.get("/notifications/count?viewing="+a, "HX-Request", "true")
 	expectStatus(t, resp, body, http.StatusOK, "")
-	_, body = pc.get("/notifications/count?viewing=" + url.QueryEscape(`x" onmouseover="alert(1)`))
+	_, body = pc.get("/notifications/count?viewing="+url.QueryEscape(`x" onmouseover="alert(1)`), "HX-Request", "true")
 	expectContains(t, body, ">2<", `hx-get="/notifications/count?viewing=x%22+onmouseover%3D%22alert%281%29"`)
 
+	// A plain GET (a link from anywhere, which cannot send HX-Request)
+	// reads nothing; the page's own refresh does.
 	resp, body = pc.get("/notifications/count?viewing=" + a)
+	expectStatus(t, resp, body, http.StatusOK, "")
+	expectContains(t, body, ">2<")
+	resp, body = pc.get("/notifications/count?viewing="+a, "HX-Request", "true")
 	expectStatus(t, resp, body, http.StatusOK, "")
 	expectContains(t, body, ">1<", `hx-get="/notifications/count?viewing=`+a+`"`)
 	_, body = pc.get("/notifications")

@@ -18,6 +18,7 @@ const eventPage = 50
 const (
 	lineageAncestors   = 5
 	lineageChildren    = 20
+	listedChildren     = 50 // the most follow-ups ListChildRuns returns
 	lineageGrandparent = 10 // the follow-ups whose own follow-ups are listed
 )
 
@@ -110,6 +111,8 @@ func (s *Server) runLineage(c *fiber.Ctx) error {
 		}
 		if len(children) > lineageChildren {
 			l.MoreChildren = len(children) - lineageChildren
+			// ListChildRuns returns at most listedChildren.
+			l.MoreAtLeast = len(children) >= listedChildren
 			children = children[:lineageChildren]
 		}
 		for i, ch := range children {

@@ -55,6 +55,9 @@ type Lineage struct {
 	// many more follow-ups the run has.
 	Children     []LineageNode
 	MoreChildren int
+	// MoreAtLeast says the store's list was cut too: MoreChildren is a
+	// lower bound.
+	MoreAtLeast bool
 }
 
 // LineageNode is a follow-up run and its own follow-ups.

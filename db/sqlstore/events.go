@@ -148,13 +148,20 @@ func (r Reads) ListRunEventsBefore(ctx context.Context, userID int64, runID, typ
 	return ScanEvents(r.c.Query(ctx, q+` ORDER BY seq DESC LIMIT ?`, append(args, limit)...))
 }
 
-// ListRunEventTypes returns the types of the user's run's events, each
-// once, in name order. Another user's run is ENOTFOUND.
+// eventTypesScan is how many of a run's newest events ListRunEventTypes
+// reads.
+const eventTypesScan = 5000
+
+// ListRunEventTypes returns the types of the user's run's newest events,
+// each once, in name order. Another user's run is ENOTFOUND.
 func (r Reads) ListRunEventTypes(ctx context.Context, userID int64, runID string) ([]string, error) {
 	if err := r.checkRunOwner(ctx, userID, runID); err != nil {
 		return nil, err
 	}
-	rows, err := r.c.Query(ctx, `SELECT DISTINCT type FROM events WHERE run_id = ? ORDER BY type`, runID)
+	// The types among the run's newest eventTypesScan events: bounded, by
+	// the (run_id, seq) index, however long the run (a type only older
+	// events have can still be typed into the filter).
+	rows, err := r.c.Query(ctx, `SELECT DISTINCT type FROM (SELECT type FROM events WHERE run_id = ? ORDER BY seq DESC LIMIT ?) t ORDER BY type`, runID, eventTypesScan)
 	if err != nil {
 		return nil, err
 	}

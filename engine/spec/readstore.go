@@ -38,6 +38,9 @@ type ReadStore interface {
 	ListTasks(ctx context.Context, userID int64, runID string) ([]*Task, error)
 	ListNotifications(ctx context.Context, userID int64, beforeID int64, limit int) ([]*Notification, error)
 	CountUnread(ctx context.Context, userID int64) (int, error)
+	// CountRunUnread counts the unread notifications of one of the user's
+	// runs.
+	CountRunUnread(ctx context.Context, userID int64, runID string) (int, error)
 	ListAPITokens(ctx context.Context, userID int64) ([]*APIToken, error)
 	// ListWebhooks returns the user's endpoints, newest first.
 	ListWebhooks(ctx context.Context, userID int64) ([]*WebhookEndpoint, error)
