@@ -161,6 +161,20 @@ func TestRunEventsAndLineageFragments(t *testing.T) {
 		}
 		expectContains(t, body, "Earlier runs in the chain are not shown.", `class="this-run"`)
 	})
+	t.Run("many follow-ups are counted, as a lower bound past the store's list", func(t *testing.T) {
+		root := seedHistoryRun(t, ts, u.ID, "", "A run with many follow-ups", spec.StatusCompleted, nil, 0, 0)
+		for i := range 25 {
+			seedHistoryRun(t, ts, u.ID, root, fmt.Sprintf("Follow-up %d", i), spec.StatusCompleted, nil, 0, 0)
+		}
+		_, body := pc.get("/runs/" + root + "/lineage")
+		expectContains(t, body, "and 5 more follow-ups")
+		expectLacks(t, body, "at least")
+		for i := 25; i < 55; i++ {
+			seedHistoryRun(t, ts, u.ID, root, fmt.Sprintf("Follow-up %d", i), spec.StatusCompleted, nil, 0, 0)
+		}
+		_, body = pc.get("/runs/" + root + "/lineage")
+		expectContains(t, body, "and at least 30 more follow-ups")
+	})
 	t.Run("a run with neither parent nor follow-ups has no lineage", func(t *testing.T) {
 		resp, body := pc.get("/runs/" + id + "/lineage")
 		expectStatus(t, resp, body, http.StatusOK, "")
