@@ -137,6 +137,12 @@ func searchText(name, q string, max int) error {
 	return nil
 }
 
+// plainText reports whether s is valid UTF-8 without control characters:
+// what an id or a name taken from a request may hold.
+func plainText(s string) bool {
+	return utf8.ValidString(s) && !strings.ContainsFunc(s, unicode.IsControl)
+}
+
 // parseID parses a positive integer id.
 func parseID(s string) (int64, error) {
 	n, err := strconv.ParseInt(s, 10, 64)

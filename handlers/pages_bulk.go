@@ -2,8 +2,6 @@ package handlers
 
 import (
 	"strings"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/gofiber/fiber/v2"
 
@@ -41,7 +39,7 @@ func (s *Server) bulkRuns(c *fiber.Ctx) error {
 		if id == "" || seen[id] {
 			continue
 		}
-		if !utf8.ValidString(id) || strings.ContainsFunc(id, unicode.IsControl) {
+		if !plainText(id) {
 			badID = true
 			break
 		}

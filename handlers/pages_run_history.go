@@ -1,7 +1,6 @@
 package handlers
 
 import (
-	"strings"
 	"unicode/utf8"
 
 	"github.com/gofiber/fiber/v2"
@@ -42,7 +41,7 @@ func eventType(c *fiber.Ctx) (string, error) {
 		}
 	}
 	shown := typ
-	if !utf8.ValidString(shown) || utf8.RuneCountInString(shown) > 40 || strings.ContainsFunc(shown, func(r rune) bool { return r < ' ' }) {
+	if !plainText(shown) || utf8.RuneCountInString(shown) > 40 {
 		return "", spec.FieldError("type", "type must be the name of an event type, such as tool_call.")
 	}
 	return "", spec.FieldError("type", "There is no event type “%s”; type must be the name of one, such as tool_call.", shown)
