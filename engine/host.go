@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -22,6 +23,46 @@ type host struct {
 	// unavailable is the last error of a store call made for the iteration
 	// that found the store unavailable, nil when none did.
 	unavailable atomic.Pointer[error]
+
+	outcomeMu sync.Mutex
+	// outcome holds the executor's writes queued for the transaction that
+	// finishes the iteration (WithOutcome), until one commits them.
+	outcome []func(ctx context.Context, tx spec.Tx) error
+}
+
+// WithOutcome implements spec.OutcomeWriter.
+func (h *host) WithOutcome(write func(ctx context.Context, tx spec.Tx) error) {
+	h.outcomeMu.Lock()
+	h.outcome = append(h.outcome, write)
+	h.outcomeMu.Unlock()
+}
+
+// writeOutcome makes the writes queued for the iteration's outcome in tx.
+// It returns what to call once tx commits, which takes them off the queue.
+func (h *host) writeOutcome(ctx context.Context, tx spec.Tx) (commit func(), err error) {
+	if h == nil {
+		return func() {}, nil
+	}
+	h.outcomeMu.Lock()
+	writes := append([]func(context.Context, spec.Tx) error(nil), h.outcome...)
+	h.outcomeMu.Unlock()
+	for _, w := range writes {
+		if err := w(ctx, tx); err != nil {
+			return nil, err
+		}
+	}
+	return func() {
+		h.outcomeMu.Lock()
+		h.outcome = h.outcome[len(writes):]
+		h.outcomeMu.Unlock()
+	}, nil
+}
+
+// pendingOutcome reports whether writes wait for the iteration's outcome.
+func (h *host) pendingOutcome() bool {
+	h.outcomeMu.Lock()
+	defer h.outcomeMu.Unlock()
+	return len(h.outcome) > 0
 }
 
 // noteStore keeps err, from a store call made under ctx, when it says the

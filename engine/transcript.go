@@ -103,7 +103,11 @@ func completeRunes(b []byte) int {
 // the lines are stored without an event (its end is its last event); when
 // another attempt took the run over, nothing is written. The store outlives the
 // iteration's cancellation: what an interrupted agent did is worth keeping.
-func (t *transcript) flush(ctx context.Context, final bool) {
+//
+// outcome, when not nil, makes the executor's writes that waited for an
+// outcome the attempt did not reach (host.writeOutcome), first in the same
+// transaction, while the run is still running this attempt.
+func (t *transcript) flush(ctx context.Context, final bool, outcome func(context.Context, spec.Tx) (func(), error)) {
 	t.flushMu.Lock()
 	defer t.flushMu.Unlock()
 	t.mu.Lock()
@@ -111,12 +115,14 @@ func (t *transcript) flush(ctx context.Context, final bool) {
 	lines, dropped := t.pending, t.droppedPending
 	t.pending, t.droppedPending = nil, 0
 	t.mu.Unlock()
-	if len(lines) == 0 && dropped == 0 {
+	if len(lines) == 0 && dropped == 0 && outcome == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), transcriptWriteTimeout)
 	defer cancel()
+	var written func()
 	err := t.e.inTx(ctx, func(tx spec.Tx) error {
+		written = nil
 		// The run's row first, as the finishing transaction locks it.
 		run, err := tx.FindRun(ctx, t.runID)
 		if err != nil {
@@ -124,6 +130,14 @@ func (t *transcript) flush(ctx context.Context, final bool) {
 		}
 		if run.Iteration != t.iteration || max(run.Attempt, 1) != t.attempt {
 			return nil // another attempt is the run's now: this one writes nothing
+		}
+		if outcome != nil && run.Status == spec.StatusRunning {
+			if written, err = outcome(ctx, tx); err != nil {
+				return err
+			}
+		}
+		if len(lines) == 0 && dropped == 0 {
+			return nil
 		}
 		kept, info, err := tx.AppendTranscript(ctx, t.runID, t.iteration, t.capBytes, lines, dropped)
 		if err != nil {
@@ -147,6 +161,8 @@ func (t *transcript) flush(ctx context.Context, final bool) {
 	})
 	if err != nil {
 		t.e.log.Warn("store transcript", "run", t.runID, "iteration", t.iteration, "err", err)
+	} else if written != nil {
+		written()
 	}
 }
 
@@ -211,7 +227,7 @@ func (t *transcript) run() {
 		case <-t.kick:
 		case <-tick.C:
 		}
-		t.flush(context.Background(), false)
+		t.flush(context.Background(), false, nil)
 	}
 }
 
@@ -286,13 +302,19 @@ func (h *host) closeTranscript() {
 }
 
 // flushTranscript stores whatever the finishing transaction did not: all of
-// it when the attempt ended without an outcome (what an interrupted agent
-// did is worth keeping), nothing usually.
+// the transcript, and the executor's writes queued for the outcome, when
+// the attempt ended without an outcome (what an interrupted agent did is
+// worth keeping), nothing usually.
 func (h *host) flushTranscript(ctx context.Context) {
-	if h != nil && h.tr != nil {
-		h.tr.close()
-		h.tr.flush(ctx, true)
+	if h == nil || h.tr == nil {
+		return
 	}
+	h.tr.close()
+	var outcome func(context.Context, spec.Tx) (func(), error)
+	if h.pendingOutcome() {
+		outcome = h.writeOutcome
+	}
+	h.tr.flush(ctx, true, outcome)
 }
 
 // storeTranscript stores the iteration's pending transcript lines in tx,

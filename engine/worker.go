@@ -679,16 +679,24 @@ func minimalEnviron() []string {
 // the run's new status, whose event is then the run's last. An attempt that
 // is no longer the run's current one writes nothing and reports false.
 func (e *Engine) finishIteration(ctx context.Context, it *iteration, out *outcome) (bool, error) {
-	row := e.outcomeRow(it, out)
-	var stored func() // marks the transcript lines the transaction stored
+	var stored func() // marks the transcript lines and the executor's writes the transaction stored
 	err := e.inTx(ctx, func(tx spec.Tx) error {
+		stored = nil
 		run, err := tx.FindRun(ctx, it.run.ID)
 		if err != nil {
 			return err
 		}
-		if !e.current(run, row) {
+		if !e.current(run, it.row) {
 			return nil // stale: a pure no-op
 		}
+		// The executor's last writes commit with the outcome, not in a
+		// transaction each; they come first, as they may add to its
+		// artifacts.
+		wrote, err := hostOf(it).writeOutcome(ctx, tx)
+		if err != nil {
+			return err
+		}
+		row := e.outcomeRow(it, out)
 		// The rest of the transcript commits with the outcome, its event
 		// before the iteration's own.
 		markStored, err := hostOf(it).storeTranscript(ctx, tx)
@@ -701,7 +709,7 @@ func (e *Engine) finishIteration(ctx context.Context, it *iteration, out *outcom
 		if err := e.applyDecision(ctx, tx, run, out, it.history); err != nil {
 			return err
 		}
-		stored = markStored
+		stored = func() { wrote(); markStored() }
 		return nil
 	})
 	if err != nil || stored == nil {

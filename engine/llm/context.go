@@ -10,12 +10,8 @@ import (
 )
 
 // buildContext assembles the iteration's bounded context.
-func (it *iteration) buildContext(ctx context.Context) (string, error) {
+func (it *iteration) buildContext(ctx context.Context, docs []*spec.Document) (string, error) {
 	e, in, cfg := it.e, it.in, it.cfg
-	docs, err := e.store.ListRunDocuments(ctx, in.UserID, in.RunID)
-	if err != nil {
-		return "", err
-	}
 	tasks, err := e.store.ListTasks(ctx, in.UserID, in.RunID)
 	if err != nil {
 		return "", err

@@ -63,10 +63,11 @@ func (e *Executor) Iterate(ctx context.Context, in *spec.Input) (*spec.Result, e
 		res.Fatal = &spec.Fatal{Type: "error", Detail: "No model is configured: set the run's model or HOMEWORK_LLM_MODEL."}
 		return res, &spec.Error{Code: spec.EUNAVAILABLE, Field: "model", Message: res.Fatal.Detail}
 	}
-	if err := e.store.WriteTx(ctx, func(tx spec.Tx) error { return ensureWorkspace(ctx, tx, in.RunID, cfg.Objective) }); err != nil {
+	docs, err := e.workspace(ctx, in, cfg)
+	if err != nil {
 		return res, fmt.Errorf("prepare workspace: %w", err)
 	}
-	prompt, err := it.buildContext(ctx)
+	prompt, err := it.buildContext(ctx, docs)
 	if err != nil {
 		return res, fmt.Errorf("assemble context: %w", err)
 	}
@@ -207,6 +208,28 @@ func hasAnswer(items []spec.InboxItem) bool {
 		}
 	}
 	return false
+}
+
+// workspace returns the run's documents, creating its root and
+// scratchpad.md first when missing. Once they exist (every iteration after
+// the first) it only reads: no write transaction.
+func (e *Executor) workspace(ctx context.Context, in *spec.Input, cfg *spec.Config) ([]*spec.Document, error) {
+	docs, err := e.store.ListRunDocuments(ctx, in.UserID, in.RunID)
+	if err != nil {
+		return nil, err
+	}
+	root, scratchpad := false, false
+	for _, d := range docs {
+		root = root || d.Path == ""
+		scratchpad = scratchpad || d.Path == scratchpadPath
+	}
+	if root && scratchpad {
+		return docs, nil
+	}
+	if err := e.store.WriteTx(ctx, func(tx spec.Tx) error { return ensureWorkspace(ctx, tx, in.RunID, cfg.Objective) }); err != nil {
+		return nil, err
+	}
+	return e.store.ListRunDocuments(ctx, in.UserID, in.RunID)
 }
 
 // ensureWorkspace creates the root and scratchpad.md when missing.

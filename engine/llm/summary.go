@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -68,9 +69,25 @@ func (it *iteration) writeSummary(ctx context.Context, limit int) error {
 		fmt.Fprintf(&b, "- waiting for approval: %s\n", res.WaitForApproval)
 	}
 	p := fmt.Sprintf("%s/%03d-summary.md", iterationsFolder, it.in.Iteration)
-	_, err := it.putDoc(ctx, &spec.Document{Path: p, Kind: spec.DocSummary, Title: fmt.Sprintf("Iteration %d summary", it.in.Iteration),
-		Description: truncate(oneLine(res.Summary), 300), Content: truncate(b.String(), 20000)})
-	return err
+	doc := &spec.Document{Path: p, Kind: spec.DocSummary, Title: fmt.Sprintf("Iteration %d summary", it.in.Iteration),
+		Description: truncate(oneLine(res.Summary), 300), Content: truncate(b.String(), 20000)}
+	// Nothing in the iteration reads its summary again: it commits with the
+	// iteration's outcome when the host can, not in a transaction of its own.
+	return spec.WithOutcome(ctx, it.host, it.e.store.WriteTx, func(ctx context.Context, tx spec.Tx) error {
+		created, folders, err := it.putDocTx(ctx, tx, doc)
+		var te *toolError
+		if errors.As(err, &te) {
+			// A folder the model made at the summary's path: no summary,
+			// and the outcome still commits.
+			it.e.log.Warn("write iteration summary", "run", it.in.RunID, "iteration", it.in.Iteration, "err", err)
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		it.noteDocs(folders, doc, created)
+		return nil
+	})
 }
 
 func refName(r spec.Ref) string {
@@ -100,7 +117,9 @@ func (e *Executor) progress(ctx context.Context, in *spec.Input) (string, error)
 	}
 	h := sha256.New()
 	for _, d := range docs {
-		if d.Path == scratchpadPath || strings.HasPrefix(d.Path, scratchpadFolder+"/") || strings.HasPrefix(d.Path, iterationsFolder+"/") {
+		// The iterations folder too: the first summary, which creates it,
+		// commits with the first iteration's outcome, after this.
+		if d.Path == scratchpadPath || strings.HasPrefix(d.Path, scratchpadFolder+"/") || d.Path == iterationsFolder || strings.HasPrefix(d.Path, iterationsFolder+"/") {
 			continue
 		}
 		c := sha256.Sum256([]byte(d.Content))

@@ -83,33 +83,46 @@ func ensureParents(ctx context.Context, tx spec.Tx, runID, objective, p string, 
 func (it *iteration) putDoc(ctx context.Context, doc *spec.Document) (created bool, err error) {
 	var folders []*spec.Document
 	err = it.e.store.WriteTx(ctx, func(tx spec.Tx) error {
-		folders = folders[:0]
 		var err error
-		doc.RunID, doc.Iteration = it.in.RunID, it.in.Iteration
-		if doc.ParentID, err = ensureParents(ctx, tx, it.in.RunID, it.cfg.Objective, doc.Path, it.in.Iteration, &folders); err != nil {
-			return err
-		}
-		if existing, err := tx.FindDocumentByPath(ctx, it.in.RunID, doc.Path); err == nil && existing.Kind == spec.DocFolder && doc.Kind != spec.DocFolder && doc.Kind != spec.DocBranch {
-			return toolErrorf("%s is a folder; write a document inside it, such as %s/notes.md", doc.Path, doc.Path)
-		}
-		if created, err = tx.PutDocument(ctx, doc); err != nil {
-			return err
-		}
-		typ := spec.EventDocumentUpdated
-		if created {
-			typ = spec.EventDocumentCreated
-		}
-		_, err = tx.AppendEvent(ctx, it.in.RunID, typ, docEvent(doc))
+		created, folders, err = it.putDocTx(ctx, tx, doc)
 		return err
 	})
 	if err != nil {
 		return false, err
 	}
+	it.noteDocs(folders, doc, created)
+	return created, nil
+}
+
+// putDocTx creates or updates the document at doc.Path, with its folders
+// (returned), in tx with their events. A document over a folder is refused
+// with a tool error before anything is written.
+func (it *iteration) putDocTx(ctx context.Context, tx spec.Tx, doc *spec.Document) (created bool, folders []*spec.Document, err error) {
+	doc.RunID, doc.Iteration = it.in.RunID, it.in.Iteration
+	if existing, err := tx.FindDocumentByPath(ctx, it.in.RunID, doc.Path); err == nil && existing.Kind == spec.DocFolder && doc.Kind != spec.DocFolder && doc.Kind != spec.DocBranch {
+		return false, nil, toolErrorf("%s is a folder; write a document inside it, such as %s/notes.md", doc.Path, doc.Path)
+	}
+	if doc.ParentID, err = ensureParents(ctx, tx, it.in.RunID, it.cfg.Objective, doc.Path, it.in.Iteration, &folders); err != nil {
+		return false, nil, err
+	}
+	if created, err = tx.PutDocument(ctx, doc); err != nil {
+		return false, nil, err
+	}
+	typ := spec.EventDocumentUpdated
+	if created {
+		typ = spec.EventDocumentCreated
+	}
+	_, err = tx.AppendEvent(ctx, it.in.RunID, typ, docEvent(doc))
+	return created, folders, err
+}
+
+// noteDocs records a document written and the folders created for it in
+// the artifacts.
+func (it *iteration) noteDocs(folders []*spec.Document, doc *spec.Document, created bool) {
 	for _, f := range folders {
 		it.noteDoc(f, true)
 	}
 	it.noteDoc(doc, created)
-	return created, nil
 }
 
 var headingRE = regexp.MustCompile(`(?m)^##+ (.+)$`)

@@ -222,6 +222,36 @@ type Host interface {
 	Now() time.Time
 }
 
+// OutcomeWriter is implemented by a Host that can commit an executor's last
+// writes of an iteration with the iteration's outcome, in the transaction
+// that finishes it, instead of in a write transaction each. Executors reach
+// it through WithOutcome, so that a Host without one (a test's) has the
+// write made at once.
+type OutcomeWriter interface {
+	// WithOutcome queues write for the transaction that commits the
+	// iteration's outcome, where it runs before the iteration's own events
+	// (and again if that transaction is retried). When the attempt ends
+	// without an outcome while its run still runs it (a shutdown), write
+	// runs in a transaction of its own; when the run was canceled, moved
+	// on or taken over, it is not made. write must fail only with the
+	// store's errors, which fail the transaction: a write it cannot make
+	// for another reason it leaves out and returns nil. Only writes that
+	// nothing in the iteration reads again belong here (the iteration's
+	// checks do not see them).
+	WithOutcome(write func(ctx context.Context, tx Tx) error)
+}
+
+// WithOutcome queues write with the iteration's outcome when h can
+// (OutcomeWriter), and otherwise makes it now in a transaction of its own
+// through inTx.
+func WithOutcome(ctx context.Context, h Host, inTx func(context.Context, func(Tx) error) error, write func(ctx context.Context, tx Tx) error) error {
+	if ow, ok := h.(OutcomeWriter); ok {
+		ow.WithOutcome(write)
+		return nil
+	}
+	return inTx(ctx, func(tx Tx) error { return write(ctx, tx) })
+}
+
 // LLMCall is one model call's usage and cost. An executor reports it through
 // Host.RecordLLMCall; the store records it with its run, iteration and time.
 type LLMCall struct {
