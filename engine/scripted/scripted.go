@@ -43,9 +43,12 @@ type Step struct {
 	Tools        int            `json:"tool_calls,omitempty"`
 	LLM          []spec.LLMCall `json:"llm,omitempty"`
 	Docs         []Doc          `json:"documents,omitempty"`
-	Tasks        []Task         `json:"tasks,omitempty"`
-	Emit         int            `json:"emit,omitempty"` // extra tool_call events to emit
-	Approve      string         `json:"wait_for_approval,omitempty"`
+	// OutcomeDocs are written with the iteration's outcome
+	// (spec.WithOutcome), queued before the step sleeps.
+	OutcomeDocs []Doc  `json:"outcome_documents,omitempty"`
+	Tasks       []Task `json:"tasks,omitempty"`
+	Emit        int    `json:"emit,omitempty"` // extra tool_call events to emit
+	Approve     string `json:"wait_for_approval,omitempty"`
 	// Transcript lines are added to the iteration's transcript in order;
 	// Stream is written StreamRepeat times (once when zero) as streamed
 	// output, after them.
@@ -104,6 +107,17 @@ func (x *Executor) Iterate(ctx context.Context, in *spec.Input) (*spec.Result, e
 		return nil, err
 	}
 	st := s.Steps[min(in.Iteration, len(s.Steps))-1]
+	if len(st.OutcomeDocs) > 0 {
+		if x.InTx == nil {
+			return nil, errors.New("scripted: Executor.InTx is required to write documents and tasks")
+		}
+		err := spec.WithOutcome(ctx, in.Host, x.InTx, func(ctx context.Context, tx spec.Tx) error {
+			return putDocs(ctx, tx, in, st.OutcomeDocs, nil)
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
 	sleep := st.SleepMS
 	if in.Attempt == 1 {
 		sleep += st.SleepFirstMS
@@ -186,23 +200,8 @@ func (x *Executor) write(ctx context.Context, in *spec.Input, st Step, res *spec
 		return errors.New("scripted: Executor.InTx is required to write documents and tasks")
 	}
 	return x.InTx(ctx, func(tx spec.Tx) error {
-		for _, d := range st.Docs {
-			doc := &spec.Document{RunID: in.RunID, Path: d.Path, Title: d.Path, Content: d.Content, Iteration: in.Iteration}
-			created, err := tx.PutDocument(ctx, doc)
-			if err != nil {
-				return err
-			}
-			typ := spec.EventDocumentUpdated
-			ref := spec.Ref{Type: "document", ID: doc.ID, Title: doc.Title, Path: doc.Path}
-			if created {
-				typ = spec.EventDocumentCreated
-				res.Artifacts.Created = append(res.Artifacts.Created, ref)
-			} else {
-				res.Artifacts.Updated = append(res.Artifacts.Updated, ref)
-			}
-			if _, err := tx.AppendEvent(ctx, in.RunID, typ, spec.DocumentData{DocumentID: doc.ID, Path: doc.Path, Title: doc.Title}); err != nil {
-				return err
-			}
+		if err := putDocs(ctx, tx, in, st.Docs, res); err != nil {
+			return err
 		}
 		existing, err := tx.ListTasks(ctx, in.RunID)
 		if err != nil {
@@ -234,4 +233,30 @@ func (x *Executor) write(ctx context.Context, in *spec.Input, st Step, res *spec
 		}
 		return nil
 	})
+}
+
+// putDocs writes docs into the run's workspace in tx with their events,
+// recording them in res's artifacts when res is not nil.
+func putDocs(ctx context.Context, tx spec.Tx, in *spec.Input, docs []Doc, res *spec.Result) error {
+	for _, d := range docs {
+		doc := &spec.Document{RunID: in.RunID, Path: d.Path, Title: d.Path, Content: d.Content, Iteration: in.Iteration}
+		created, err := tx.PutDocument(ctx, doc)
+		if err != nil {
+			return err
+		}
+		typ := spec.EventDocumentUpdated
+		ref := spec.Ref{Type: "document", ID: doc.ID, Title: doc.Title, Path: doc.Path}
+		if created {
+			typ = spec.EventDocumentCreated
+		}
+		if res != nil && created {
+			res.Artifacts.Created = append(res.Artifacts.Created, ref)
+		} else if res != nil {
+			res.Artifacts.Updated = append(res.Artifacts.Updated, ref)
+		}
+		if _, err := tx.AppendEvent(ctx, in.RunID, typ, spec.DocumentData{DocumentID: doc.ID, Path: doc.Path, Title: doc.Title}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
