@@ -60,6 +60,9 @@ func (h *host) writeOutcome(ctx context.Context, tx spec.Tx) (commit func(), err
 
 // pendingOutcome reports whether writes wait for the iteration's outcome.
 func (h *host) pendingOutcome() bool {
+	if h == nil {
+		return false
+	}
 	h.outcomeMu.Lock()
 	defer h.outcomeMu.Unlock()
 	return len(h.outcome) > 0

@@ -679,6 +679,9 @@ func minimalEnviron() []string {
 // the run's new status, whose event is then the run's last. An attempt that
 // is no longer the run's current one writes nothing and reports false.
 func (e *Engine) finishIteration(ctx context.Context, it *iteration, out *outcome) (bool, error) {
+	// The row is encoded outside the transaction, and again in it only
+	// when the executor queued writes, which may add to its artifacts.
+	row, queued := e.outcomeRow(it, out), hostOf(it).pendingOutcome()
 	var stored func() // marks the transcript lines and the executor's writes the transaction stored
 	err := e.inTx(ctx, func(tx spec.Tx) error {
 		stored = nil
@@ -686,7 +689,7 @@ func (e *Engine) finishIteration(ctx context.Context, it *iteration, out *outcom
 		if err != nil {
 			return err
 		}
-		if !e.current(run, it.row) {
+		if !e.current(run, row) {
 			return nil // stale: a pure no-op
 		}
 		// The executor's last writes commit with the outcome, not in a
@@ -696,7 +699,9 @@ func (e *Engine) finishIteration(ctx context.Context, it *iteration, out *outcom
 		if err != nil {
 			return err
 		}
-		row := e.outcomeRow(it, out)
+		if queued {
+			row = e.outcomeRow(it, out)
+		}
 		// The rest of the transcript commits with the outcome, its event
 		// before the iteration's own.
 		markStored, err := hostOf(it).storeTranscript(ctx, tx)
