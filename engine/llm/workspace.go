@@ -96,14 +96,15 @@ func (it *iteration) putDoc(ctx context.Context, doc *spec.Document) (created bo
 
 // putDocTx creates or updates the document at doc.Path, with its folders
 // (returned), in tx with their events. A document over a folder is refused
-// with a tool error before anything is written.
+// with a tool error, after its parents were ensured: those exist already
+// when doc.Path is a folder, so the refusal has written nothing.
 func (it *iteration) putDocTx(ctx context.Context, tx spec.Tx, doc *spec.Document) (created bool, folders []*spec.Document, err error) {
 	doc.RunID, doc.Iteration = it.in.RunID, it.in.Iteration
-	if existing, err := tx.FindDocumentByPath(ctx, it.in.RunID, doc.Path); err == nil && existing.Kind == spec.DocFolder && doc.Kind != spec.DocFolder && doc.Kind != spec.DocBranch {
-		return false, nil, toolErrorf("%s is a folder; write a document inside it, such as %s/notes.md", doc.Path, doc.Path)
-	}
 	if doc.ParentID, err = ensureParents(ctx, tx, it.in.RunID, it.cfg.Objective, doc.Path, it.in.Iteration, &folders); err != nil {
 		return false, nil, err
+	}
+	if existing, err := tx.FindDocumentByPath(ctx, it.in.RunID, doc.Path); err == nil && existing.Kind == spec.DocFolder && doc.Kind != spec.DocFolder && doc.Kind != spec.DocBranch {
+		return false, nil, toolErrorf("%s is a folder; write a document inside it, such as %s/notes.md", doc.Path, doc.Path)
 	}
 	if created, err = tx.PutDocument(ctx, doc); err != nil {
 		return false, nil, err
