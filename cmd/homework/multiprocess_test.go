@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -263,6 +264,15 @@ func BenchmarkIterationsPerSecondByProcesses(b *testing.B) {
 			cpu += procCPU(b, s.cmd.Process.Pid)
 		}
 		pgCPU := cpuSince(pgBefore, postgresCPU())
+		if procs == 1 && pgCPU > 0 {
+			// The scaling this machine's CPUs allow at all: every core
+			// busy with iterations that cost what one process's did.
+			perIter := (cpu + pgCPU).Seconds() / float64(runs*iters)
+			ceiling := float64(runtime.NumCPU()) / perIter / rate
+			b.ReportMetric(ceiling, "cpu-ceiling-scaling")
+			b.Logf("CPU per iteration with 1 process %.1f ms: %d CPUs allow at most %.0f iterations/s, %.2fx one process",
+				perIter*1000, runtime.NumCPU(), float64(runtime.NumCPU())/perIter, ceiling)
+		}
 		b.ReportMetric(float64(cpu.Microseconds())/1000/float64(runs*iters), fmt.Sprintf("server-cpu-ms/iter-%dproc", procs))
 		b.ReportMetric(float64(pgCPU.Microseconds())/1000/float64(runs*iters), fmt.Sprintf("pg-cpu-ms/iter-%dproc", procs))
 		b.Logf("%d process(es): %.1f iterations/s (raw limit %.0f, %.0f%% of it; %.2fx one process); CPU per iteration: servers %.1f ms, PostgreSQL %.1f ms",
