@@ -213,9 +213,8 @@ func New(opts Options) (*Engine, error) {
 		RescueStuckJobsAfter: 24 * time.Hour,
 		MaxAttempts:          5,
 		Logger:               riverLogger(opts.Logger),
-		// With a listener (PostgreSQL: several processes share the queue),
-		// an insert wakes a fetch in every process; otherwise River polls.
-		PollOnly: !opts.Backend.listens,
+		// The engine wakes River's fetch after its commits (Bind).
+		PollOnly: true,
 	})
 	if err != nil {
 		return nil, err

@@ -11,9 +11,9 @@ import (
 	"github.com/riverqueue/river/rivertype"
 )
 
-// Without a listener (SQLite) River only polls: a job inserted in a
-// transaction waits for the next poll tick, because River cannot tell when
-// the caller's transaction commits. The engine can: every write it makes
+// Without a listener River only polls (the engine uses none: see Bind):
+// a job inserted in a transaction waits for the next poll tick, because
+// River cannot tell when the caller's transaction commits. The engine can: every write it makes
 // goes through inTx. So the driver is wrapped to get hold of River's own
 // "a job became available" hook (the pilot's NotifyNonTxJobInsert, which
 // River made for poll-only clients), and the engine calls it for the

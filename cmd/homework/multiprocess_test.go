@@ -1,10 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
+	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -234,6 +238,7 @@ func BenchmarkIterationsPerSecondByProcesses(b *testing.B) {
 			servers = append(servers, startServer(b, bin, url, "--workers", fmt.Sprint(workers), "--max-runs-per-user", fmt.Sprint(runs)))
 		}
 		token := userAndToken(b, bin, url)
+		pgBefore := postgresCPU()
 		start := time.Now()
 		for i := range runs {
 			if code := servers[i%procs].api(b, token, "POST", "/api/runs", map[string]any{"objective": fmt.Sprint("bench ", i),
@@ -252,7 +257,27 @@ func BenchmarkIterationsPerSecondByProcesses(b *testing.B) {
 		if procs > 1 {
 			b.ReportMetric(rate/one, fmt.Sprintf("scaling-%dproc", procs))
 		}
-		b.Logf("%d process(es): %.1f iterations/s (raw limit %.0f, %.0f%% of it; %.2fx one process)", procs, rate, limit, 100*rate/limit, rate/one)
+		// CPU per iteration, the servers' and the database's: where
+		// the machine's time went, beside how long it took.
+		var cpu time.Duration
+		for _, s := range servers {
+			cpu += procCPU(b, s.cmd.Process.Pid)
+		}
+		pgCPU := cpuSince(pgBefore, postgresCPU())
+		if procs == 1 && pgCPU > 0 {
+			// The scaling this machine's CPUs allow at all: every core
+			// busy with iterations that cost what one process's did.
+			perIter := (cpu + pgCPU).Seconds() / float64(runs*iters)
+			ceiling := float64(runtime.NumCPU()) / perIter / rate
+			b.ReportMetric(ceiling, "cpu-ceiling-scaling")
+			b.Logf("CPU per iteration with 1 process %.1f ms: %d CPUs allow at most %.0f iterations/s, %.2fx one process",
+				perIter*1000, runtime.NumCPU(), float64(runtime.NumCPU())/perIter, ceiling)
+		}
+		b.ReportMetric(float64(cpu.Microseconds())/1000/float64(runs*iters), fmt.Sprintf("server-cpu-ms/iter-%dproc", procs))
+		b.ReportMetric(float64(pgCPU.Microseconds())/1000/float64(runs*iters), fmt.Sprintf("pg-cpu-ms/iter-%dproc", procs))
+		b.Logf("%d process(es): %.1f iterations/s (raw limit %.0f, %.0f%% of it; %.2fx one process); CPU per iteration: servers %.1f ms, PostgreSQL %.1f ms",
+			procs, rate, limit, 100*rate/limit, rate/one,
+			float64(cpu.Microseconds())/1000/float64(runs*iters), float64(pgCPU.Microseconds())/1000/float64(runs*iters))
 		for _, s := range servers {
 			s.kill()
 		}
@@ -275,6 +300,38 @@ func BenchmarkIterationsPerSecondByProcesses(b *testing.B) {
 	b.ReportMetric(rate, "iter/s-sqlite")
 	b.Logf("SQLite, 1 process: %.1f iterations/s (raw limit %.0f; PostgreSQL 1 process is %.2fx of it)", rate,
 		float64(workers)/(stepMS/1000.0), one/rate)
+}
+
+// postgresCPU returns the CPU time each of the local PostgreSQL's
+// processes has used, by pid (none when it runs elsewhere).
+func postgresCPU() map[string]time.Duration {
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	cpu := map[string]time.Duration{}
+	for _, f := range stats {
+		b, err := os.ReadFile(f)
+		if err != nil || !bytes.Contains(b, []byte("(postgres)")) {
+			continue
+		}
+		rest := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+2:]))
+		if len(rest) < 13 {
+			continue
+		}
+		utime, _ := strconv.ParseInt(rest[11], 10, 64)
+		stime, _ := strconv.ParseInt(rest[12], 10, 64)
+		cpu[f] = time.Duration(utime+stime) * time.Second / 100
+	}
+	return cpu
+}
+
+// cpuSince is what the processes in now used since before (all of it for
+// those started since); a process that ended meanwhile is not counted,
+// and a benchmark's pools keep their backends until it ends.
+func cpuSince(before, now map[string]time.Duration) time.Duration {
+	var d time.Duration
+	for pid, t := range now {
+		d += t - before[pid]
+	}
+	return d
 }
 
 // waitCompleted reads the user's feed on s until n runs have completed.

@@ -24,22 +24,21 @@ const (
 // transaction whose events do not fit announces only their ids.
 const maxPayload = 7000
 
-// appendSQL takes the run's next seq and inserts the event in one statement.
-// The UPDATE row-locks the run until the transaction ends, so appends to one
-// run from any process are serialised, gap-free, and get growing ids.
-const appendSQL = `WITH s AS (UPDATE runs SET last_seq = last_seq + 1 WHERE id = $1 RETURNING user_id, last_seq)
-	INSERT INTO events (run_id, user_id, seq, type, data, created_at)
-	SELECT $1, user_id, last_seq, $2, $3, $4 FROM s RETURNING id, user_id, seq`
+// seqSQL takes the run's next seq. The UPDATE row-locks the run until the
+// transaction ends, so appends to one run from any process are serialised
+// and gap-free.
+const seqSQL = `UPDATE runs SET last_seq = last_seq + 1 WHERE id = $1 RETURNING user_id, last_seq`
 
 // AppendEvent appends an event of typ with data (marshalled to JSON) to the
-// run's log inside tx. It is announced to every process after tx commits.
+// run's log inside tx. It takes its seq now; the row is written, with its
+// id, when tx commits (notifyEvents), and then announced to every process.
 func (tx *Tx) AppendEvent(ctx context.Context, runID string, typ spec.EventType, data any) (*spec.Event, error) {
 	b, err := sqlstore.MarshalEventData(data)
 	if err != nil {
 		return nil, err
 	}
 	e := &spec.Event{RunID: runID, Type: typ, Data: b, CreatedAt: tx.Now()}
-	err = tx.PG.QueryRow(ctx, appendSQL, runID, typ, string(b), tx.Now().UnixMilli()).Scan(&e.ID, &e.UserID, &e.Seq)
+	err = tx.PG.QueryRow(ctx, seqSQL, runID).Scan(&e.UserID, &e.Seq)
 	if err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil, spec.Errorf(spec.ENOTFOUND, "Run not found.")
@@ -92,57 +91,65 @@ type notice struct {
 // committing transaction numbers its events for the user feed.
 const feedLock = 0x46656564 // "Feed"
 
-// announceSQL gives a transaction's events, listed in append order in $1,
-// fresh ids from the sequence in that same order, and announces them on
-// channel $2 with those ids: the events themselves, or only their ids when
-// the payload would exceed $3 bytes. It returns the new ids in append order
-// and whether it announced them; when even the ids exceed $3 bytes (a
-// transaction of many hundreds of events) the caller announces them in
-// chunks.
+// announceSQL writes a transaction's events, given column by column in
+// append order in $1..$6, with fresh ids from the sequence in that same
+// order, and announces them on channel $7: the events themselves, or only
+// their ids when the payload would exceed $8 bytes. It returns the new ids
+// in append order and whether it announced them; when even the ids exceed
+// $8 bytes (a transaction of many hundreds of events) the caller announces
+// them in chunks.
 // The ids are drawn in a materialised CTE and matched by rank, so their
 // order does not depend on how the planner evaluates nextval. The payload
 // has the shape of notice (wireEvent's keys).
 const announceSQL = `WITH n AS MATERIALIZED (SELECT nextval(pg_get_serial_sequence('events', 'id')) AS new
-		FROM generate_series(1, cardinality($1::bigint[]))),
+		FROM generate_series(1, cardinality($1::text[]))),
 	s AS (SELECT new, row_number() OVER (ORDER BY new) AS ord FROM n),
-	o AS (SELECT old, ord FROM unnest($1::bigint[]) WITH ORDINALITY AS u(old, ord)),
-	r AS (UPDATE events SET id = s.new FROM o JOIN s USING (ord) WHERE events.id = o.old
-		RETURNING o.ord, events.id, events.run_id, events.user_id, events.seq, events.type, events.data, events.created_at),
-	p AS (SELECT array_agg(id ORDER BY ord) AS ids,
+	u AS (SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::text[], $5::text[], $6::bigint[])
+		WITH ORDINALITY AS u(run_id, user_id, seq, type, data, created_at, ord)),
+	r AS (INSERT INTO events (id, run_id, user_id, seq, type, data, created_at)
+		SELECT s.new, u.run_id, u.user_id, u.seq, u.type, u.data, u.created_at FROM u JOIN s USING (ord)
+		RETURNING id, run_id, user_id, seq, type, data, created_at),
+	p AS (SELECT array_agg(id ORDER BY id) AS ids,
 		json_build_object('e', json_agg(json_build_object('i', id, 'r', run_id, 'u', user_id, 's', seq, 't', type,
-			'd', data::json, 'c', created_at) ORDER BY ord))::text AS whole,
-		json_build_object('ids', json_agg(id ORDER BY ord))::text AS short FROM r)
-	SELECT ids, CASE WHEN octet_length(whole) <= $3 THEN pg_notify($2, whole) WHEN octet_length(short) <= $3 THEN pg_notify($2, short) END,
-		octet_length(whole) <= $3 OR octet_length(short) <= $3 FROM p`
+			'd', data::json, 'c', created_at) ORDER BY id))::text AS whole,
+		json_build_object('ids', json_agg(id ORDER BY id))::text AS short FROM r)
+	SELECT ids, CASE WHEN octet_length(whole) <= $8 THEN pg_notify($7, whole) WHEN octet_length(short) <= $8 THEN pg_notify($7, short) END,
+		octet_length(whole) <= $8 OR octet_length(short) <= $8 FROM p`
 
 // idsPerNotice bounds the ids of one chunked notice well under maxPayload.
 const idsPerNotice = 400
 
-// notifyEvents makes the user feed's order the commit order and announces
-// the transaction's events, just before commit; NOTIFY is delivered at
-// commit, in commit order, and not at all on rollback.
+// notifyEvents writes the transaction's events and announces them, just
+// before commit, in the user feed's order, which is the commit order;
+// NOTIFY is delivered at commit, in commit order, and not at all on
+// rollback.
 //
-// An event's id is drawn from a sequence when it is appended, so two
-// transactions of one user could commit out of id order, and a feed reader
-// that had already passed the later id would never see the earlier one. So
-// the transaction takes a transaction-scoped advisory lock per user of its
-// events (in user order, so two holders never wait on each other), and only
-// then gives its events new ids, in append order. The lock is held until
-// the commit is visible (PostgreSQL releases locks after that), so of two
-// transactions of one user the one that numbers second draws larger ids and
-// becomes visible later: whenever a reader sees a user's event, it sees
-// every event of that user with a smaller id that will ever commit, and the
-// bus gets a user's events in id order. The lock and announceSQL go in one
-// round trip and the holder runs nothing else before COMMIT, so the lock is
-// short and cannot close a cycle with the row locks others wait on.
+// An event's id comes from a sequence, so had it been drawn when the event
+// was appended, two transactions of one user could commit out of id order,
+// and a feed reader that had already passed the later id would never see
+// the earlier one. So the transaction takes a transaction-scoped advisory
+// lock per user of its events (in user order, so two holders never wait on
+// each other), and only then draws its events' ids, in append order, and
+// writes them. The lock is held until the commit is visible (PostgreSQL
+// releases locks after that), so of two transactions of one user the one
+// that numbers second draws larger ids and becomes visible later: whenever
+// a reader sees a user's event, it sees every event of that user with a
+// smaller id that will ever commit, and the bus gets a user's events in id
+// order. The lock and announceSQL go in one round trip and the holder runs
+// nothing else before COMMIT, so the lock is short and cannot close a cycle
+// with the row locks others wait on (the events' runs are already locked by
+// their seqs; the insert's key checks wait on nothing else).
+//
+// Each event is written once, here: appending only took its seq.
 func (tx *Tx) notifyEvents(ctx context.Context) error {
 	if len(tx.events) == 0 {
 		return nil
 	}
 	users := make([]int64, 0, 1)
-	old := make([]int64, len(tx.events))
+	n := len(tx.events)
+	runs, userIDs, seqs, types, data, created := make([]string, n), make([]int64, n), make([]int64, n), make([]string, n), make([]string, n), make([]int64, n)
 	for i, e := range tx.events {
-		old[i] = e.ID
+		runs[i], userIDs[i], seqs[i], types[i], data[i], created[i] = e.RunID, e.UserID, e.Seq, string(e.Type), string(e.Data), e.CreatedAt.UnixMilli()
 		if !slices.Contains(users, e.UserID) {
 			users = append(users, e.UserID)
 		}
@@ -152,7 +159,7 @@ func (tx *Tx) notifyEvents(ctx context.Context) error {
 	for _, u := range users {
 		b.Queue(`SELECT pg_advisory_xact_lock($1::int4, $2::int4)`, int32(feedLock), int32(u))
 	}
-	b.Queue(announceSQL, old, eventsChannel, maxPayload)
+	b.Queue(announceSQL, runs, userIDs, seqs, types, data, created, eventsChannel, maxPayload)
 	br := tx.PG.SendBatch(ctx, b)
 	defer br.Close()
 	for range users {
@@ -164,10 +171,10 @@ func (tx *Tx) notifyEvents(ctx context.Context) error {
 	var void any
 	var announced bool
 	if err := br.QueryRow().Scan(&ids, &void, &announced); err != nil {
-		return fmt.Errorf("number and announce events: %w", err)
+		return fmt.Errorf("write and announce events: %w", err)
 	}
-	if len(ids) != len(tx.events) {
-		return fmt.Errorf("number events: %d of %d events renumbered", len(ids), len(tx.events))
+	if len(ids) != n {
+		return fmt.Errorf("write events: %d of %d events written", len(ids), n)
 	}
 	for i, id := range ids {
 		tx.events[i].ID = id

@@ -12,7 +12,8 @@
 //     event ids grow with its seqs.
 //   - The user feed follows global event ids, so ids are numbered in commit
 //     order per user: a committing transaction takes a per-user advisory
-//     lock and only then gives its events their final ids (notifyEvents).
+//     lock and only then writes its events, with ids drawn then
+//     (notifyEvents).
 //   - Slot promotion takes a transaction-scoped advisory lock per user
 //     (LockUserSlots), so two processes cannot both take the last slot.
 //   - Committed events are announced with NOTIFY in the writing transaction.
