@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"time"
+
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -52,9 +54,17 @@ func (o *Options) isCommandHost() bool {
 }
 
 // riverQueues is the River queues this process works: the default one and,
-// on a command host, its command queue, each with Workers workers.
+// on a command host, its command queue, each with Workers workers, and the
+// webhook queue.
+//
+// The webhook queue is polled at most every fifth of the first retry's
+// backoff (1 s by default) rather than every FetchPollInterval: a new
+// delivery's job wakes the fetch when its transaction commits, so only a
+// retry, already seconds away, waits for a poll, and every process's idle
+// polling of a second queue cost as much as its first.
 func riverQueues(o Options) map[string]river.QueueConfig {
-	q := map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: o.Workers}, webhookQueue: {MaxWorkers: o.WebhookWorkers}}
+	webhooks := river.QueueConfig{MaxWorkers: o.WebhookWorkers, FetchPollInterval: max(o.FetchPollInterval, min(time.Second, o.WebhookBackoffBase/5))}
+	q := map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: o.Workers}, webhookQueue: webhooks}
 	if o.isCommandHost() {
 		q[commandQueue(o.CommandHost, o.CommandRoot)] = river.QueueConfig{MaxWorkers: o.Workers}
 	}
