@@ -48,8 +48,10 @@ const (
 	// chunkMax is the data a chunk holds before it is sent even unflushed
 	// (a page of replay is sent in chunks of about this).
 	chunkMax = 32 << 10
-	// chunkKeep is the most buffer an idle stream keeps between sends.
-	chunkKeep = 2 * chunkMax
+	// chunkKeep is the most buffer a stream keeps between sends: most of
+	// its life a stream is idle, and a live event is small. A buffer that
+	// a page of replay grew is let go once it is sent.
+	chunkKeep = 4 << 10
 )
 
 // chunkedWriter writes an HTTP/1.1 chunked body straight to a connection:
@@ -67,7 +69,7 @@ type chunkedWriter struct {
 
 func (w *chunkedWriter) grow() {
 	if w.buf == nil {
-		w.buf = make([]byte, chunkHeadMax, chunkHeadMax+1024)
+		w.buf = make([]byte, chunkHeadMax, 1<<10)
 	}
 }
 
