@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/gofiber/fiber/v2"
 )
@@ -43,18 +44,28 @@ func credentialOf(c *fiber.Ctx, userID int64) credential {
 // process on PostgreSQL) is caught by the streams' verifier: no stream sends
 // an event before a check that started after the event was committed found
 // its credential still live.
+//
+// It also owns the streams' connections, which fasthttp lets go of when a
+// stream hijacks one: close ends them all at shutdown and waits for them.
 type streamRegistry struct {
 	mu      sync.Mutex
 	streams map[*streamer]struct{}
+	closed  bool          // the server is shutting down: no stream is added
+	empty   chan struct{} // closed, once closed, when the last stream is removed
 }
 
-func (r *streamRegistry) add(st *streamer) {
+// add registers st, unless the registry is closed (it reports false).
+func (r *streamRegistry) add(st *streamer) bool {
 	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return false
+	}
 	if r.streams == nil {
 		r.streams = map[*streamer]struct{}{}
 	}
 	r.streams[st] = struct{}{}
-	r.mu.Unlock()
+	return true
 }
 
 func (r *streamRegistry) count() int {
@@ -63,10 +74,43 @@ func (r *streamRegistry) count() int {
 	return len(r.streams)
 }
 
+// remove forgets st, whose stream has ended and let its connection go.
 func (r *streamRegistry) remove(st *streamer) {
 	r.mu.Lock()
 	delete(r.streams, st)
+	if r.empty != nil && len(r.streams) == 0 {
+		close(r.empty)
+		r.empty = nil
+	}
 	r.mu.Unlock()
+}
+
+// close refuses new streams, cuts the writes of the open ones after
+// streamCutGrace (they have been told to end by the server's context, but
+// may be blocked writing to a client that does not read) and waits until
+// every one has ended, or until ctx ends (it returns ctx's error).
+func (r *streamRegistry) close(ctx context.Context) error {
+	r.mu.Lock()
+	r.closed = true
+	cut := time.Now().Add(streamCutGrace)
+	for st := range r.streams {
+		if st.conn != nil {
+			st.cut.stop(st.conn, cut)
+		}
+	}
+	if len(r.streams) == 0 {
+		r.mu.Unlock()
+		return nil
+	}
+	empty := make(chan struct{})
+	r.empty = empty
+	r.mu.Unlock()
+	select {
+	case <-empty:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // revoke ends every stream whose credential match accepts. A stream checks

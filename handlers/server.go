@@ -147,11 +147,15 @@ func New(opts Options) (*Server, error) {
 func (s *Server) Serve(ln net.Listener) error { return s.app.Listener(lingerListener{ln}) }
 
 // Shutdown ends open streams, then stops the server, waiting at most until
-// ctx ends for in-flight requests, and for the streams' shared heartbeat
-// and credential checks to exit.
+// ctx ends for in-flight requests, for the streams to let their connections
+// go, and for the streams' shared heartbeat and credential checks to exit.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.cancel()
 	err := s.app.ShutdownWithContext(ctx)
+	// fasthttp does not wait for the streams' hijacked connections.
+	if serr := s.streams.close(ctx); err == nil {
+		err = serr
+	}
 	done := make(chan struct{})
 	go func() {
 		s.beat.stop()

@@ -1,13 +1,11 @@
 package handlers
 
 import (
-	"bufio"
 	"cmp"
 	"context"
 	"errors"
 	"math"
 	"net"
-	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -223,44 +221,38 @@ func (s *Server) userEventsPage(c *fiber.Ctx, userID int64) error {
 }
 
 // startStream answers with the SSE headers and hands the connection to a
-// stream writer. Everything the writer needs has been copied out of c: the
-// Fiber context is recycled as soon as this handler returns.
+// stream writer (see sse_conn.go). Everything the writer needs has been
+// copied out of c: the Fiber context is recycled as soon as this handler
+// returns.
 func (s *Server) startStream(c *fiber.Ctx, src *streamSource, cursor int64) error {
 	c.Set(fiber.HeaderContentType, "text/event-stream")
 	c.Set(fiber.HeaderCacheControl, "no-cache")
-	c.Set(fiber.HeaderConnection, "keep-alive")
 	c.Set("X-Accel-Buffering", "no")
 	c.Status(fiber.StatusOK)
-	st := &streamer{s: s, src: src, last: cursor, cred: credentialOf(c, userOf(c).ID), revokedC: make(chan struct{}),
-		conn: c.Context().Conn()}
-	s.streams.add(st)
-	c.Context().SetBodyStreamWriter(func(w *bufio.Writer) {
-		defer s.streams.remove(st)
-		defer func() {
-			// fasthttp would recover it silently and drop the connection.
-			if r := recover(); r != nil {
-				s.log.Error("event stream panicked", "panic", r, "stack", string(debug.Stack()))
-			}
-		}()
-		st.w = w
-		st.run()
-	})
+	if c.Method() == fiber.MethodHead {
+		// The headers alone: no stream.
+		return nil
+	}
+	st := &streamer{s: s, src: src, last: cursor, cred: credentialOf(c, userOf(c).ID), revokedC: make(chan struct{})}
+	if !s.hijackStream(c, st) {
+		return fiber.NewError(fiber.StatusServiceUnavailable, "The server is shutting down.")
+	}
 	return nil
 }
 
 // streamer writes one SSE stream. It runs on the goroutine fasthttp starts
-// for the body stream and returns when the stream ends: after a run's
-// terminal event, when the client is gone (a failed flush), or when the
-// server shuts down.
+// for the hijacked connection and returns when the stream ends: after a
+// run's terminal event, when the client is gone (a failed write), when the
+// credential is revoked, or when the server shuts down.
 type streamer struct {
 	s     *Server
-	w     *bufio.Writer
+	w     *chunkedWriter
 	conn  net.Conn  // the client's connection, whose write deadline bounds each send
 	armed time.Time // when conn's write deadline was last set
+	cut   streamCut // set at shutdown: writes fail after streamCutGrace
 	src   *streamSource
 	last  int64 // the cursor of the last event sent
 	ended bool  // a run stream sent its terminal event
-	buf   []byte
 
 	cred     credential    // what authenticated the stream
 	revoked  revokedFlag   // set (before the revocation commits) when cred is revoked
@@ -275,9 +267,8 @@ type streamer struct {
 var errRevoked = errors.New("the stream's credential was revoked")
 
 // arm gives the writes of one send (whatever is written up to the next
-// arm) the write timeout: fasthttp copies what the stream writes to the
-// connection, and a copy the client does not take by then fails, which
-// closes the stream's pipe and so fails its next write or flush.
+// arm) the write timeout: a write to the connection the client does not
+// take by then fails, and so ends the stream.
 //
 // A deadline set less than a quarter of the timeout ago is kept: it still
 // gives the send at least three quarters of the timeout, and setting one
@@ -292,7 +283,7 @@ func (st *streamer) arm() {
 		return
 	}
 	st.armed = now
-	st.conn.SetWriteDeadline(now.Add(st.s.opts.WriteTimeout))
+	st.cut.setDeadline(st.conn, now.Add(st.s.opts.WriteTimeout))
 }
 
 // flush sends what is buffered, within the write timeout.
@@ -484,8 +475,7 @@ func (st *streamer) write(e *spec.Event) error {
 		return errRevoked
 	}
 	k := st.src.key(e)
-	st.buf = appendSSE(st.buf[:0], k, e)
-	if _, err := st.w.Write(st.buf); err != nil {
+	if err := st.w.appendEvent(k, e); err != nil {
 		return err
 	}
 	st.last = k

@@ -1,0 +1,271 @@
+package handlers
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"homework/engine/spec"
+
+	"github.com/valyala/fasthttp"
+)
+
+// goroutinesWith returns the stacks of the goroutines whose stack contains
+// every one of frames.
+func goroutinesWith(frames ...string) []string {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	var out []string
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		all := true
+		for _, f := range frames {
+			all = all && strings.Contains(g, f)
+		}
+		if all {
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
+// stalledStream opens a run's event stream on a connection with a small
+// receive buffer and never reads from it.
+func stalledStream(t testing.TB, ts *testServer, u *testUser, path string) net.Conn {
+	t.Helper()
+	d := net.Dialer{Control: func(_, _ string, c syscall.RawConn) error {
+		var serr error
+		if err := c.Control(func(fd uintptr) {
+			serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096)
+		}); err != nil {
+			return err
+		}
+		return serr
+	}}
+	conn, err := d.Dial("tcp", ts.URL[len("http://"):])
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nAccept: text/event-stream\r\n\r\n", path, u.Token)
+	return conn
+}
+
+// bigRun returns a waiting run with more events (about 12 MB) than a
+// client's and the server's socket buffers hold.
+func bigRun(t testing.TB, ts *testServer, u *testUser) string {
+	t.Helper()
+	id := ts.createRun(t, u, askStep("q"))
+	ts.waitStatus(t, u, id, spec.StatusWaiting)
+	pad := strings.Repeat("x", 64<<10)
+	err := ts.DB.WriteTx(ts.ctx, func(tx spec.Tx) error {
+		for i := range 200 {
+			if _, err := tx.AppendEvent(ts.ctx, id, "bench", map[string]any{"i": i, "pad": pad}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+// closedByServer reads conn until the server closes it: what the kernel
+// holds drains, then EOF or a reset.
+func closedByServer(t testing.TB, conn net.Conn) {
+	t.Helper()
+	conn.SetReadDeadline(time.Now().Add(20 * time.Second))
+	if _, err := io.Copy(io.Discard, conn); err != nil && !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("reading the stalled stream: %v, want its connection closed by the server", err)
+	}
+}
+
+// A stream owns its hijacked connection, which fasthttp's Shutdown neither
+// waits for nor closes: the server's Shutdown ends every stream, cuts the
+// write a stream is blocked in on a client that does not read (the write
+// timeout here is an hour), and returns once every stream's goroutine is
+// gone.
+func TestShutdownCutsAStreamBlockedOnAStalledReaderAndLeavesNoStreamGoroutine(t *testing.T) {
+	ts := newTestServer(t, func(o *Options) { o.Heartbeat = time.Hour; o.WriteTimeout = time.Hour })
+	alice := ts.user(t, "alice@example.com")
+	id := bigRun(t, ts, alice)
+	stalled := stalledStream(t, ts, alice, "/api/runs/"+id+"/events")
+	waitUntil(t, "the stream to block writing to the stalled reader", func() bool {
+		return len(goroutinesWith("[IO wait", "(*chunkedWriter).send", "(*Server).serveStream")) == 1
+	})
+	feed := ts.openSSE(t, alice, "/api/events")
+	waitUntil(t, "both streams registered", func() bool { return ts.Server.streams.count() == 2 })
+
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := ts.shutdown(ctx); err != nil {
+		t.Fatalf("shutdown with a stream blocked on a stalled reader: %v", err)
+	}
+	if n := ts.Server.streams.count(); n != 0 {
+		t.Fatalf("%d streams still registered after shutdown", n)
+	}
+	// fasthttp closes the connection just after the stream's goroutine
+	// leaves our code.
+	waitUntil(t, "no stream goroutine", func() bool {
+		return len(goroutinesWith("(*Server).serveStream")) == 0 && len(goroutinesWith("fasthttp.hijackConnHandler")) == 0
+	})
+	// The idle feed ends too (with its last chunk, unless its goroutine ran
+	// only after the cut).
+	for {
+		if _, err := feed.Next(); err != nil {
+			break
+		}
+	}
+	closedByServer(t, stalled)
+}
+
+// A client that stops reading is let go once a write to it has waited the
+// write timeout; the server goes on serving.
+func TestAStalledReaderIsCutByTheWriteTimeout(t *testing.T) {
+	ts := newTestServer(t, func(o *Options) { o.Heartbeat = time.Hour; o.WriteTimeout = 300 * time.Millisecond })
+	alice := ts.user(t, "alice@example.com")
+	id := bigRun(t, ts, alice)
+	stalled := stalledStream(t, ts, alice, "/api/runs/"+id+"/events")
+	waitUntil(t, "the stream to start", func() bool { return ts.Server.streams.count() == 1 })
+	waitUntil(t, "the stalled stream to be cut", func() bool { return ts.Server.streams.count() == 0 })
+	closedByServer(t, stalled)
+	// The stream of a client that reads gets the whole run.
+	c := ts.openSSE(t, alice, "/api/runs/"+id+"/events")
+	if _, err := c.NextEvent(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The stream's response is an HTTP/1.1 chunked body: each send is one
+// chunk, and the stream ends with the last, empty chunk. The response
+// carries the headers the middleware set and says the connection closes.
+func TestAStreamIsAChunkedResponseWithTheMiddlewaresHeaders(t *testing.T) {
+	ts := newTestServer(t, func(o *Options) { o.Heartbeat = time.Hour })
+	alice := ts.user(t, "alice@example.com")
+	id := ts.createRun(t, alice, askStep("q"))
+	ts.waitStatus(t, alice, id, spec.StatusWaiting)
+	conn, err := net.Dial("tcp", ts.URL[len("http://"):])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "GET /api/runs/%s/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nAccept: text/event-stream\r\n\r\n", id, alice.Token)
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, want := range map[string]string{
+		"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no",
+		"X-Content-Type-Options": "nosniff", "X-Frame-Options": "DENY", "Referrer-Policy": "same-origin",
+	} {
+		if got := resp.Header.Get(k); got != want {
+			t.Errorf("%s: %q, want %q", k, got, want)
+		}
+	}
+	if !strings.Contains(resp.Header.Get("Content-Security-Policy"), "default-src 'self'") {
+		t.Errorf("Content-Security-Policy: %q", resp.Header.Get("Content-Security-Policy"))
+	}
+	if resp.StatusCode != http.StatusOK || len(resp.TransferEncoding) != 1 || resp.TransferEncoding[0] != "chunked" || !resp.Close {
+		t.Fatalf("status %d, transfer encoding %v, close %v; want 200, chunked, close", resp.StatusCode, resp.TransferEncoding, resp.Close)
+	}
+	// The first chunk is the retry field alone: the body is read chunk by
+	// chunk as the server sent it.
+	cr := httputil.NewChunkedReader(br)
+	first := make([]byte, 64)
+	n, err := cr.Read(first)
+	if err != nil || string(first[:n]) != "retry: 3000\n\n" {
+		t.Fatalf("first chunk %q, %v", first[:n], err)
+	}
+	if _, err := ts.Engine.Cancel(ts.ctx, alice.ID, id); err != nil {
+		t.Fatal(err)
+	}
+	// The run's stream ends after its terminal event, with the last chunk
+	// (the chunked reader's EOF), and the server closes the connection.
+	rest, err := io.ReadAll(cr)
+	if err != nil {
+		t.Fatalf("reading to the last chunk: %v", err)
+	}
+	if !bytes.Contains(rest, []byte("event: "+string(spec.EventRunCanceled))) {
+		t.Fatalf("the stream ended without the terminal event:\n%s", rest)
+	}
+	if _, err := io.ReadAll(br); err != nil {
+		t.Fatalf("after the last chunk: %v, want the connection closed", err)
+	}
+}
+
+// syncBuffer is a log sink safe for the stream's goroutine and the test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// A panic in a stream is logged with its stack, not lost (fasthttp does not
+// recover the goroutine of a hijacked connection: it would end the
+// process), and the stream leaves the registry.
+func TestAPanickingStreamIsLoggedAndLetGo(t *testing.T) {
+	var logs syncBuffer
+	s := &Server{opts: Options{WriteTimeout: time.Minute}, log: slog.New(slog.NewTextHandler(&logs, nil)), ctx: context.Background()}
+	server, client := net.Pipe()
+	defer server.Close()
+	defer client.Close()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		io.Copy(io.Discard, client)
+	}()
+	src := &streamSource{
+		finished: true, run: true,
+		key: func(e *spec.Event) int64 { return e.Seq },
+		replay: func(context.Context, int64, int) ([]*spec.Event, error) {
+			panic("replay exploded")
+		},
+	}
+	st := &streamer{s: s, src: src, conn: server, revokedC: make(chan struct{})}
+	if !s.streams.add(st) {
+		t.Fatal("the registry refused a stream")
+	}
+	var h fasthttp.ResponseHeader
+	s.serveStream(st, &h)
+	if got := logs.String(); !strings.Contains(got, "event stream panicked") || !strings.Contains(got, "replay exploded") || !strings.Contains(got, "stack=") {
+		t.Fatalf("log %q, want the panic and its stack", got)
+	}
+	if n := s.streams.count(); n != 0 {
+		t.Fatalf("%d streams registered after the panic", n)
+	}
+	server.Close()
+	<-done
+}
