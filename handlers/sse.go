@@ -4,8 +4,10 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"net"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -432,15 +434,46 @@ func (st *streamer) liveEvent(ctx context.Context, e *spec.Event) error {
 // replay sends every event after st.last from the database, a page at a
 // time, flushing after each page.
 func (st *streamer) replay(ctx context.Context) error {
+	// The next page is read while this one is written: the stream writes
+	// straight to its connection, so reading and writing would otherwise
+	// take turns. The read ahead ends with the replay (canceled, waited for).
+	ctx, cancel := context.WithCancel(ctx)
+	var ahead chan replayPage
+	defer func() {
+		cancel()
+		if ahead != nil {
+			<-ahead
+		}
+	}()
+	readAhead := func(after int64) chan replayPage {
+		ch := make(chan replayPage, 1)
+		go func() {
+			var p replayPage
+			defer func() {
+				// A panic goes on to the stream's goroutine, which logs it
+				// (serveStream) with where it happened.
+				if r := recover(); r != nil {
+					p.panic = fmt.Sprintf("%v\n\nread ahead at:\n%s", r, debug.Stack())
+				}
+				ch <- p
+			}()
+			p.evs, p.err = st.src.replay(ctx, after, sseReplayPage)
+		}()
+		return ch
+	}
+	ahead = readAhead(st.last)
 	for {
+		p := <-ahead
+		ahead = nil
+		if p.panic != "" {
+			panic(p.panic)
+		}
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		evs, err := st.src.replay(ctx, st.last, sseReplayPage)
+		evs, err := p.evs, p.err
 		if err != nil {
-			if ctx.Err() == nil {
-				st.s.log.Error("event stream replay failed", "err", err)
-			}
+			st.s.log.Error("event stream replay failed", "err", err)
 			return err
 		}
 		// The page was read before this check started.
@@ -448,6 +481,9 @@ func (st *streamer) replay(ctx context.Context) error {
 			if err := st.verify(ctx, afterNow); err != nil {
 				return err
 			}
+		}
+		if len(evs) == sseReplayPage {
+			ahead = readAhead(st.src.key(evs[len(evs)-1]))
 		}
 		st.arm()
 		for _, e := range evs {
@@ -466,6 +502,13 @@ func (st *streamer) replay(ctx context.Context) error {
 			return nil
 		}
 	}
+}
+
+// replayPage is one page of a replay read ahead, or the panic reading it.
+type replayPage struct {
+	evs   []*spec.Event
+	err   error
+	panic string
 }
 
 // write buffers one event and advances the cursor. Nothing is written once
