@@ -78,6 +78,7 @@ func main() {
 			fmt.Fprintf(w, "%s\t-\t-\tskipped (HOMEWORK_TEST_PG not set)\n", f.name)
 			continue
 		}
+		fmt.Fprintf(os.Stderr, "%s ...\n", f.name)
 		metrics, out, err := runOnce(f)
 		if err != nil {
 			fmt.Fprintf(w, "%s\t-\t-\tERROR %v\n", f.name, err)
@@ -119,7 +120,6 @@ func main() {
 			fmt.Fprintf(w, "%s\t-\t-\tERROR no metric %q\n", f.name, f.metric)
 			failed = true
 		}
-		w.Flush()
 	}
 	w.Flush()
 	fmt.Printf("\n%s/%s, %d CPUs, %s\n", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), cpuModel())
