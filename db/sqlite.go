@@ -51,6 +51,7 @@ var dialect = &sqlstore.Dialect{
 	IsUniqueViolation:     isUniqueViolation,
 	IsForeignKeyViolation: isForeignKeyViolation,
 	JSONField:             func(col, key string) string { return "json_extract(" + col + ", '$." + key + "')" },
+	Contains:              func(col, lit string) string { return "instr(" + col + ", '" + lit + "') > 0" },
 	Search:                fts5{},
 }
 

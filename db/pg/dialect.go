@@ -97,6 +97,7 @@ var dialect = &sqlstore.Dialect{
 		return err
 	},
 	LockUsers: `LOCK TABLE users IN SHARE ROW EXCLUSIVE MODE`,
+	Contains:  func(col, lit string) string { return "strpos(" + col + ", '" + lit + "') > 0" },
 	JSONField: func(col, key string) string {
 		if strings.Contains(key, ".") {
 			return "(" + col + "::jsonb #>> '{" + strings.ReplaceAll(key, ".", ",") + "}')"

