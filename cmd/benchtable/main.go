@@ -98,7 +98,7 @@ func main() {
 			}
 			v := metrics[m]
 			if f.info {
-				fmt.Fprintf(w, "%s\t%.3g\t-\tinfo\n", f.name, v)
+				fmt.Fprintf(w, "%s\t%.4g\t-\tinfo\n", f.name, v)
 				continue
 			}
 			ok := v >= goal
@@ -114,7 +114,7 @@ func main() {
 			if m != f.metric {
 				name += " (" + m + ")"
 			}
-			fmt.Fprintf(w, "%s\t%.3g\t%s %g\t%s\n", name, v, cmp, goal, result)
+			fmt.Fprintf(w, "%s\t%.4g\t%s %g\t%s\n", name, v, cmp, goal, result)
 		}
 		if !found {
 			fmt.Fprintf(w, "%s\t-\t-\tERROR no metric %q\n", f.name, f.metric)
