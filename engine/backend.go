@@ -34,6 +34,10 @@ func Bind[TTx any](s spec.Store, driver riverdriver.Driver[TTx], driverTx func(s
 	// poll. With 4 processes working 32 runs of 8 iterations, fetches per
 	// iteration went from 9.2 to 6.2 (what is left is the polls), and no job
 	// waits for a poll because River's insert limiter dropped its NOTIFY.
+	// Without a listener River's own control messages (a job canceled in
+	// another process, a queue paused) do not travel either; the engine
+	// uses neither: an iteration is stopped through the store's Interrupt,
+	// and an attempt that lost its run writes nothing.
 	return Backend{
 		store: s,
 		newQueue: func(cfg *river.Config) (jobQueue, error) {

@@ -221,10 +221,12 @@ func New(opts Options) (*Engine, error) {
 	}
 	e.queue = queue
 	e.inTx = func(ctx context.Context, fn func(tx spec.Tx) error) error {
-		err := opts.Backend.store.WriteTx(ctx, fn)
-		if err == nil {
-			queue.Committed(ctx) // jobs it inserted start now, not at the next poll
-		}
+		var txs []spec.Tx // a retried write runs in several
+		err := opts.Backend.store.WriteTx(ctx, func(tx spec.Tx) error {
+			txs = append(txs, tx)
+			return fn(tx)
+		})
+		queue.Ended(ctx, txs, err == nil) // jobs it inserted start now, not at the next poll
 		return err
 	}
 	return e, nil

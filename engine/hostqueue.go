@@ -1,12 +1,11 @@
 package engine
 
 import (
-	"time"
-
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"time"
 
 	"github.com/riverqueue/river"
 
@@ -59,8 +58,9 @@ func (o *Options) isCommandHost() bool {
 //
 // The webhook queue is polled at most every fifth of the first retry's
 // backoff (1 s by default) rather than every FetchPollInterval: a new
-// delivery's job wakes the fetch when its transaction commits, so only a
-// retry, already seconds away, waits for a poll, and every process's idle
+// delivery's job wakes this process's fetch when its transaction commits,
+// so what waits for a poll is a retry, already seconds away, or a delivery
+// this process has no free webhook worker for; and every process's idle
 // polling of a second queue cost as much as its first.
 func riverQueues(o Options) map[string]river.QueueConfig {
 	webhooks := river.QueueConfig{MaxWorkers: o.WebhookWorkers, FetchPollInterval: max(o.FetchPollInterval, min(time.Second, o.WebhookBackoffBase/5))}

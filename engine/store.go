@@ -38,9 +38,11 @@ type jobQueue interface {
 	// running. For a process that alone works the queue, at its start, a
 	// job running then was running in a process that died.
 	RunningArgsTx(ctx context.Context, tx spec.Tx, kind string) ([][]byte, error)
-	// Committed tells the queue that a transaction of the engine's
-	// committed: jobs it inserted may be fetched now.
-	Committed(ctx context.Context)
+	// Ended tells the queue that a write of the engine's ended: txs are
+	// the transactions it ran in (a retried write runs in several, the
+	// last the one that ended it), and committed whether the last one
+	// committed, so that the jobs it inserted may be fetched now.
+	Ended(ctx context.Context, txs []spec.Tx, committed bool)
 	Start(ctx context.Context) error
 	Stop(ctx context.Context) error
 	StopAndCancel(ctx context.Context) error
@@ -53,10 +55,12 @@ type jobQueue interface {
 type riverQueue[TTx any] struct {
 	client   *river.Client[TTx]
 	driverTx func(spec.Tx) TTx
-	waker    *waker // nil with a listener
+	waker    *waker
 }
 
-func (q *riverQueue[TTx]) Committed(ctx context.Context) { q.waker.committed(ctx) }
+func (q *riverQueue[TTx]) Ended(ctx context.Context, txs []spec.Tx, committed bool) {
+	q.waker.ended(ctx, txs, committed)
+}
 
 func (q *riverQueue[TTx]) InsertTx(ctx context.Context, tx spec.Tx, args IterateArgs, queue string, scheduledAt time.Time) (bool, error) {
 	var opts *river.InsertOpts
@@ -68,7 +72,7 @@ func (q *riverQueue[TTx]) InsertTx(ctx context.Context, tx spec.Tx, args Iterate
 		return false, err
 	}
 	if !res.UniqueSkippedAsDuplicate && scheduledAt.IsZero() {
-		q.waker.inserted(queue)
+		q.waker.inserted(tx, queue)
 	}
 	return res.UniqueSkippedAsDuplicate, nil
 }
@@ -87,7 +91,7 @@ func (q *riverQueue[TTx]) InsertJobTx(ctx context.Context, tx spec.Tx, args rive
 		return false, err
 	}
 	if !res.UniqueSkippedAsDuplicate && scheduledAt.IsZero() {
-		q.waker.inserted(res.Job.Queue)
+		q.waker.inserted(tx, res.Job.Queue)
 	}
 	return res.UniqueSkippedAsDuplicate, nil
 }

@@ -9,16 +9,18 @@ import (
 	"github.com/riverqueue/river/rivershared/baseservice"
 	"github.com/riverqueue/river/rivershared/riverpilot"
 	"github.com/riverqueue/river/rivertype"
+
+	"homework/engine/spec"
 )
 
 // Without a listener River only polls (the engine uses none: see Bind):
 // a job inserted in a transaction waits for the next poll tick, because
-// River cannot tell when the caller's transaction commits. The engine can: every write it makes
-// goes through inTx. So the driver is wrapped to get hold of River's own
-// "a job became available" hook (the pilot's NotifyNonTxJobInsert, which
-// River made for poll-only clients), and the engine calls it for the
-// queues a transaction inserted into, right after that transaction
-// commits. The next iteration then starts within River's fetch cooldown
+// River cannot tell when the caller's transaction commits. The engine can:
+// every write it makes goes through inTx. So the driver is wrapped to get
+// hold of River's own "a job became available" hook (the pilot's
+// NotifyNonTxJobInsert, which River made for poll-only clients), and the
+// engine calls it for the queues a transaction inserted into, right after
+// that transaction commits. The next iteration then starts within River's fetch cooldown
 // instead of up to a poll interval later.
 //
 // The hook is River's plugin interface (driverPlugin, riverpilot.Pilot),
@@ -70,44 +72,50 @@ func (p *wakingPilot) PilotInit(archetype *baseservice.Archetype, params *riverp
 type waker struct {
 	pilot *wakingPilot
 	mu    sync.Mutex
-	// pending are the queues inserted into by transactions not yet seen
-	// to end. A wake for a transaction that then rolled back, or one that
-	// another transaction's commit takes along, costs one empty fetch.
-	pending map[string]bool
+	// pending are the queues each transaction not yet ended inserted into.
+	// They are kept per transaction: with several transactions in flight
+	// (PostgreSQL), one that commits first must neither wake for the
+	// others' jobs, not yet visible, nor take their wake away, which left
+	// a job to the next poll.
+	pending map[spec.Tx]map[string]bool
 }
 
-// inserted notes a job inserted into queue ("" is River's default).
-func (w *waker) inserted(queue string) {
-	if w == nil {
-		return
-	}
+// inserted notes a job inserted into queue ("" is River's default) by tx.
+func (w *waker) inserted(tx spec.Tx, queue string) {
 	if queue == "" {
 		queue = river.QueueDefault
 	}
 	w.mu.Lock()
 	if w.pending == nil {
-		w.pending = map[string]bool{}
+		w.pending = map[spec.Tx]map[string]bool{}
 	}
-	w.pending[queue] = true
+	if w.pending[tx] == nil {
+		w.pending[tx] = map[string]bool{}
+	}
+	w.pending[tx][queue] = true
 	w.mu.Unlock()
 }
 
-// committed wakes the fetch of every pending queue.
-func (w *waker) committed(ctx context.Context) {
-	if w == nil {
-		return
-	}
+// ended forgets what txs inserted, and wakes the fetch of the queues the
+// last of them inserted into when it committed (the earlier ones, attempts
+// of the same write, rolled back).
+func (w *waker) ended(ctx context.Context, txs []spec.Tx, committed bool) {
+	var queues map[string]bool
 	w.mu.Lock()
-	if len(w.pending) == 0 {
-		w.mu.Unlock()
+	for i, tx := range txs {
+		if committed && i == len(txs)-1 {
+			queues = w.pending[tx]
+		}
+		delete(w.pending, tx)
+	}
+	w.mu.Unlock()
+	if len(queues) == 0 {
 		return
 	}
-	res := make([]*rivertype.JobInsertResult, 0, len(w.pending))
-	for q := range w.pending {
+	res := make([]*rivertype.JobInsertResult, 0, len(queues))
+	for q := range queues {
 		res = append(res, &rivertype.JobInsertResult{Job: &rivertype.JobRow{Queue: q}})
 	}
-	clear(w.pending)
-	w.mu.Unlock()
 	w.pilot.mu.Lock()
 	notify := w.pilot.notify
 	w.pilot.mu.Unlock()
