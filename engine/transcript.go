@@ -131,7 +131,9 @@ func (t *transcript) flush(ctx context.Context, final bool, outcome func(context
 		if run.Iteration != t.iteration || max(run.Attempt, 1) != t.attempt {
 			return nil // another attempt is the run's now: this one writes nothing
 		}
-		if outcome != nil && run.Status == spec.StatusRunning {
+		// The executor's queued writes only while the run is still this
+		// process's attempt's (not taken over).
+		if outcome != nil && run.Status == spec.StatusRunning && run.LeaseOwner == t.e.id {
 			if written, err = outcome(ctx, tx); err != nil {
 				return err
 			}

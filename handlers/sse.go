@@ -304,22 +304,25 @@ func (st *streamer) run() {
 		st.replay(ctx)
 		return
 	}
-	for {
-		// Subscribe first: whatever commits after this point reaches the
-		// subscription, and everything before it is in the database.
-		sub := st.src.subscribe()
-		if err := st.replay(ctx); err != nil || st.ended {
-			sub.Close()
-			return
-		}
-		st.sub.Store(sub)
-		again := st.live(ctx, sub)
-		st.sub.Store(nil)
-		sub.Close()
-		if !again {
-			return
-		}
+	for st.follow(ctx) {
 	}
+}
+
+// follow subscribes, replays what the database has and sends live events
+// until the stream ends; it reports true when the bus dropped the
+// subscription and the stream must subscribe and replay again. The
+// subscription ends with it, however it returns (a panic included).
+func (st *streamer) follow(ctx context.Context) bool {
+	// Subscribe first: whatever commits after this point reaches the
+	// subscription, and everything before it is in the database.
+	sub := st.src.subscribe()
+	defer sub.Close()
+	if err := st.replay(ctx); err != nil || st.ended {
+		return false
+	}
+	st.sub.Store(sub)
+	defer st.sub.Store(nil)
+	return st.live(ctx, sub)
 }
 
 // live sends the subscription's events until the stream ends. It reports

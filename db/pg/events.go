@@ -88,14 +88,16 @@ type notice struct {
 }
 
 // feedLock is the first key of the per-user advisory lock under which a
-// committing transaction numbers its events for the user feed.
+// committing transaction draws its events' ids and writes them, for the
+// user feed.
 const feedLock = 0x46656564 // "Feed"
 
 // announceSQL writes a transaction's events, given column by column in
 // append order in $1..$6, with fresh ids from the sequence in that same
 // order, and announces them on channel $7: the events themselves, or only
 // their ids when the payload would exceed $8 bytes. It returns the new ids
-// in append order and whether it announced them; when even the ids exceed
+// in append order (id order too, as they are drawn in that order) and
+// whether it announced them; when even the ids exceed
 // $8 bytes (a transaction of many hundreds of events) the caller announces
 // them in chunks.
 // The ids are drawn in a materialised CTE and matched by rank, so their
