@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -18,13 +19,27 @@ func procCPU(tb testing.TB, pid int) time.Duration {
 	if err != nil {
 		tb.Skipf("no /proc here: %v", err)
 	}
-	// The fields after the command name, which is in parentheses and may
-	// hold spaces: state is field 3, utime 14 and stime 15.
-	rest := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
+	cpu, _ := statCPU(b)
+	return cpu
+}
+
+// statCPU reads the CPU time (user + system) from the contents of a
+// /proc/pid/stat file, and the process's command name.
+func statCPU(b []byte) (cpu time.Duration, comm string) {
+	// The command name is in parentheses and may hold spaces; after it,
+	// state is field 3, utime 14 and stime 15.
+	open, end := bytes.IndexByte(b, '('), bytes.LastIndexByte(b, ')')
+	if open < 0 || end < open || end+2 > len(b) {
+		return 0, ""
+	}
+	rest := strings.Fields(string(b[end+2:]))
+	if len(rest) < 13 {
+		return 0, ""
+	}
 	utime, _ := strconv.ParseInt(rest[11], 10, 64)
 	stime, _ := strconv.ParseInt(rest[12], 10, 64)
 	const ticks = 100 // USER_HZ, 100 on Linux
-	return time.Duration(utime+stime) * time.Second / ticks
+	return time.Duration(utime+stime) * time.Second / ticks, string(b[open+1 : end])
 }
 
 // BenchmarkLoneRunHop measures a lone run of 300 instant script iterations

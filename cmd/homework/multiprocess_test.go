@@ -1,14 +1,12 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -317,16 +315,12 @@ func postgresCPU() map[string]time.Duration {
 	cpu := map[string]time.Duration{}
 	for _, f := range stats {
 		b, err := os.ReadFile(f)
-		if err != nil || !bytes.Contains(b, []byte("(postgres)")) {
+		if err != nil {
 			continue
 		}
-		rest := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+2:]))
-		if len(rest) < 13 {
-			continue
+		if t, comm := statCPU(b); comm == "postgres" {
+			cpu[f] = t
 		}
-		utime, _ := strconv.ParseInt(rest[11], 10, 64)
-		stime, _ := strconv.ParseInt(rest[12], 10, 64)
-		cpu[f] = time.Duration(utime+stime) * time.Second / 100
 	}
 	return cpu
 }

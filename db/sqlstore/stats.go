@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 
 	"homework/engine/spec"
@@ -110,21 +111,7 @@ func (r Reads) StatsRows(ctx context.Context, userID int64, f spec.StatsFilter) 
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
-	if len(chunks) == 0 {
-		if len(chunk) == 0 {
-			return nil, nil
-		}
-		return chunk, nil
-	}
-	n := len(chunk)
-	for _, c := range chunks {
-		n += len(c)
-	}
-	out := make([]spec.StatsRow, 0, n)
-	for _, c := range chunks {
-		out = append(out, c...)
-	}
-	return append(out, chunk...), nil
+	return slices.Concat(append(chunks, chunk)...), nil
 }
 
 // statsBudgets is the part of a run's budgets the report reads.
