@@ -48,6 +48,7 @@ func (r sqlRows) Close() { r.Rows.Close() }
 // nothing is row-locked; full-text search is FTS5.
 var dialect = &sqlstore.Dialect{
 	Name:                  "sqlite",
+	SetOnlyChangedKeys:    true,
 	IsUniqueViolation:     isUniqueViolation,
 	IsForeignKeyViolation: isForeignKeyViolation,
 	JSONField:             func(col, key string) string { return "json_extract(" + col + ", '$." + key + "')" },

@@ -54,6 +54,11 @@ type Dialect struct {
 	// ForUpdate locks the rows a SELECT in a write transaction reads (" FOR
 	// UPDATE"); "" where a transaction holds the whole database (SQLite).
 	ForUpdate string
+	// SetOnlyChangedKeys makes UpdateRun leave the columns runs' indexes
+	// read out of its SET list when they did not change: SQLite rewrites
+	// an index's entries for every column set, changed or not. PostgreSQL
+	// compares the values itself (and must see every parameter typed).
+	SetOnlyChangedKeys bool
 	// IsUniqueViolation and IsForeignKeyViolation recognise constraint
 	// failures.
 	IsUniqueViolation     func(error) bool

@@ -11,6 +11,9 @@ type Tx struct {
 	c   Conn
 	d   *Dialect
 	now time.Time
+	// runKeys holds the indexed columns of each run as this transaction
+	// read or last wrote them (see UpdateRun).
+	runKeys map[string]runKeys
 }
 
 // NewTx returns the shared methods of a write transaction on c whose time

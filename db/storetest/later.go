@@ -24,6 +24,7 @@ func runLater(t *testing.T, open func(t *testing.T) spec.Store) {
 	t.Run("a forecast reads finished iterations' usage; the report reads budgets and forecast stops", s.usage)
 	t.Run("webhook endpoints keep their events and deliveries, each user only theirs", s.webhooks)
 	t.Run("a run's event history pages back by seq, filtered by type", s.eventHistory)
+	t.Run("run updates after a read keep the indexed lists right", s.updatesAfterRead)
 }
 
 type laterSuite struct {
@@ -442,5 +443,90 @@ func (s laterSuite) readSnapshot(t *testing.T) {
 	boom := fmt.Errorf("boom")
 	if err := ls.ReadTx(f.ctx, func(spec.ReadStore) error { return boom }); err != boom {
 		t.Errorf("ReadTx returned %v, want fn's error", err)
+	}
+}
+
+// updatesAfterRead: UpdateRun sets a run's indexed columns (status, cost,
+// creation time, parent) only when they changed since the transaction read
+// the run; the lists read through those indexes still see every change,
+// back and forth within one transaction and across them.
+func (s laterSuite) updatesAfterRead(t *testing.T) {
+	f, ls := s.fixture(t)
+	u := f.user("updates@example.com")
+	a, b := f.run(u.ID, "a"), f.run(u.ID, "b")
+	list := func(filter spec.RunFilter) string {
+		t.Helper()
+		page, err := ls.ListRuns(f.ctx, u.ID, filter)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ids(page.Runs)
+	}
+	// One transaction: a goes running, then stopped with a cost, then
+	// running again; b goes running and back to queued (what it was read
+	// as), with a new iteration.
+	f.tx(func(tx spec.Tx) error {
+		run, err := tx.FindRun(f.ctx, a.ID)
+		if err != nil {
+			return err
+		}
+		run.Status = spec.StatusRunning
+		if err := tx.UpdateRun(f.ctx, run); err != nil {
+			return err
+		}
+		run.Status = spec.StatusStopped
+		run.Metrics.AddCall("m", 10, 10, 3, true)
+		if err := tx.UpdateRun(f.ctx, run); err != nil {
+			return err
+		}
+		run.Status = spec.StatusRunning
+		if err := tx.UpdateRun(f.ctx, run); err != nil {
+			return err
+		}
+		other, err := tx.FindRun(f.ctx, b.ID)
+		if err != nil {
+			return err
+		}
+		other.Status = spec.StatusRunning
+		if err := tx.UpdateRun(f.ctx, other); err != nil {
+			return err
+		}
+		other.Status, other.Iteration = spec.StatusQueued, 4
+		return tx.UpdateRun(f.ctx, other)
+	})
+	if got := list(spec.RunFilter{Status: spec.StatusRunning}); got != "a" {
+		t.Errorf("running runs = %q, want a", got)
+	}
+	if got := list(spec.RunFilter{Status: spec.StatusStopped}); got != "" {
+		t.Errorf("stopped runs = %q, want none", got)
+	}
+	if got := list(spec.RunFilter{Sort: spec.SortCostDesc}); got != "a b" {
+		t.Errorf("most expensive first = %q, want a b", got)
+	}
+	// A later transaction changes what the earlier one left, and a run
+	// updated without being read in its transaction is written whole.
+	f.tx(func(tx spec.Tx) error {
+		run, err := tx.FindRun(f.ctx, a.ID)
+		if err != nil {
+			return err
+		}
+		run.Status, run.Metrics = spec.StatusQueued, spec.Metrics{}
+		return tx.UpdateRun(f.ctx, run)
+	})
+	b.Status, b.Iteration = spec.StatusStopped, 4
+	b.Metrics.AddCall("m", 10, 10, 5, true)
+	f.tx(func(tx spec.Tx) error { return tx.UpdateRun(f.ctx, b) })
+	if got := list(spec.RunFilter{Status: spec.StatusStopped}); got != "b" {
+		t.Errorf("stopped runs = %q, want b", got)
+	}
+	if got := list(spec.RunFilter{Status: spec.StatusQueued}); got != "a" {
+		t.Errorf("queued runs = %q, want a", got)
+	}
+	if got := list(spec.RunFilter{Sort: spec.SortCostDesc}); got != "b a" {
+		t.Errorf("most expensive first = %q, want b a", got)
+	}
+	got, err := f.s.FindRunByID(f.ctx, b.ID)
+	if err != nil || got.Iteration != 4 || got.Status != spec.StatusStopped || got.Metrics.CostTotalUSD != 5 {
+		t.Errorf("b = %+v, %v", got, err)
 	}
 }
