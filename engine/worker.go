@@ -492,9 +492,20 @@ func (e *Engine) execute(ctx context.Context, it *iteration) (res *spec.Result, 
 // the lease, writes the running iteration row and builds the input. It
 // returns nil, nil for a stale job.
 func (e *Engine) beginIteration(ctx context.Context, args IterateArgs) (*iteration, error) {
+	// What the earlier iterations left and the inbox are read before the
+	// write transaction, so that the one writer does not wait on them:
+	// finished iterations do not change, and the iteration consumes only
+	// the inbox items read here (a later one waits for the next iteration).
+	recent, err := e.store.PastIterations(ctx, args.RunID, args.Iteration, historyDepth)
+	if err != nil {
+		return nil, err
+	}
+	inbox, err := e.store.PendingInbox(ctx, args.RunID)
+	if err != nil {
+		return nil, err
+	}
 	var it *iteration
-	var recent []*spec.PastIteration
-	err := e.inTx(ctx, func(tx spec.Tx) error {
+	err = e.inTx(ctx, func(tx spec.Tx) error {
 		run, err := tx.FindRun(ctx, args.RunID)
 		if spec.ErrorCode(err) == spec.ENOTFOUND {
 			return nil
@@ -530,14 +541,6 @@ func (e *Engine) beginIteration(ctx context.Context, args IterateArgs) (*iterati
 			}
 		}
 		if err := tx.UpsertIteration(ctx, row); err != nil {
-			return err
-		}
-		inbox, err := tx.PendingInbox(ctx, run.ID)
-		if err != nil {
-			return err
-		}
-		recent, err = tx.PastIterations(ctx, run.ID, args.Iteration, historyDepth)
-		if err != nil {
 			return err
 		}
 		it = &iteration{run: run, cfg: cfg, row: row, forecast: args.Forecast}

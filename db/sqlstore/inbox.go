@@ -14,8 +14,8 @@ func (tx *Tx) InsertInbox(ctx context.Context, it *spec.InboxItem) error {
 }
 
 // PendingInbox returns the run's unconsumed items, oldest first.
-func (tx *Tx) PendingInbox(ctx context.Context, runID string) ([]*spec.InboxItem, error) {
-	rows, err := tx.c.Query(ctx, `SELECT id, run_id, kind, body, created_at FROM inbox
+func (r Reads) PendingInbox(ctx context.Context, runID string) ([]*spec.InboxItem, error) {
+	rows, err := r.c.Query(ctx, `SELECT id, run_id, kind, body, created_at FROM inbox
 		WHERE run_id = ? AND consumed_at IS NULL ORDER BY id`, runID)
 	if err != nil {
 		return nil, err

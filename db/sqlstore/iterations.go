@@ -124,11 +124,10 @@ func (tx *Tx) RecentIterations(ctx context.Context, runID string, n int) ([]*spe
 
 // PastIterations returns the run's last n finished iterations below
 // before, newest first: summaries and gate records, and the check results
-// of the newest only, as stored JSON. Being on every iteration's path,
-// inside the writer's transaction, it reads four columns and decodes
-// nothing; the engine decodes after the transaction.
-func (tx *Tx) PastIterations(ctx context.Context, runID string, before, n int) ([]*spec.PastIteration, error) {
-	rows, err := tx.c.Query(ctx, `SELECT iteration, summary, gate, checks FROM iterations
+// of the newest only, as stored JSON. Being on every iteration's path, it
+// reads four columns and decodes nothing.
+func (r Reads) PastIterations(ctx context.Context, runID string, before, n int) ([]*spec.PastIteration, error) {
+	rows, err := r.c.Query(ctx, `SELECT iteration, summary, gate, checks FROM iterations
 		WHERE run_id = ? AND iteration < ? AND status != 'running' ORDER BY iteration DESC LIMIT ?`, runID, before, n)
 	if err != nil {
 		return nil, err

@@ -425,7 +425,7 @@ func (s suite) pastIterations(f *fixture, gate *spec.GateRecord, checks []spec.C
 			StartedAt: tx.Now(), EndedAt: tx.Now(), Summary: "third", GateRecord: stop, CheckResults: checks})
 	})
 	f.tx(func(tx spec.Tx) error {
-		past, err := tx.PastIterations(f.ctx, "r", 4, 20)
+		past, err := f.s.PastIterations(f.ctx, "r", 4, 20)
 		if err != nil || len(past) != 2 || past[0].Iteration != 3 || past[1].Iteration != 1 {
 			t.Fatalf("past iterations below 4: %+v (%v)", past, err)
 		}
@@ -436,16 +436,16 @@ func (s suite) pastIterations(f *fixture, gate *spec.GateRecord, checks []spec.C
 		if p := past[1]; p.Summary != "did things" || decodeGate(t, p.Gate).Signals.Progress != gate.Signals.Progress || p.Checks != nil {
 			t.Errorf("older past iteration = %+v (checks only for the newest)", p)
 		}
-		past, err = tx.PastIterations(f.ctx, "r", 3, 20)
+		past, err = f.s.PastIterations(f.ctx, "r", 3, 20)
 		if err != nil || len(past) != 1 || past[0].Iteration != 1 || len(decodeChecks(t, past[0].Checks)) != 1 ||
 			fmt.Sprint(decodeGate(t, past[0].Gate).RemainingWork) != "[write tests]" {
 			t.Errorf("past iterations below 3: %+v (%v)", past, err)
 		}
-		past, err = tx.PastIterations(f.ctx, "r", 4, 1)
+		past, err = f.s.PastIterations(f.ctx, "r", 4, 1)
 		if err != nil || len(past) != 1 || past[0].Iteration != 3 {
 			t.Errorf("last past iteration below 4: %+v (%v)", past, err)
 		}
-		past, err = tx.PastIterations(f.ctx, "r", 1, 20)
+		past, err = f.s.PastIterations(f.ctx, "r", 1, 20)
 		if err != nil || len(past) != 0 {
 			t.Errorf("past iterations below 1: %+v (%v)", past, err)
 		}
@@ -577,7 +577,7 @@ func (s suite) inbox(t *testing.T) {
 		return nil
 	})
 	f.tx(func(tx spec.Tx) error {
-		pending, err := tx.PendingInbox(f.ctx, "r")
+		pending, err := f.s.PendingInbox(f.ctx, "r")
 		if err != nil {
 			return err
 		}
@@ -587,7 +587,7 @@ func (s suite) inbox(t *testing.T) {
 		return tx.ConsumeInbox(f.ctx, "r", last, 4)
 	})
 	f.tx(func(tx spec.Tx) error {
-		pending, err := tx.PendingInbox(f.ctx, "r")
+		pending, err := f.s.PendingInbox(f.ctx, "r")
 		if len(pending) != 0 {
 			t.Errorf("pending after consume = %+v", pending)
 		}

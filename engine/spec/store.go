@@ -119,6 +119,15 @@ type EngineReads interface {
 	RenewAttemptLease(ctx context.Context, runID, owner string, iteration, attempt int, until time.Time) (bool, error)
 	// SumLLMCalls returns the usage of the run's model calls in iteration.
 	SumLLMCalls(ctx context.Context, runID string, iteration int) (Metrics, error)
+	// PastIterations returns the run's last n finished iterations numbered
+	// below before, newest first, as an iteration starting is given them:
+	// summaries and gate records, and the check results of the newest only,
+	// as stored JSON. An iteration reads them, and its inbox, before its
+	// write transaction: finished iterations do not change, and the inbox
+	// items it reads are the ones it consumes.
+	PastIterations(ctx context.Context, runID string, before, n int) ([]*PastIteration, error)
+	// PendingInbox returns the run's unconsumed inbox items, oldest first.
+	PendingInbox(ctx context.Context, runID string) ([]*InboxItem, error)
 }
 
 // RunReads are reads of one user's runs beyond a page view's.
@@ -184,11 +193,6 @@ type Tx interface {
 	FindIteration(ctx context.Context, runID string, iteration int) (*Iteration, error)
 	UpsertIteration(ctx context.Context, it *Iteration) error
 	RecentIterations(ctx context.Context, runID string, n int) ([]*Iteration, error)
-	// PastIterations returns the run's last n finished iterations numbered
-	// below before, newest first, as an iteration starting is given them:
-	// summaries and gate records, and the check results of the newest only,
-	// as stored JSON.
-	PastIterations(ctx context.Context, runID string, before, n int) ([]*PastIteration, error)
 	// SumIterationMetrics adds up the recorded iterations' metrics of a run.
 	SumIterationMetrics(ctx context.Context, runID string) (Metrics, error)
 	// SumIterationMetricsFrom adds up the metrics of the run's iterations
@@ -201,7 +205,6 @@ type Tx interface {
 	AppendTranscript(ctx context.Context, runID string, iteration int, capBytes int64, lines []*TranscriptLine, dropped int64) ([]*TranscriptLine, *TranscriptInfo, error)
 
 	InsertInbox(ctx context.Context, it *InboxItem) error
-	PendingInbox(ctx context.Context, runID string) ([]*InboxItem, error)
 	ConsumeInbox(ctx context.Context, runID string, maxID int64, iteration int) error
 	InsertLLMCall(ctx context.Context, c *LLMCall) error
 	SumLLMCalls(ctx context.Context, runID string, iteration int) (Metrics, error)
