@@ -5,6 +5,7 @@ import (
 	"context"
 	"database/sql/driver"
 	"errors"
+	"regexp"
 	"sync/atomic"
 
 	"modernc.org/sqlite"
@@ -26,6 +27,20 @@ type cachingConnector struct {
 	// prepares the statements they had to prepare (not in the cache).
 	queries  atomic.Int64
 	prepares atomic.Int64
+}
+
+// boundLimit matches a LIMIT whose value is a bound parameter.
+var boundLimit = regexp.MustCompile(`(?i)\b(LIMIT\s+)([?@:$][A-Za-z0-9_]*)`)
+
+// unfoldLimits writes a LIMIT given by a parameter as a unary plus of it.
+// SQLite compiles a bound LIMIT's value into the statement and marks the
+// statement to be prepared again whenever the parameter is bound, and
+// database/sql binds every execution: each run of such a statement (River's
+// fetch, every paged read) parsed and planned it afresh, doubling its cost.
+// SQLite looks through a unary plus only for a literal, so with one the
+// value is read when the statement runs, as any expression's is.
+func unfoldLimits(query string) string {
+	return boundLimit.ReplaceAllString(query, "${1}+${2}")
 }
 
 func (c *cachingConnector) Connect(ctx context.Context) (driver.Conn, error) {
@@ -86,10 +101,10 @@ func (c *cachingConn) PrepareContext(ctx context.Context, query string) (driver.
 		}
 		// In use by open rows of the same query: prepare a one-off.
 		c.prepares.Add(1)
-		return c.inner.(driver.ConnPrepareContext).PrepareContext(ctx, query)
+		return c.inner.(driver.ConnPrepareContext).PrepareContext(ctx, unfoldLimits(query))
 	}
 	c.prepares.Add(1)
-	st, err := c.inner.(driver.ConnPrepareContext).PrepareContext(ctx, query)
+	st, err := c.inner.(driver.ConnPrepareContext).PrepareContext(ctx, unfoldLimits(query))
 	if err != nil {
 		return nil, err
 	}
