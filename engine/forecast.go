@@ -155,11 +155,14 @@ func usd(v float64) string {
 // is its spend so far). It returns the forecast to record with the
 // iteration, and whether the run was moved out of running instead (stopped
 // or waiting, by on_forecast) because the iteration would not fit. Runs
-// without a cost or token budget are not forecast here.
-func (e *Engine) forecastGate(ctx context.Context, tx spec.Tx, run *spec.Run) (*spec.Forecast, bool, error) {
-	cfg, err := RunConfig(run)
-	if err != nil {
-		return nil, false, err
+// without a cost or token budget are not forecast here. cfg is the run's
+// config when the caller has it decoded (nil: decoded from run).
+func (e *Engine) forecastGate(ctx context.Context, tx spec.Tx, run *spec.Run, cfg *spec.Config) (*spec.Forecast, bool, error) {
+	if cfg == nil {
+		var err error
+		if cfg, err = RunConfig(run); err != nil {
+			return nil, false, err
+		}
 	}
 	b := cfg.Budgets
 	if b.MaxCostUSD <= 0 && b.MaxTotalTokens <= 0 {

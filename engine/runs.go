@@ -128,13 +128,15 @@ func (e *Engine) startRun(ctx context.Context, tx spec.Tx, run *spec.Run) error 
 	}); err != nil {
 		return err
 	}
-	return e.enqueueNext(ctx, tx, run, 0)
+	return e.enqueueNext(ctx, tx, run, nil, 0)
 }
 
 // enqueueNext sets the run to its next iteration (attempt 1), inserts that
 // iteration's job in tx, to run after delay (0: at once), and writes the run.
-func (e *Engine) enqueueNext(ctx context.Context, tx spec.Tx, run *spec.Run, delay time.Duration) error {
-	forecast, moved, err := e.forecastGate(ctx, tx, run)
+// cfg is the run's config when the caller has it decoded (an iteration
+// finishing: a config changes only while no iteration runs), else nil.
+func (e *Engine) enqueueNext(ctx context.Context, tx spec.Tx, run *spec.Run, cfg *spec.Config, delay time.Duration) error {
+	forecast, moved, err := e.forecastGate(ctx, tx, run, cfg)
 	if err != nil || moved {
 		return err // moved: the next iteration would not fit its budgets
 	}

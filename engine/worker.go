@@ -522,10 +522,6 @@ func (e *Engine) beginIteration(ctx context.Context, args IterateArgs) (*iterati
 			// process is dead or its lease expired.
 			return nil
 		}
-		cfg, err := RunConfig(run)
-		if err != nil {
-			return err
-		}
 		if err := tx.SetLease(ctx, run, e.id, tx.Now().Add(e.opts.LeaseTTL)); err != nil {
 			return err
 		}
@@ -543,14 +539,7 @@ func (e *Engine) beginIteration(ctx context.Context, args IterateArgs) (*iterati
 		if err := tx.UpsertIteration(ctx, row); err != nil {
 			return err
 		}
-		it = &iteration{run: run, cfg: cfg, row: row, forecast: args.Forecast}
-		in := &spec.Input{RunID: run.ID, UserID: run.UserID, Iteration: args.Iteration, Attempt: args.Attempt,
-			Config: cfg, WorkspaceDocID: run.WorkspaceDocID}
-		for _, m := range inbox {
-			in.Inbox = append(in.Inbox, spec.InboxItem{Kind: m.Kind, Body: m.Body, CreatedAt: m.CreatedAt})
-			it.maxInbox = m.ID
-		}
-		it.input = in
+		it = &iteration{run: run, row: row, forecast: args.Forecast}
 		if _, err := tx.AppendEvent(ctx, run.ID, spec.EventIterationStarted, spec.IterationStartedData{
 			Iteration: args.Iteration, Attempt: args.Attempt, Inbox: len(inbox),
 		}); err != nil {
@@ -561,9 +550,23 @@ func (e *Engine) beginIteration(ctx context.Context, args IterateArgs) (*iterati
 	if err != nil || it == nil {
 		return nil, err
 	}
-	// What the earlier iterations left is decoded here, after the commit,
-	// so that no other write waits on it.
-	in := it.input
+	// The run's config and what the earlier iterations left are decoded
+	// here, after the commit, so that no other write waits on them. The
+	// config was validated when the run was created or continued (one that
+	// did not decode would fail the job here, after the attempt began,
+	// where it failed the transaction before).
+	cfg, err := RunConfig(it.run)
+	if err != nil {
+		return nil, err
+	}
+	it.cfg = cfg
+	in := &spec.Input{RunID: it.run.ID, UserID: it.run.UserID, Iteration: args.Iteration, Attempt: args.Attempt,
+		Config: cfg, WorkspaceDocID: it.run.WorkspaceDocID}
+	for _, m := range inbox {
+		in.Inbox = append(in.Inbox, spec.InboxItem{Kind: m.Kind, Body: m.Body, CreatedAt: m.CreatedAt})
+		it.maxInbox = m.ID
+	}
+	it.input = in
 	for _, r := range recent { // newest first
 		if in.Feedback == nil {
 			in.Feedback = feedbackOf(r)
@@ -714,7 +717,7 @@ func (e *Engine) finishIteration(ctx context.Context, it *iteration, out *outcom
 		if err := e.recordIteration(ctx, tx, run, it, row, out); err != nil {
 			return err
 		}
-		if err := e.applyDecision(ctx, tx, run, out, it.history); err != nil {
+		if err := e.applyDecision(ctx, tx, run, it.cfg, out, it.history); err != nil {
 			return err
 		}
 		stored = func() { wrote(); markStored() }
@@ -800,14 +803,15 @@ func (e *Engine) recordIteration(ctx context.Context, tx spec.Tx, run *spec.Run,
 
 // applyDecision enqueues the next iteration or moves the run to its new
 // status (report, notification, status event last), then promotes queued
-// runs when a slot freed.
-func (e *Engine) applyDecision(ctx context.Context, tx spec.Tx, run *spec.Run, out *outcome, history []spec.Signals) error {
+// runs when a slot freed. cfg is the run's config, decoded when the
+// iteration began.
+func (e *Engine) applyDecision(ctx context.Context, tx spec.Tx, run *spec.Run, cfg *spec.Config, out *outcome, history []spec.Signals) error {
 	d := out.decision
 	run.RunningSince = time.Time{}
 	switch d.Decision {
 	case spec.DecisionContinue:
 		run.RunningSince = tx.Now()
-		if err := e.enqueueNext(ctx, tx, run, e.endpointBackoff(out, history)); err != nil {
+		if err := e.enqueueNext(ctx, tx, run, cfg, e.endpointBackoff(out, history)); err != nil {
 			return err
 		}
 		if run.Status == spec.StatusRunning {
