@@ -190,14 +190,17 @@ func TestAStreamIsAChunkedResponseWithTheMiddlewaresHeaders(t *testing.T) {
 	if resp.StatusCode != http.StatusOK || len(resp.TransferEncoding) != 1 || resp.TransferEncoding[0] != "chunked" || !resp.Close {
 		t.Fatalf("status %d, transfer encoding %v, close %v; want 200, chunked, close", resp.StatusCode, resp.TransferEncoding, resp.Close)
 	}
-	// The first chunk is the retry field alone: the body is read chunk by
-	// chunk as the server sent it.
-	cr := httputil.NewChunkedReader(br)
-	first := make([]byte, 64)
-	n, err := cr.Read(first)
-	if err != nil || string(first[:n]) != "retry: 3000\n\n" {
-		t.Fatalf("first chunk %q, %v", first[:n], err)
+	// The first chunk is the retry field alone, read by its framing (a
+	// chunked reader joins the chunks already received in one read).
+	size, err := br.ReadString('\n')
+	if err != nil || size != "d\r\n" {
+		t.Fatalf("first chunk's size line %q, %v; want 13 bytes", size, err)
 	}
+	first := make([]byte, 13+2)
+	if _, err := io.ReadFull(br, first); err != nil || string(first) != "retry: 3000\n\n\r\n" {
+		t.Fatalf("first chunk %q, %v", first, err)
+	}
+	cr := httputil.NewChunkedReader(br)
 	if _, err := ts.Engine.Cancel(ts.ctx, alice.ID, id); err != nil {
 		t.Fatal(err)
 	}
