@@ -82,7 +82,7 @@ func ensureParents(ctx context.Context, tx spec.Tx, runID, objective, p string, 
 // one transaction with its events, and records it in the artifacts.
 func (it *iteration) putDoc(ctx context.Context, doc *spec.Document) (created bool, err error) {
 	var folders []*spec.Document
-	err = it.e.store.WriteTx(ctx, func(tx spec.Tx) error {
+	err = it.writeTx(ctx, func(tx spec.Tx) error {
 		var err error
 		created, folders, err = it.putDocTx(ctx, tx, doc)
 		return err
@@ -146,7 +146,7 @@ func (it *iteration) appendScratchpad(ctx context.Context, heading, text string)
 	var archived string
 	var spDoc *spec.Document
 	var spCreated bool
-	err := it.e.store.WriteTx(ctx, func(tx spec.Tx) error {
+	err := it.writeTx(ctx, func(tx spec.Tx) error {
 		docs, archived = docs[:0], ""
 		sp, err := tx.FindDocumentByPath(ctx, it.in.RunID, scratchpadPath)
 		if spec.ErrorCode(err) == spec.ENOTFOUND {
