@@ -7,6 +7,7 @@ import (
 	"math"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -929,5 +930,28 @@ func TestProgressFingerprint(t *testing.T) {
 		if (prints[i+1] == prints[i]) != s {
 			t.Errorf("iterations %d and %d: fingerprints %s and %s, want equal %v", i+1, i+2, prints[i], prints[i+1], s)
 		}
+	}
+}
+
+// TestFoldersAreMadeOnceAndInTheTree: a document under missing folders
+// creates each once, top-down, whatever exists above or beside it.
+func TestFoldersAreMadeOnceAndInTheTree(t *testing.T) {
+	write := func(p string) llmtest.Call { return call(toolWrite, map[string]any{"path": p, "content": "# " + p}) }
+	f := newFixture(t, spec.Config{}, nil,
+		tools(write("a/b/c.md"), write("a/b/d.md"), write("a/x.md"), write("e/f/g/h.md"), write("e/f/i.md"), write("top.md")),
+		report(false, "Wrote."))
+	if _, err := f.iterate(f.input(1)); err != nil {
+		t.Fatal(err)
+	}
+	f.checkTree()
+	var folders []string
+	for _, e := range f.storedEvents(spec.EventDocumentCreated) {
+		if e["kind"] == spec.DocFolder {
+			folders = append(folders, e["path"].(string))
+		}
+	}
+	want := []string{"a", "a/b", "e", "e/f", "e/f/g", "iterations"}
+	if !slices.Equal(folders, want) {
+		t.Errorf("folders created %q, want %q", folders, want)
 	}
 }
