@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 
@@ -118,6 +119,24 @@ func (r Reads) ListRunDocuments(ctx context.Context, userID int64, runID string)
 		return nil, err
 	}
 	return scanDocuments(r.c.Query(ctx, `SELECT `+DocumentColumns+` FROM documents WHERE run_id = ? ORDER BY path`, runID))
+}
+
+// ListRunDocumentsOutside returns the documents of the user's run, ordered
+// by path, but those inside folders (their folder documents are listed).
+// The rows left out are not read: an executor reading its workspace every
+// iteration skips what grows with the run (iteration summaries, archives).
+func (r Reads) ListRunDocumentsOutside(ctx context.Context, userID int64, runID string, folders ...string) ([]*spec.Document, error) {
+	if err := r.checkRunOwner(ctx, userID, runID); err != nil {
+		return nil, err
+	}
+	q, args := `SELECT `+DocumentColumns+` FROM documents WHERE run_id = ?`, []any{runID}
+	for _, f := range folders {
+		// substr counts characters on both stores; a prefix test, unlike
+		// LIKE, is exact and case-sensitive.
+		q += ` AND substr(path, 1, ?) <> ?`
+		args = append(args, utf8.RuneCountInString(f)+1, f+"/")
+	}
+	return scanDocuments(r.c.Query(ctx, q+` ORDER BY path`, args...))
 }
 
 // SearchDocuments runs a full-text query over the user's documents (all runs,

@@ -17,6 +17,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -36,6 +37,7 @@ func Run(t *testing.T, open func(t *testing.T) spec.Store) {
 	t.Run("a feed reader polling during concurrent writes skips no event", s.feedUnderConcurrentWrites)
 	t.Run("iterations keep their typed gate, checks and artifacts", s.iterations)
 	t.Run("documents are put, updated and found by full-text search", s.documents)
+	t.Run("a run's documents are listed without those inside given folders", s.documentsOutside)
 	t.Run("tasks keep their order and updates", s.tasks)
 	t.Run("inbox items are consumed once", s.inbox)
 	t.Run("notifications are listed newest first and marked read", s.notifications)
@@ -524,6 +526,63 @@ func (s suite) documents(t *testing.T) {
 		wantCode(t, "a document in a missing run", err, spec.ENOTFOUND)
 		return nil
 	})
+}
+
+func (s suite) documentsOutside(t *testing.T) {
+	f := s.fixture(t)
+	u, other := f.user("a@example.com"), f.user("b@example.com")
+	f.run(u.ID, "r1")
+	f.run(u.ID, "r2")
+	paths := []string{"", "iterations", "iterations/001-summary.md", "iterations/sub/x.md", "iterationsX.md", "iterations-old/a.md",
+		"Iterations/x.md", "scratchpad.md", "scratchpad", "scratchpad/001.md", "notes/a.md", "é", "é/x.md", "éa.md"}
+	f.tx(func(tx spec.Tx) error {
+		for _, p := range paths {
+			if _, err := tx.PutDocument(f.ctx, &spec.Document{RunID: "r1", Path: p, Title: "t " + p, Content: "c " + p}); err != nil {
+				return err
+			}
+		}
+		_, err := tx.PutDocument(f.ctx, &spec.Document{RunID: "r2", Path: "notes/b.md"})
+		return err
+	})
+	list := func(folders ...string) []string {
+		t.Helper()
+		docs, err := f.s.ListRunDocumentsOutside(f.ctx, u.ID, "r1", folders...)
+		if err != nil {
+			t.Fatalf("ListRunDocumentsOutside %q: %v", folders, err)
+		}
+		var got []string
+		for _, d := range docs {
+			if d.RunID != "r1" || d.Content != "c "+d.Path || d.Title != "t "+d.Path {
+				t.Errorf("document %+v", d)
+			}
+			got = append(got, d.Path)
+		}
+		slices.Sort(got) // the order of paths is the database's collation
+		return got
+	}
+	all := slices.Sorted(slices.Values(paths))
+	if got := list(); !slices.Equal(got, all) {
+		t.Errorf("no folders left out: %q, want %q", got, all)
+	}
+	want := []string{"", "Iterations/x.md", "iterations", "iterations-old/a.md", "iterationsX.md", "notes/a.md",
+		"scratchpad", "scratchpad.md", "é", "éa.md"}
+	slices.Sort(want)
+	if got := list("iterations", "scratchpad", "é"); !slices.Equal(got, want) {
+		t.Errorf("left out iterations/, scratchpad/ and é/: %q, want %q", got, want)
+	}
+	if err := f.s.ReadTx(f.ctx, func(r spec.ReadStore) error {
+		docs, err := r.ListRunDocumentsOutside(f.ctx, u.ID, "r1", "notes")
+		if err != nil || len(docs) != len(paths)-1 {
+			t.Errorf("in a read transaction, outside notes/: %d documents (%v), want %d", len(docs), err, len(paths)-1)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := f.s.ListRunDocumentsOutside(f.ctx, other.ID, "r1", "iterations")
+	wantCode(t, "another user's run", err, spec.ENOTFOUND)
+	_, err = f.s.ListRunDocumentsOutside(f.ctx, u.ID, "missing")
+	wantCode(t, "a missing run", err, spec.ENOTFOUND)
 }
 
 func (s suite) tasks(t *testing.T) {

@@ -1,7 +1,6 @@
 package llm
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"unicode/utf8"
@@ -9,13 +8,10 @@ import (
 	"homework/engine/spec"
 )
 
-// buildContext assembles the iteration's bounded context.
-func (it *iteration) buildContext(ctx context.Context, docs []*spec.Document) (string, error) {
-	e, in, cfg := it.e, it.in, it.cfg
-	tasks, err := e.store.ListTasks(ctx, in.UserID, in.RunID)
-	if err != nil {
-		return "", err
-	}
+// buildContext assembles the iteration's bounded context from st, the
+// run's documents and checklist.
+func (it *iteration) buildContext(st runState) string {
+	e, in, cfg, tasks := it.e, it.in, it.cfg, st.tasks
 	var b strings.Builder
 	section := func(title, body string, size int) {
 		body = strings.TrimSpace(body)
@@ -40,7 +36,7 @@ func (it *iteration) buildContext(ctx context.Context, docs []*spec.Document) (s
 	if len(in.Summaries) > 0 {
 		section("Recent iteration summaries (newest last)", summariesText(in.Summaries), 3000)
 	}
-	ws := readWorkspace(docs)
+	ws := readWorkspace(st.docs)
 	if ws.plan != "" && !it.planPhase {
 		section("Plan (plan.md)", ws.plan, 3000)
 	}
@@ -51,7 +47,7 @@ func (it *iteration) buildContext(ctx context.Context, docs []*spec.Document) (s
 	if bound := e.opts.MaxContextChars; len(out) > bound {
 		out = truncate(out, bound-60) + "\n\n[context cut to its size bound]"
 	}
-	return out, nil
+	return out
 }
 
 // modeText tells the model the iteration's number, mode, write mode, bound

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/sashabaranov/go-openai"
 
@@ -32,6 +33,12 @@ type iteration struct {
 	// mcp holds the sessions with the run's MCP servers, open for the
 	// iteration.
 	mcp *mcpSet
+
+	// start is the run's documents and checklist as the iteration found
+	// them; changed is set before the iteration first writes either, until
+	// when start is also their state at its end.
+	start   runState
+	changed atomic.Bool
 
 	mu   sync.Mutex
 	res  *spec.Result
@@ -63,14 +70,10 @@ func (e *Executor) Iterate(ctx context.Context, in *spec.Input) (*spec.Result, e
 		res.Fatal = &spec.Fatal{Type: "error", Detail: "No model is configured: set the run's model or HOMEWORK_LLM_MODEL."}
 		return res, &spec.Error{Code: spec.EUNAVAILABLE, Field: "model", Message: res.Fatal.Detail}
 	}
-	docs, err := e.workspace(ctx, in, cfg)
-	if err != nil {
+	if it.start, err = e.workspace(ctx, in, cfg); err != nil {
 		return res, fmt.Errorf("prepare workspace: %w", err)
 	}
-	prompt, err := it.buildContext(ctx, docs)
-	if err != nil {
-		return res, fmt.Errorf("assemble context: %w", err)
-	}
+	prompt := it.buildContext(it.start)
 	if it.mcp, err = it.openMCP(ctx); err != nil {
 		res.Summary = NotDoneSummary + " (" + err.Error() + ")"
 		res.Error, res.ErrorFingerprint = truncate(err.Error(), 1000), "mcp:unavailable:"+normalizeError(err.Error())
@@ -210,26 +213,60 @@ func hasAnswer(items []spec.InboxItem) bool {
 	return false
 }
 
-// workspace returns the run's documents, creating its root and
-// scratchpad.md first when missing. Once they exist (every iteration after
-// the first) it only reads: no write transaction.
-func (e *Executor) workspace(ctx context.Context, in *spec.Input, cfg *spec.Config) ([]*spec.Document, error) {
-	docs, err := e.store.ListRunDocuments(ctx, in.UserID, in.RunID)
+// workspace returns the run's documents and checklist, creating its root
+// and scratchpad.md first when missing. Once they exist (every iteration
+// after the first) it only reads: no write transaction.
+func (e *Executor) workspace(ctx context.Context, in *spec.Input, cfg *spec.Config) (runState, error) {
+	st, err := e.readState(ctx, in)
 	if err != nil {
-		return nil, err
+		return runState{}, err
 	}
 	root, scratchpad := false, false
-	for _, d := range docs {
+	for _, d := range st.docs {
 		root = root || d.Path == ""
 		scratchpad = scratchpad || d.Path == scratchpadPath
 	}
 	if root && scratchpad {
-		return docs, nil
+		return st, nil
 	}
 	if err := e.store.WriteTx(ctx, func(tx spec.Tx) error { return ensureWorkspace(ctx, tx, in.RunID, cfg.Objective) }); err != nil {
-		return nil, err
+		return runState{}, err
 	}
-	return e.store.ListRunDocuments(ctx, in.UserID, in.RunID)
+	return e.readState(ctx, in)
+}
+
+// runState is the run's documents and checklist, read in one snapshot.
+// docs leaves out the documents inside the iterations and scratchpad
+// folders: one summary an iteration and the archives, which neither the
+// context nor the progress fingerprint shows.
+type runState struct {
+	docs  []*spec.Document
+	tasks []*spec.Task
+}
+
+// readState reads the run's documents and checklist in one read
+// transaction. Each statement outside one begins a read of its own, which
+// on SQLite starts from an empty page cache whenever the writer committed
+// meanwhile (under load, nearly always).
+func (e *Executor) readState(ctx context.Context, in *spec.Input) (runState, error) {
+	var st runState
+	err := e.store.ReadTx(ctx, func(r spec.ReadStore) error {
+		var err error
+		if st.docs, err = r.ListRunDocumentsOutside(ctx, in.UserID, in.RunID, iterationsFolder, scratchpadFolder); err != nil {
+			return err
+		}
+		st.tasks, err = r.ListTasks(ctx, in.UserID, in.RunID)
+		return err
+	})
+	return st, err
+}
+
+// writeTx runs fn, a write of the run's documents or checklist, in a
+// transaction of its own. It marks the iteration changed first, so that
+// the progress fingerprint reads them again rather than trusting start.
+func (it *iteration) writeTx(ctx context.Context, fn func(tx spec.Tx) error) error {
+	it.changed.Store(true)
+	return it.e.store.WriteTx(ctx, fn)
 }
 
 // ensureWorkspace creates the root and scratchpad.md when missing.

@@ -133,7 +133,13 @@ func New(opts Options) (*Executor, error) {
 	}
 	opts.BaseURL = base
 	if opts.HTTPClient == nil {
-		opts.HTTPClient = &http.Client{}
+		// Concurrent iterations (and their branches) call one endpoint:
+		// keep an idle connection for each, not DefaultTransport's two,
+		// which closes the others after every call and dials (for HTTPS,
+		// handshakes) anew.
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.MaxIdleConnsPerHost = t.MaxIdleConns
+		opts.HTTPClient = &http.Client{Transport: t}
 	}
 	if opts.Prices == nil {
 		opts.Prices = DefaultPrices()

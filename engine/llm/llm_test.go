@@ -7,6 +7,7 @@ import (
 	"math"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -895,4 +896,62 @@ func llmtestPage(t *testing.T) string {
 	})
 	srv := newHTTPServer(t, mux)
 	return srv
+}
+
+// TestProgressFingerprint: the fingerprint changes with the workspace and
+// the checklist, not with the scratchpad or the summaries, and an iteration
+// that wrote neither reuses its first read for it.
+func TestProgressFingerprint(t *testing.T) {
+	f := newFixture(t, spec.Config{}, nil,
+		report(false, "Looked."),
+		tools(call(toolWrite, map[string]any{"path": "notes/a.md", "content": "# A"})), report(false, "Wrote."),
+		tools(call(toolTasksAdd, map[string]any{"title": "Check A"})), report(false, "Added."),
+		tools(call(toolScratchpad, map[string]any{"text": "tried A"})), report(false, "Noted."),
+		tools(call(toolWrite, map[string]any{"path": "notes/a.md", "content": "# A"})), report(false, "Rewrote."),
+		report(false, "Looked again."))
+	var prints []string
+	for i := 1; i <= 6; i++ {
+		in := f.input(i)
+		res, err := f.iterate(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := f.e.readState(context.Background(), in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := progress(st); res.Progress != want {
+			t.Errorf("iteration %d: fingerprint %s, want %s (the stored state's)", i, res.Progress, want)
+		}
+		prints = append(prints, res.Progress)
+	}
+	same := []bool{false, false, true, true, true} // against the iteration before
+	for i, s := range same {
+		if (prints[i+1] == prints[i]) != s {
+			t.Errorf("iterations %d and %d: fingerprints %s and %s, want equal %v", i+1, i+2, prints[i], prints[i+1], s)
+		}
+	}
+}
+
+// TestFoldersAreMadeOnceAndInTheTree: a document under missing folders
+// creates each once, top-down, whatever exists above or beside it.
+func TestFoldersAreMadeOnceAndInTheTree(t *testing.T) {
+	write := func(p string) llmtest.Call { return call(toolWrite, map[string]any{"path": p, "content": "# " + p}) }
+	f := newFixture(t, spec.Config{}, nil,
+		tools(write("a/b/c.md"), write("a/b/d.md"), write("a/x.md"), write("e/f/g/h.md"), write("e/f/i.md"), write("top.md")),
+		report(false, "Wrote."))
+	if _, err := f.iterate(f.input(1)); err != nil {
+		t.Fatal(err)
+	}
+	f.checkTree()
+	var folders []string
+	for _, e := range f.storedEvents(spec.EventDocumentCreated) {
+		if e["kind"] == spec.DocFolder {
+			folders = append(folders, e["path"].(string))
+		}
+	}
+	want := []string{"a", "a/b", "e", "e/f", "e/f/g", "iterations"}
+	if !slices.Equal(folders, want) {
+		t.Errorf("folders created %q, want %q", folders, want)
+	}
 }

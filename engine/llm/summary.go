@@ -21,11 +21,15 @@ func (it *iteration) record(ctx context.Context, limit int) {
 	if err := it.writeSummary(fctx, limit); err != nil {
 		it.e.log.Warn("write iteration summary", "run", it.in.RunID, "iteration", it.in.Iteration, "err", err)
 	}
-	if p, err := it.e.progress(fctx, it.in); err == nil {
-		it.res.Progress = p
-	} else {
-		it.e.log.Warn("progress fingerprint", "run", it.in.RunID, "err", err)
+	st := it.start
+	if it.changed.Load() {
+		var err error
+		if st, err = it.e.readState(fctx, it.in); err != nil {
+			it.e.log.Warn("progress fingerprint", "run", it.in.RunID, "err", err)
+			return
+		}
 	}
+	it.res.Progress = progress(st)
 }
 
 // writeSummary writes iterations/NNN-summary.md.
@@ -104,19 +108,11 @@ func orDash(s string) string {
 	return s
 }
 
-// progress fingerprints the workspace and checklist, leaving out the
+// progress fingerprints the workspace and checklist of st, leaving out the
 // scratchpad and iteration summaries, which change every iteration.
-func (e *Executor) progress(ctx context.Context, in *spec.Input) (string, error) {
-	docs, err := e.store.ListRunDocuments(ctx, in.UserID, in.RunID)
-	if err != nil {
-		return "", err
-	}
-	tasks, err := e.store.ListTasks(ctx, in.UserID, in.RunID)
-	if err != nil {
-		return "", err
-	}
+func progress(st runState) string {
 	h := sha256.New()
-	for _, d := range docs {
+	for _, d := range st.docs {
 		// The iterations folder too: the first summary, which creates it,
 		// commits with the first iteration's outcome, after this.
 		if d.Path == scratchpadPath || strings.HasPrefix(d.Path, scratchpadFolder+"/") || d.Path == iterationsFolder || strings.HasPrefix(d.Path, iterationsFolder+"/") {
@@ -125,8 +121,8 @@ func (e *Executor) progress(ctx context.Context, in *spec.Input) (string, error)
 		c := sha256.Sum256([]byte(d.Content))
 		fmt.Fprintf(h, "doc\x00%s\x00%s\x00%x\n", d.Path, d.Kind, c[:8])
 	}
-	for _, t := range tasks {
+	for _, t := range st.tasks {
 		fmt.Fprintf(h, "task\x00%s\x00%s\x00%v\x00%s\n", t.ID, t.Status, t.Passes, t.Title)
 	}
-	return "llm:" + hex.EncodeToString(h.Sum(nil))[:32], nil
+	return "llm:" + hex.EncodeToString(h.Sum(nil))[:32]
 }

@@ -335,7 +335,7 @@ func runTasksAdd(ctx context.Context, sc *scope, args json.RawMessage) (string, 
 		return "", err
 	}
 	t := &spec.Task{RunID: sc.it.in.RunID, Title: strings.TrimSpace(a.Title), Detail: a.Detail, Status: a.Status}
-	err := sc.it.e.store.WriteTx(ctx, func(tx spec.Tx) error {
+	err := sc.it.writeTx(ctx, func(tx spec.Tx) error {
 		if err := tx.InsertTask(ctx, t); err != nil {
 			return err
 		}
@@ -360,7 +360,7 @@ func runTasksUpdate(ctx context.Context, sc *scope, args json.RawMessage) (strin
 		return "", err
 	}
 	var t *spec.Task
-	err := sc.it.e.store.WriteTx(ctx, func(tx spec.Tx) error {
+	err := sc.it.writeTx(ctx, func(tx spec.Tx) error {
 		tasks, err := tx.ListTasks(ctx, sc.it.in.RunID)
 		if err != nil {
 			return err

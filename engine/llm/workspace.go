@@ -48,24 +48,32 @@ func cleanPath(runID, p string) (string, error) {
 
 // ensureParents creates the folders above p that are missing (kind folder,
 // each in the tree) and returns the id of p's parent. New documents are
-// appended to *created and get their document_created events.
+// appended to *created and get their document_created events. It looks
+// for the nearest existing folder from p up, so a document in a folder
+// that exists (every summary after the first) costs one lookup; the root
+// is looked up (and made when missing) only when no folder above p exists.
 func ensureParents(ctx context.Context, tx spec.Tx, runID, objective, p string, iteration int, created *[]*spec.Document) (string, error) {
-	root, err := ensureRoot(ctx, tx, runID, objective, created)
-	if err != nil {
-		return "", err
-	}
-	parent := root.ID
 	segs := strings.Split(p, "/")
-	for i := 1; i < len(segs); i++ {
-		dir := strings.Join(segs[:i], "/")
-		d, err := tx.FindDocumentByPath(ctx, runID, dir)
+	parent, have := "", 0 // have: how many leading segments exist as a folder
+	for i := len(segs) - 1; i >= 1; i-- {
+		d, err := tx.FindDocumentByPath(ctx, runID, strings.Join(segs[:i], "/"))
 		if err == nil {
-			parent = d.ID
-			continue
+			parent, have = d.ID, i
+			break
 		} else if spec.ErrorCode(err) != spec.ENOTFOUND {
 			return "", err
 		}
-		d = &spec.Document{RunID: runID, ParentID: parent, Path: dir, Kind: spec.DocFolder, Title: segs[i-1], Iteration: iteration}
+	}
+	if have == 0 {
+		root, err := ensureRoot(ctx, tx, runID, objective, created)
+		if err != nil {
+			return "", err
+		}
+		parent = root.ID
+	}
+	for i := have + 1; i < len(segs); i++ {
+		dir := strings.Join(segs[:i], "/")
+		d := &spec.Document{RunID: runID, ParentID: parent, Path: dir, Kind: spec.DocFolder, Title: segs[i-1], Iteration: iteration}
 		if _, err := tx.PutDocument(ctx, d); err != nil {
 			return "", fmt.Errorf("create folder %s: %w", dir, err)
 		}
@@ -82,7 +90,7 @@ func ensureParents(ctx context.Context, tx spec.Tx, runID, objective, p string, 
 // one transaction with its events, and records it in the artifacts.
 func (it *iteration) putDoc(ctx context.Context, doc *spec.Document) (created bool, err error) {
 	var folders []*spec.Document
-	err = it.e.store.WriteTx(ctx, func(tx spec.Tx) error {
+	err = it.writeTx(ctx, func(tx spec.Tx) error {
 		var err error
 		created, folders, err = it.putDocTx(ctx, tx, doc)
 		return err
@@ -146,7 +154,7 @@ func (it *iteration) appendScratchpad(ctx context.Context, heading, text string)
 	var archived string
 	var spDoc *spec.Document
 	var spCreated bool
-	err := it.e.store.WriteTx(ctx, func(tx spec.Tx) error {
+	err := it.writeTx(ctx, func(tx spec.Tx) error {
 		docs, archived = docs[:0], ""
 		sp, err := tx.FindDocumentByPath(ctx, it.in.RunID, scratchpadPath)
 		if spec.ErrorCode(err) == spec.ENOTFOUND {

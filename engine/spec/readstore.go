@@ -35,6 +35,10 @@ type ReadStore interface {
 	LastUserEventID(ctx context.Context, userID int64) (int64, error)
 	FindDocument(ctx context.Context, userID int64, id string) (*Document, error)
 	ListRunDocuments(ctx context.Context, userID int64, runID string) ([]*Document, error)
+	// ListRunDocumentsOutside is ListRunDocuments without the documents
+	// inside any of folders (paths starting with the folder and "/"); the
+	// folder documents themselves are listed.
+	ListRunDocumentsOutside(ctx context.Context, userID int64, runID string, folders ...string) ([]*Document, error)
 	ListTasks(ctx context.Context, userID int64, runID string) ([]*Task, error)
 	ListNotifications(ctx context.Context, userID int64, beforeID int64, limit int) ([]*Notification, error)
 	CountUnread(ctx context.Context, userID int64) (int, error)
