@@ -250,6 +250,8 @@ type Tx struct {
 	db           *DB
 	events       []*spec.Event
 	seqs         map[string]*seqState // runs whose seq this transaction read or advanced
+	unwritten    []*spec.Event        // appended, written before the next statement or the commit
+	writeErr     error                // writing them failed: the commit fails
 }
 
 // WriteTx runs fn in one immediate write transaction, commits it when fn
@@ -270,13 +272,18 @@ func (d *DB) writeTxLocked(ctx context.Context, fn func(tx *Tx) error) error {
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
 	}
-	tx := &Tx{Tx: sqlstore.NewTx(conn{sqlTx}, dialect, d.now()), SQL: sqlTx, db: d, seqs: map[string]*seqState{}}
+	tx := &Tx{SQL: sqlTx, db: d, seqs: map[string]*seqState{}}
+	tx.Tx = sqlstore.NewTx(conn{eventsFirst{tx}}, dialect, d.now())
 	forget := func() {
 		for runID := range tx.seqs {
 			d.seqs.forget(runID)
 		}
 	}
-	if err := fn(tx); err != nil {
+	err = fn(tx)
+	if err == nil {
+		err = tx.writeEvents(ctx)
+	}
+	if err != nil {
 		sqlTx.Rollback()
 		forget()
 		return err

@@ -12,18 +12,60 @@ import (
 )
 
 // AppendEvent appends an event of typ with data (marshalled to JSON) to the
-// run's log inside tx and returns it. It is published after tx commits.
+// run's log inside tx and returns it (its id is drawn when it is written).
+// It takes its seq at once and is written with the other events appended
+// since the transaction's last statement, in one insert, before its next
+// statement or its commit: a finishing iteration's events cost one
+// statement, not one each. It is published after tx commits.
 func (tx *Tx) AppendEvent(ctx context.Context, runID string, typ spec.EventType, data any) (*spec.Event, error) {
 	b, err := sqlstore.MarshalEventData(data)
 	if err != nil {
 		return nil, err
 	}
 	e := &spec.Event{RunID: runID, Type: typ, Data: b, CreatedAt: tx.Now()}
-	if err := tx.insertEvents(ctx, []*spec.Event{e}); err != nil {
+	if err := tx.takeSeqs(ctx, []*spec.Event{e}); err != nil {
 		return nil, err
 	}
+	tx.unwritten = append(tx.unwritten, e)
 	tx.events = append(tx.events, e)
 	return e, nil
+}
+
+// writeEvents writes the events appended since the transaction's last
+// statement. A failure is kept, and fails the commit.
+func (tx *Tx) writeEvents(ctx context.Context) error {
+	if tx.writeErr != nil || len(tx.unwritten) == 0 {
+		return tx.writeErr
+	}
+	evs := tx.unwritten
+	tx.unwritten = nil
+	tx.writeErr = tx.insertEvents(ctx, evs)
+	return tx.writeErr
+}
+
+// eventsFirst is a write transaction's statements: each first writes the
+// events appended before it, so the transaction reads what it wrote.
+type eventsFirst struct{ tx *Tx }
+
+func (q eventsFirst) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	if err := q.tx.writeEvents(ctx); err != nil {
+		return nil, err
+	}
+	return q.tx.SQL.ExecContext(ctx, query, args...)
+}
+
+func (q eventsFirst) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	if err := q.tx.writeEvents(ctx); err != nil {
+		return nil, err
+	}
+	return q.tx.SQL.QueryContext(ctx, query, args...)
+}
+
+// QueryRowContext cannot return the events' error: it is kept and fails
+// the commit.
+func (q eventsFirst) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
+	q.tx.writeEvents(ctx)
+	return q.tx.SQL.QueryRowContext(ctx, query, args...)
 }
 
 // seqState is a run's next event seq and owner.
@@ -105,9 +147,23 @@ var insertEventsQueries = func() map[int]string {
 	return out
 }()
 
-// insertEvents inserts evs, filling in their seq, user id and id, with as
-// few statements as possible: multi-row inserts in power-of-two chunks, so a
-// handful of prepared statements serve every batch size.
+// takeSeqs gives evs, in order, their runs' next seqs and their user ids.
+// A missing run is ENOTFOUND, with no seq taken.
+func (tx *Tx) takeSeqs(ctx context.Context, evs []*spec.Event) error {
+	for _, e := range evs {
+		st, err := tx.nextSeq(ctx, e.RunID)
+		if err != nil {
+			return err
+		}
+		e.UserID, e.Seq = st.userID, st.next
+		st.next++
+	}
+	return nil
+}
+
+// insertEvents inserts evs, which have their seqs, filling in their ids,
+// with as few statements as possible: multi-row inserts in power-of-two
+// chunks, so a handful of prepared statements serve every batch size.
 func (tx *Tx) insertEvents(ctx context.Context, evs []*spec.Event) error {
 	for len(evs) > 0 {
 		n := 1
@@ -126,12 +182,6 @@ func (tx *Tx) insertEvents(ctx context.Context, evs []*spec.Event) error {
 		}
 		args := make([]any, 0, 6*n)
 		for _, e := range chunk {
-			st, err := tx.nextSeq(ctx, e.RunID)
-			if err != nil {
-				return err
-			}
-			e.UserID, e.Seq = st.userID, st.next
-			st.next++
 			if byKey != nil {
 				byKey[key{e.RunID, e.Seq}] = e
 			}
@@ -242,7 +292,7 @@ func (d *DB) commitBatch(ctx context.Context, batch []*appendReq) {
 		var evs []*spec.Event
 		for i, r := range batch {
 			r.ev.CreatedAt = tx.Now()
-			if _, err := tx.nextSeq(ctx, r.ev.RunID); err != nil {
+			if err := tx.takeSeqs(ctx, []*spec.Event{r.ev}); err != nil {
 				if spec.ErrorCode(err) == spec.ENOTFOUND {
 					results[i] = err
 					continue

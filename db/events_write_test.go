@@ -1,0 +1,79 @@
+package db
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"testing"
+
+	"homework/engine/spec"
+)
+
+// TestAppendedEventsAreWrittenBeforeTheNextStatement: a transaction's
+// events take their seqs when appended and are written together before its
+// next statement (which so reads them) or its commit; after the commit they
+// have their ids, in append order. An append to a missing run fails at
+// once, and a rolled-back transaction leaves no event and no seq used.
+func TestAppendedEventsAreWrittenBeforeTheNextStatement(t *testing.T) {
+	ctx := context.Background()
+	d := openTest(t, filepath.Join(t.TempDir(), "h.db"))
+	u, err := d.CreateUser(ctx, "events@example.com", "h", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := newRun(t, d, u.ID, "r")
+	count := func(tx spec.Tx) int {
+		var n int
+		if err := tx.(*Tx).Conn().QueryRow(ctx, `SELECT COUNT(*) FROM events WHERE run_id = ?`, r.ID).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	var evs []*spec.Event
+	err = d.WriteTx(ctx, func(tx spec.Tx) error {
+		for _, typ := range []spec.EventType{spec.EventGateDecision, spec.EventIterationCompleted} {
+			e, err := tx.AppendEvent(ctx, r.ID, typ, map[string]int{"i": len(evs)})
+			if err != nil {
+				return err
+			}
+			evs = append(evs, e)
+		}
+		if evs[0].Seq != 1 || evs[1].Seq != 2 {
+			t.Errorf("seqs at append = %d, %d; want 1, 2", evs[0].Seq, evs[1].Seq)
+		}
+		if n := count(tx); n != 2 {
+			t.Errorf("the transaction's next statement read %d events, want 2", n)
+		}
+		e, err := tx.AppendEvent(ctx, r.ID, spec.EventCheckResult, nil)
+		evs = append(evs, e)
+		if _, err := tx.AppendEvent(ctx, "missing", spec.EventCheckResult, nil); spec.ErrorCode(err) != spec.ENOTFOUND {
+			t.Errorf("append to a missing run: %v, want ENOTFOUND", err)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if evs[0].ID == 0 || evs[1].ID <= evs[0].ID || evs[2].ID <= evs[1].ID || evs[2].Seq != 3 {
+		t.Errorf("committed events = %+v %+v %+v; want ids in append order, seq 3 last", evs[0], evs[1], evs[2])
+	}
+
+	boom := errors.New("boom")
+	err = d.WriteTx(ctx, func(tx spec.Tx) error {
+		if _, err := tx.AppendEvent(ctx, r.ID, spec.EventCheckResult, nil); err != nil {
+			return err
+		}
+		return boom
+	})
+	if !errors.Is(err, boom) {
+		t.Fatalf("rolled-back write: %v", err)
+	}
+	e, err := d.AppendEvent(ctx, r.ID, spec.EventCheckResult, nil)
+	if err != nil || e.Seq != 4 {
+		t.Errorf("after a rollback the next event is %+v (%v); want seq 4", e, err)
+	}
+	all, err := d.ListUserEvents(ctx, u.ID, 0, 100)
+	if err != nil || len(all) != 4 {
+		t.Errorf("events = %d (%v), want 4", len(all), err)
+	}
+}
