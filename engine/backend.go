@@ -46,7 +46,11 @@ func Bind[TTx any](s spec.Store, driver riverdriver.Driver[TTx], driverTx func(s
 			if err != nil {
 				return nil, fmt.Errorf("river client: %w", err)
 			}
-			return &riverQueue[TTx]{client: client, driverTx: driverTx, waker: w}, nil
+			// SQLite's insert without RETURNING skips a duplicate (ON
+			// CONFLICT DO NOTHING); PostgreSQL's copies rows in and would
+			// fail on one, so there every insert returns its row.
+			fast := driver.DatabaseName() == riverdriver.DatabaseNameSQLite
+			return &riverQueue[TTx]{client: client, driverTx: driverTx, waker: w, fastInsert: fast}, nil
 		},
 	}
 }

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"testing"
+	"time"
 
 	"homework/engine/spec"
 )
@@ -43,4 +44,52 @@ func TestIterateJobsListsTheRunsUnfinishedJobsThroughRiver(t *testing.T) {
 	if err != nil || len(jobs) != 1 {
 		t.Fatalf("run b's jobs = %+v (%v), want its own one job only", jobs, err)
 	}
+}
+
+// TestAnIterateJobIsInsertedOnce: inserting an iterate job whose (run,
+// iteration, attempt) already has one, whatever that one's state, inserts
+// nothing and says so, on both stores (SQLite inserts without returning
+// the row, PostgreSQL returns it).
+func TestAnIterateJobIsInsertedOnce(t *testing.T) {
+	onBothStores(t, func(t *testing.T, store string) {
+		h := newHarnessOn(t, store, nil)
+		u := h.user("once@example.com")
+		r := h.create(u, spec.Config{Script: script(done("a"))})
+		h.waitFor(u, r.ID, "completed", func(r *spec.Run) bool { return r.Status == spec.StatusCompleted })
+		later := time.Now().Add(time.Hour)
+		for _, c := range []struct {
+			args IterateArgs
+			want bool
+		}{
+			{IterateArgs{RunID: r.ID, Iteration: 1, Attempt: 1}, true}, // the run's own job, worked
+			{IterateArgs{RunID: r.ID, Iteration: 9, Attempt: 1}, false},
+			{IterateArgs{RunID: r.ID, Iteration: 9, Attempt: 1}, true},
+			{IterateArgs{RunID: r.ID, Iteration: 9, Attempt: 2}, false},
+		} {
+			var duplicate bool
+			err := h.e.inTx(h.ctx, func(tx spec.Tx) error {
+				var err error
+				duplicate, err = h.e.queue.InsertTx(h.ctx, tx, c.args, "", later)
+				return err
+			})
+			if err != nil || duplicate != c.want {
+				t.Errorf("insert %+v: duplicate %v (%v), want %v", c.args, duplicate, err, c.want)
+			}
+		}
+		var jobs []IterateJob
+		err := h.e.inTx(h.ctx, func(tx spec.Tx) error {
+			var err error
+			jobs, err = h.e.queue.IterateJobs(h.ctx, tx, r.ID)
+			return err
+		})
+		scheduled := 0
+		for _, j := range jobs {
+			if j.Iteration == 9 {
+				scheduled++
+			}
+		}
+		if err != nil || scheduled != 2 {
+			t.Errorf("unfinished jobs = %+v (%v), want one for each of iteration 9's attempts", jobs, err)
+		}
+	})
 }
