@@ -1,7 +1,9 @@
 package sqlstore
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
 	"strconv"
 )
 
@@ -162,4 +164,108 @@ func skipString(b []byte, i int) (int, bool) {
 		}
 	}
 	return len(b), false
+}
+
+// jsonMember returns the raw value of the top-level member key of the JSON
+// object b, and whether there is one. The common case (keys without
+// escapes) is a scan that skips the other values; anything else is
+// encoding/json's. A JSON null or a non-object has no members.
+func jsonMember(b []byte, key string) ([]byte, bool, error) {
+	if v, found, ok := fastMember(b, key); ok {
+		return v, found, nil
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(b, &m); err != nil {
+		var ute *json.UnmarshalTypeError
+		if errors.As(err, &ute) {
+			return nil, false, nil // not an object
+		}
+		return nil, false, err
+	}
+	v, found := m[key]
+	return v, found, nil
+}
+
+// jsonPath returns the text of the member at keys of the JSON object b, as
+// jsonText reads it; "" when there is none.
+func jsonPath(b []byte, keys ...string) (string, error) {
+	for _, k := range keys {
+		v, found, err := jsonMember(b, k)
+		if err != nil || !found {
+			return "", err
+		}
+		b = v
+	}
+	return jsonText(b)
+}
+
+// jsonText is a JSON value as text, as json_extract and ->> give it: a
+// string unquoted, null (or nothing) "", any other value its JSON.
+func jsonText(v []byte) (string, error) {
+	switch {
+	case len(v) == 0 || string(v) == "null":
+		return "", nil
+	case v[0] != '"':
+		return string(v), nil
+	case bytes.IndexByte(v, '\\') < 0 && len(v) >= 2 && v[len(v)-1] == '"':
+		return string(v[1 : len(v)-1]), nil
+	}
+	var s string
+	err := json.Unmarshal(v, &s)
+	return s, err
+}
+
+// fastMember is jsonMember's scan; ok is false when it cannot tell (an
+// escaped key, something malformed, not an object).
+func fastMember(b []byte, key string) (v []byte, found, ok bool) {
+	i := skipWS(b, 0)
+	if i >= len(b) || b[i] != '{' {
+		return nil, false, false
+	}
+	i = skipWS(b, i+1)
+	if i < len(b) && b[i] == '}' {
+		return nil, false, skipWS(b, i+1) == len(b)
+	}
+	for {
+		if i >= len(b) || b[i] != '"' {
+			return nil, false, false
+		}
+		j := i + 1
+		for j < len(b) && b[j] != '"' {
+			if b[j] == '\\' {
+				return nil, false, false
+			}
+			j++
+		}
+		if j >= len(b) {
+			return nil, false, false
+		}
+		k := b[i+1 : j]
+		i = skipWS(b, j+1)
+		if i >= len(b) || b[i] != ':' {
+			return nil, false, false
+		}
+		i = skipWS(b, i+1)
+		start := i
+		i, ok = skipValue(b, i)
+		if !ok {
+			return nil, false, false
+		}
+		if string(k) == key {
+			// The first member of that name, as json_extract reads it.
+			return b[start:i], true, true
+		}
+		i = skipWS(b, i)
+		if i >= len(b) {
+			return nil, false, false
+		}
+		switch b[i] {
+		case ',':
+			i = skipWS(b, i+1)
+		case '}':
+			return nil, false, skipWS(b, i+1) == len(b)
+		default:
+			return nil, false, false
+		}
+	}
 }

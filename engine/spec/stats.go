@@ -5,7 +5,6 @@ import (
 	"math"
 	"slices"
 	"sort"
-	"strings"
 	"time"
 )
 
@@ -95,15 +94,14 @@ func (r *StatsRow) Ended() bool {
 	return false
 }
 
-// Finish completes a row read from a store: tags from their comma-joined
-// form, sorted (none is an empty list, not null), and an ended run without a
-// stop reason takes its status as the reason.
-func (r *StatsRow) Finish(tags string) {
-	r.Tags = []string{}
-	if tags != "" {
-		r.Tags = strings.Split(tags, ",")
-		sort.Strings(r.Tags)
+// Finish completes a row read from a store once its tags are in: tags
+// sorted (none is an empty list, not null), and an ended run without a stop
+// reason takes its status as the reason.
+func (r *StatsRow) Finish() {
+	if r.Tags == nil {
+		r.Tags = []string{}
 	}
+	sort.Strings(r.Tags)
 	if r.StopReason == "" && r.Ended() {
 		r.StopReason = r.Status
 	}
