@@ -20,8 +20,12 @@ func scanMetrics[T text](b T, m *statsMetrics) error {
 	if fastMetrics(b, m) {
 		return nil
 	}
-	*m = statsMetrics{}
-	return json.Unmarshal([]byte(b), m)
+	// Decoded into a variable of its own: m, not escaping, stays on the
+	// caller's stack.
+	var v statsMetrics
+	err := json.Unmarshal([]byte(b), &v)
+	*m = v
+	return err
 }
 
 func fastMetrics[T text](b T, m *statsMetrics) bool {
