@@ -29,3 +29,35 @@ func TestScanMetrics(t *testing.T) {
 		}
 	}
 }
+
+func TestJSONMember(t *testing.T) {
+	for _, c := range []struct{ doc, key, want string }{
+		{`{"type":"budget_cost","detail":"x"}`, "type", "budget_cost"},
+		{` { "detail" : "a \"type\": no" , "type" : "completed" } `, "type", "completed"},
+		{`{"typ\u0065":"escaped key"}`, "type", "escaped key"}, // encoding/json decides
+		{`{"type":"tab\tand \u00e9"}`, "type", "tab\tand é"},
+		{`{"type":null}`, "type", ""},
+		{`{"type":5}`, "type", "5"},
+		{`{"detail":"x"}`, "type", ""},
+		{`null`, "type", ""},
+		{`{}`, "type", ""},
+		{`[1,2]`, "type", ""},
+	} {
+		got, err := jsonPath(c.doc, c.key)
+		if err != nil || got != c.want {
+			t.Errorf("jsonPath(%s, %s) = %q, %v; want %q", c.doc, c.key, got, err, c.want)
+		}
+	}
+	if b, err := jsonPath(`{"type":"budget_cost","evidence":{"threshold":3,"breaker":"forecast"}}`, "evidence", "breaker"); err != nil || b != "forecast" {
+		t.Errorf("nested member = %q, %v", b, err)
+	}
+	if _, err := jsonPath(`{"type":`, "type"); err == nil {
+		t.Error("malformed JSON: no error")
+	}
+	for s, want := range map[string]bool{`{"budgets":{"max_iterations":3}}`: false, `{"max_cost_usd":1}`: true,
+		`{"max_"max_total_tokens":1}`: true, `max_cost_usd`: false, `{"a":"max_total_tokens\""}`: false} {
+		if namesBudget(s) != want {
+			t.Errorf("namesBudget(%s) = %v", s, !want)
+		}
+	}
+}
