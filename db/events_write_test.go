@@ -3,6 +3,8 @@ package db
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync"
 	"path/filepath"
 	"testing"
 
@@ -57,6 +59,16 @@ func TestAppendedEventsAreWrittenBeforeTheNextStatement(t *testing.T) {
 	if evs[0].ID == 0 || evs[1].ID <= evs[0].ID || evs[2].ID <= evs[1].ID || evs[2].Seq != 3 {
 		t.Errorf("committed events = %+v %+v %+v; want ids in append order, seq 3 last", evs[0], evs[1], evs[2])
 	}
+	// The ids given out (not read back from the insert) are the rows'.
+	stored, err := d.ListUserEvents(ctx, u.ID, 0, 100)
+	if err != nil || len(stored) != 3 {
+		t.Fatalf("stored events = %d (%v), want 3", len(stored), err)
+	}
+	for i, e := range stored {
+		if e.ID != evs[i].ID || e.Seq != evs[i].Seq || e.Type != evs[i].Type {
+			t.Errorf("stored event %d = id %d seq %d %s; the transaction gave id %d seq %d %s", i, e.ID, e.Seq, e.Type, evs[i].ID, evs[i].Seq, evs[i].Type)
+		}
+	}
 
 	boom := errors.New("boom")
 	err = d.WriteTx(ctx, func(tx spec.Tx) error {
@@ -75,5 +87,54 @@ func TestAppendedEventsAreWrittenBeforeTheNextStatement(t *testing.T) {
 	all, err := d.ListUserEvents(ctx, u.ID, 0, 100)
 	if err != nil || len(all) != 4 {
 		t.Errorf("events = %d (%v), want 4", len(all), err)
+	}
+}
+
+// TestGroupCommittedEventsGetTheirRowsIDs: events appended concurrently
+// (group-committed in multi-row inserts) are given the ids of their own
+// rows.
+func TestGroupCommittedEventsGetTheirRowsIDs(t *testing.T) {
+	ctx := context.Background()
+	d := openTest(t, filepath.Join(t.TempDir(), "h.db"))
+	u, err := d.CreateUser(ctx, "group@example.com", "h", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runs []string
+	for i := range 8 {
+		runs = append(runs, newRun(t, d, u.ID, fmt.Sprint("r", i)).ID)
+	}
+	const producers, each = 64, 10
+	got := make(chan *spec.Event, producers*each)
+	var wg sync.WaitGroup
+	for p := range producers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				e, err := d.AppendEvent(ctx, runs[(p+i)%len(runs)], spec.EventToolCall, map[string]int{"p": p, "i": i})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				got <- e
+			}
+		}()
+	}
+	wg.Wait()
+	close(got)
+	stored, err := d.ListUserEvents(ctx, u.ID, 0, producers*each+1)
+	if err != nil || len(stored) != producers*each {
+		t.Fatalf("stored events = %d (%v), want %d", len(stored), err, producers*each)
+	}
+	byID := map[int64]*spec.Event{}
+	for _, e := range stored {
+		byID[e.ID] = e
+	}
+	for e := range got {
+		s := byID[e.ID]
+		if s == nil || s.RunID != e.RunID || s.Seq != e.Seq || string(s.Data) != string(e.Data) {
+			t.Fatalf("appended %s #%d %s was given id %d, whose row is %+v", e.RunID, e.Seq, e.Data, e.ID, s)
+		}
 	}
 }
