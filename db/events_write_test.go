@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"path/filepath"
+	"sync"
 	"testing"
 
 	"homework/engine/spec"
