@@ -246,7 +246,7 @@ func (d *DB) migrate(ctx context.Context) error {
 // it commits.
 type Tx struct {
 	*sqlstore.Tx         // the shared methods
-	SQL          *sql.Tx // the transaction itself, for River's driver
+	SQL          *sql.Tx // the transaction itself, for River's driver; events appended may not be written yet
 	db           *DB
 	events       []*spec.Event
 	seqs         map[string]*seqState // runs whose seq this transaction read or advanced

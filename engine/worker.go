@@ -494,8 +494,12 @@ func (e *Engine) execute(ctx context.Context, it *iteration) (res *spec.Result, 
 func (e *Engine) beginIteration(ctx context.Context, args IterateArgs) (*iteration, error) {
 	// What the earlier iterations left and the inbox are read before the
 	// write transaction, so that the one writer does not wait on them:
-	// finished iterations do not change, and the iteration consumes only
-	// the inbox items read here (a later one waits for the next iteration).
+	// finished iterations do not change (the previous one was finished in
+	// the transaction that enqueued this job), and the iteration consumes
+	// the inbox items up to the last id read here. That consumes no item
+	// unread because inbox items are inserted only in a transition, under
+	// the run's lock, so their ids are given in commit order; an item
+	// committed after the read waits for the next iteration.
 	recent, err := e.store.PastIterations(ctx, args.RunID, args.Iteration, historyDepth)
 	if err != nil {
 		return nil, err
@@ -522,6 +526,12 @@ func (e *Engine) beginIteration(ctx context.Context, args IterateArgs) (*iterati
 			// process is dead or its lease expired.
 			return nil
 		}
+		// Decoded before anything is written: a config that does not
+		// decode fails the job with nothing begun.
+		cfg, err := RunConfig(run)
+		if err != nil {
+			return err
+		}
 		if err := tx.SetLease(ctx, run, e.id, tx.Now().Add(e.opts.LeaseTTL)); err != nil {
 			return err
 		}
@@ -539,7 +549,7 @@ func (e *Engine) beginIteration(ctx context.Context, args IterateArgs) (*iterati
 		if err := tx.UpsertIteration(ctx, row); err != nil {
 			return err
 		}
-		it = &iteration{run: run, row: row, forecast: args.Forecast}
+		it = &iteration{run: run, cfg: cfg, row: row, forecast: args.Forecast}
 		if _, err := tx.AppendEvent(ctx, run.ID, spec.EventIterationStarted, spec.IterationStartedData{
 			Iteration: args.Iteration, Attempt: args.Attempt, Inbox: len(inbox),
 		}); err != nil {
@@ -550,18 +560,10 @@ func (e *Engine) beginIteration(ctx context.Context, args IterateArgs) (*iterati
 	if err != nil || it == nil {
 		return nil, err
 	}
-	// The run's config and what the earlier iterations left are decoded
-	// here, after the commit, so that no other write waits on them. The
-	// config was validated when the run was created or continued (one that
-	// did not decode would fail the job here, after the attempt began,
-	// where it failed the transaction before).
-	cfg, err := RunConfig(it.run)
-	if err != nil {
-		return nil, err
-	}
-	it.cfg = cfg
+	// What the earlier iterations left is decoded here, after the commit,
+	// so that no other write waits on it.
 	in := &spec.Input{RunID: it.run.ID, UserID: it.run.UserID, Iteration: args.Iteration, Attempt: args.Attempt,
-		Config: cfg, WorkspaceDocID: it.run.WorkspaceDocID}
+		Config: it.cfg, WorkspaceDocID: it.run.WorkspaceDocID}
 	for _, m := range inbox {
 		in.Inbox = append(in.Inbox, spec.InboxItem{Kind: m.Kind, Body: m.Body, CreatedAt: m.CreatedAt})
 		it.maxInbox = m.ID

@@ -529,4 +529,24 @@ func (s laterSuite) updatesAfterRead(t *testing.T) {
 	if err != nil || got.Iteration != 4 || got.Status != spec.StatusStopped || got.Metrics.CostTotalUSD != 5 {
 		t.Errorf("b = %+v, %v", got, err)
 	}
+	// Metrics written on their own after the read, then the run written
+	// with the metrics it was read with (got's): those are what stays.
+	f.tx(func(tx spec.Tx) error {
+		run, err := tx.FindRun(f.ctx, b.ID)
+		if err != nil {
+			return err
+		}
+		run.Metrics.AddCall("m", 10, 10, 2, true)
+		if err := tx.SetRunMetrics(f.ctx, run); err != nil {
+			return err
+		}
+		run.Metrics = got.Metrics
+		return tx.UpdateRun(f.ctx, run)
+	})
+	if got := list(spec.RunFilter{Sort: spec.SortCostDesc}); got != "b a" {
+		t.Errorf("most expensive first = %q, want b a", got)
+	}
+	if got, err := f.s.FindRunByID(f.ctx, b.ID); err != nil || got.Metrics.CostTotalUSD != 5 {
+		t.Errorf("b's cost after SetRunMetrics then UpdateRun with the metrics read = %v (%v), want 5", got.Metrics.CostTotalUSD, err)
+	}
 }
