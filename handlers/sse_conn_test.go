@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"homework/engine/spec"
+	"homework/engine/waitfor"
 
 	"github.com/valyala/fasthttp"
 )
@@ -46,28 +47,6 @@ func goroutinesWith(frames ...string) []string {
 		}
 	}
 	return out
-}
-
-// stalledStream opens a run's event stream on a connection with a small
-// receive buffer and never reads from it.
-func stalledStream(t testing.TB, ts *testServer, u *testUser, path string) net.Conn {
-	t.Helper()
-	d := net.Dialer{Control: func(_, _ string, c syscall.RawConn) error {
-		var serr error
-		if err := c.Control(func(fd uintptr) {
-			serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096)
-		}); err != nil {
-			return err
-		}
-		return serr
-	}}
-	conn, err := d.Dial("tcp", ts.URL[len("http://"):])
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nAccept: text/event-stream\r\n\r\n", path, u.Token)
-	return conn
 }
 
 // bigRun returns a waiting run with more events (about 12 MB) than a
@@ -110,7 +89,7 @@ func TestShutdownCutsAStreamBlockedOnAStalledReaderAndLeavesNoStreamGoroutine(t 
 	ts := newTestServer(t, func(o *Options) { o.Heartbeat = time.Hour; o.WriteTimeout = time.Hour })
 	alice := ts.user(t, "alice@example.com")
 	id := bigRun(t, ts, alice)
-	stalled := stalledStream(t, ts, alice, "/api/runs/"+id+"/events")
+	stalled := waitfor.StalledStream(t, ts.URL, alice.Token, "/api/runs/"+id+"/events")
 	waitUntil(t, "the stream to block writing to the stalled reader", func() bool {
 		return len(goroutinesWith("[IO wait", "(*chunkedWriter).send", "(*Server).serveStream")) == 1
 	})
@@ -146,7 +125,7 @@ func TestAStalledReaderIsCutByTheWriteTimeout(t *testing.T) {
 	ts := newTestServer(t, func(o *Options) { o.Heartbeat = time.Hour; o.WriteTimeout = 300 * time.Millisecond })
 	alice := ts.user(t, "alice@example.com")
 	id := bigRun(t, ts, alice)
-	stalled := stalledStream(t, ts, alice, "/api/runs/"+id+"/events")
+	stalled := waitfor.StalledStream(t, ts.URL, alice.Token, "/api/runs/"+id+"/events")
 	waitUntil(t, "the stream to start", func() bool { return ts.Server.streams.count() == 1 })
 	waitUntil(t, "the stalled stream to be cut", func() bool { return ts.Server.streams.count() == 0 })
 	closedByServer(t, stalled)

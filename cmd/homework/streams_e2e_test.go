@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -20,34 +19,8 @@ import (
 
 	"homework/db/pg/pgtest"
 	"homework/engine/spec"
+	"homework/engine/waitfor"
 )
-
-// stalledReader opens an event stream on a connection with a small receive
-// buffer and never reads from it, like a dashboard tab the OS froze or a
-// proxy that stalls.
-func stalledReader(t testing.TB, base, token, path string) net.Conn {
-	t.Helper()
-	u, err := url.Parse(base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := net.Dialer{Control: func(_, _ string, c syscall.RawConn) error {
-		var serr error
-		if err := c.Control(func(fd uintptr) {
-			serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096)
-		}); err != nil {
-			return err
-		}
-		return serr
-	}}
-	conn, err := d.Dial("tcp", u.Host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\nAccept: text/event-stream\r\n\r\n", path, u.Host, token)
-	return conn
-}
 
 // metric reads one unlabelled gauge or counter from the server's /metrics.
 func (s *server) metric(t testing.TB, name string) float64 {
@@ -129,7 +102,7 @@ func TestStalledReadersAreLetGo(t *testing.T) {
 		if i%2 == 1 {
 			path = "/api/events?since=0"
 		}
-		stalled = append(stalled, stalledReader(t, s.base, token, path))
+		stalled = append(stalled, waitfor.StalledStream(t, s.base, token, path))
 	}
 	reader := s.openRunStream(t, token, runID, 0)
 	pollUntil(t, "21 open streams", func() bool { return s.metric(t, "homework_sse_streams") == 21 })
