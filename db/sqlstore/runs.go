@@ -31,9 +31,6 @@ var runKeyArgs = [...]struct {
 	set string
 }{{2, "parent_run_id=?3, "}, {7, "status=?8, "}, {12, "metrics=?13, "}, {18, "created_at=?19, "}}
 
-// runKeyMetrics is the metrics' place in runKeyArgs.
-const runKeyMetrics = 2
-
 // runKeys holds the values of runKeyArgs' columns as a transaction read or
 // last wrote them, as runArgs encodes them.
 type runKeys [len(runKeyArgs)]any
@@ -241,11 +238,9 @@ func (tx *Tx) SetRunMetrics(ctx context.Context, r *spec.Run) error {
 	if _, err = tx.c.Exec(ctx, `UPDATE runs SET metrics = ?, updated_at = ? WHERE id = ?`, string(b), tx.now.UnixMilli(), r.ID); err != nil {
 		return err
 	}
-	// The metrics are an indexed column UpdateRun compares against.
-	if k, ok := tx.runKeys[r.ID]; ok {
-		k[runKeyMetrics] = string(b)
-		tx.runKeys[r.ID] = k
-	}
+	// The metrics are an indexed column UpdateRun compares against: the
+	// run's next update in tx writes them all again.
+	delete(tx.runKeys, r.ID)
 	return nil
 }
 
