@@ -247,63 +247,92 @@ func (d *DB) AppendEvent(ctx context.Context, runID string, typ spec.EventType, 
 func (d *DB) leadOnce(ctx context.Context) {
 	// Let the callers the last commit released run first: they are ready
 	// on this goroutine's processor and would otherwise wait for the next
-	// commit to end, so their appends queue now and join this batch
-	// (about 130 appends per commit with 256 producers, instead of 20).
+	// commit to end, so their appends queue now and join this batch.
 	runtime.Gosched()
 	// The batch is taken once the writer is this leader's: appends that
 	// come while another write transaction holds it join this commit
 	// instead of waiting for the next.
 	d.writeMu.Lock()
-	d.pendingMu.Lock()
-	batch := d.pending
-	d.pending = nil
-	d.pendingMu.Unlock()
-	d.commitBatch(ctx, batch)
+	batch, results := d.commitPending(ctx)
 	d.writeMu.Unlock()
+	// The lead passes on before this batch's callers hear their results,
+	// so the next commit begins while they wake.
 	d.pendingMu.Lock()
 	if len(d.pending) == 0 {
 		d.leading = false
 		d.pendingMu.Unlock()
-		return
+	} else {
+		// Only a leader takes batches, so next stays pending until it leads.
+		next := d.pending[0]
+		d.pendingMu.Unlock()
+		next.done <- errLead
 	}
-	// Only a leader takes batches, so next stays pending until it leads.
-	next := d.pending[0]
-	d.pendingMu.Unlock()
-	next.done <- errLead
+	for i, r := range batch {
+		r.done <- results[i]
+	}
 }
 
-// commitBatch commits batch in one transaction. An append to an unknown run
-// is reported to its caller alone; the others still commit. The caller holds
-// writeMu.
-func (d *DB) commitBatch(ctx context.Context, batch []*appendReq) {
+// maxGroupCommit is about the most appends one group commit takes: past
+// it the leader commits even while more keep coming, so an append waits
+// for at most about this many others' rows.
+const maxGroupCommit = 512
+
+// takePending takes the appends waiting to be committed.
+func (d *DB) takePending() []*appendReq {
+	d.pendingMu.Lock()
+	defer d.pendingMu.Unlock()
+	batch := d.pending
+	d.pending = nil
+	return batch
+}
+
+// commitPending commits the pending appends in one transaction. It inserts
+// what is pending, then what came meanwhile, until nothing is pending (or
+// maxGroupCommit is reached), and commits once: a commit costs mostly by
+// the pages it writes (every run's index page, however few rows each got),
+// so the appends that arrive while the first rows go in share that cost
+// instead of paying it again in the next commit, and a lone append commits
+// at once. An append to an unknown run is reported to its caller alone;
+// the others still commit. It returns the appends it took and each one's
+// result, for the leader to tell their callers. The caller holds writeMu.
+func (d *DB) commitPending(ctx context.Context) ([]*appendReq, []error) {
 	// The batch commits even if the leader's own context ends: the other
 	// callers are waiting on it.
 	ctx = context.WithoutCancel(ctx)
-	results := make([]error, len(batch))
+	var batch []*appendReq
+	var results []error
 	err := d.writeTxLocked(ctx, func(tx *Tx) error {
-		var evs []*spec.Event
-		for i, r := range batch {
-			r.ev.CreatedAt = tx.Now()
-			if err := tx.takeSeqs(ctx, []*spec.Event{r.ev}); err != nil {
-				if spec.ErrorCode(err) == spec.ENOTFOUND {
-					results[i] = err
-					continue
+		for len(batch) < maxGroupCommit {
+			more := d.takePending()
+			if len(more) == 0 {
+				return nil
+			}
+			first := len(batch)
+			batch = append(batch, more...)
+			results = append(results, make([]error, len(more))...)
+			evs := make([]*spec.Event, 0, len(more))
+			for i, r := range more {
+				r.ev.CreatedAt = tx.Now()
+				if err := tx.takeSeqs(ctx, []*spec.Event{r.ev}); err != nil {
+					if spec.ErrorCode(err) == spec.ENOTFOUND {
+						results[first+i] = err
+						continue
+					}
+					return err
 				}
+				evs = append(evs, r.ev)
+			}
+			if err := tx.insertEvents(ctx, evs); err != nil {
 				return err
 			}
-			evs = append(evs, r.ev)
+			tx.events = append(tx.events, evs...)
 		}
-		if err := tx.insertEvents(ctx, evs); err != nil {
-			return err
-		}
-		tx.events = append(tx.events, evs...)
 		return nil
 	})
-	for i, r := range batch {
-		if err != nil {
-			r.done <- err
-		} else {
-			r.done <- results[i]
+	if err != nil {
+		for i := range results {
+			results[i] = err
 		}
 	}
+	return batch, results
 }
