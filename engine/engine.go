@@ -130,7 +130,8 @@ func (o *Options) setDefaults() {
 
 // Engine runs runs.
 type Engine struct {
-	settled settledSums // per run, its settled iterations' metrics summed
+	settled settledSums      // per run, its settled iterations' metrics summed
+	recent  recentIterations // per run, what its next iteration reads of the earlier ones
 	opts    Options
 	bus     *Bus
 	log     *slog.Logger

@@ -56,7 +56,8 @@ type iteration struct {
 	input    *spec.Input
 	maxInbox int64
 	history  []spec.Signals
-	forecast *spec.Forecast // made when the iteration was enqueued
+	forecast *spec.Forecast        // made when the iteration was enqueued
+	recent   []*spec.PastIteration // the earlier iterations it read, newest first
 }
 
 // outcome is what one attempt of an iteration came to: what the executor
@@ -500,9 +501,12 @@ func (e *Engine) beginIteration(ctx context.Context, args IterateArgs) (*iterati
 	// unread because inbox items are inserted only in a transition, under
 	// the run's lock, so their ids are given in commit order; an item
 	// committed after the read waits for the next iteration.
-	recent, err := e.store.PastIterations(ctx, args.RunID, args.Iteration, historyDepth)
-	if err != nil {
-		return nil, err
+	recent, kept := e.recent.take(args.RunID, args.Iteration)
+	if !kept {
+		var err error
+		if recent, err = e.store.PastIterations(ctx, args.RunID, args.Iteration, historyDepth); err != nil {
+			return nil, err
+		}
 	}
 	inbox, err := e.store.PendingInbox(ctx, args.RunID)
 	if err != nil {
@@ -549,7 +553,7 @@ func (e *Engine) beginIteration(ctx context.Context, args IterateArgs) (*iterati
 		if err := tx.UpsertIteration(ctx, row); err != nil {
 			return err
 		}
-		it = &iteration{run: run, cfg: cfg, row: row, forecast: args.Forecast}
+		it = &iteration{run: run, cfg: cfg, row: row, forecast: args.Forecast, recent: recent}
 		if _, err := tx.AppendEvent(ctx, run.ID, spec.EventIterationStarted, spec.IterationStartedData{
 			Iteration: args.Iteration, Attempt: args.Attempt, Inbox: len(inbox),
 		}); err != nil {
@@ -690,9 +694,10 @@ func (e *Engine) finishIteration(ctx context.Context, it *iteration, out *outcom
 	// The row is encoded outside the transaction, and again in it only
 	// when the executor queued writes, which may add to its artifacts.
 	row, queued := e.outcomeRow(it, out), hostOf(it).pendingOutcome()
-	var stored func() // marks the transcript lines and the executor's writes the transaction stored
+	var stored func()  // marks the transcript lines and the executor's writes the transaction stored
+	continued := false // the run goes on to the next iteration
 	err := e.inTx(ctx, func(tx spec.Tx) error {
-		stored = nil
+		stored, continued = nil, false
 		run, err := tx.FindRun(ctx, it.run.ID)
 		if err != nil {
 			return err
@@ -723,12 +728,16 @@ func (e *Engine) finishIteration(ctx context.Context, it *iteration, out *outcom
 			return err
 		}
 		stored = func() { wrote(); markStored() }
+		continued = out.decision.Decision == spec.DecisionContinue && run.Status == spec.StatusRunning
 		return nil
 	})
 	if err != nil || stored == nil {
 		return false, err
 	}
 	stored()
+	if continued {
+		e.recent.finished(row, it.recent)
+	}
 	return true, nil
 }
 
