@@ -123,10 +123,20 @@ func (r *streamRegistry) revoke(match func(credential) bool) int {
 	for st := range r.streams {
 		if match(st.cred) && st.revoked.CompareAndSwap(false, true) {
 			close(st.revokedC)
+			st.wake()
 			n++
 		}
 	}
 	return n
+}
+
+// wakeAll pokes every open stream.
+func (r *streamRegistry) wakeAll() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for st := range r.streams {
+		st.wake()
+	}
 }
 
 // credentials returns the distinct credentials of the open streams that
@@ -161,10 +171,12 @@ func (r *streamRegistry) waiting() []credential {
 	return out
 }
 
-// checkAllStreams puts the credentials of every open stream into the
-// verifier's next round (at each heartbeat tick).
-func (s *Server) checkAllStreams() {
+// tick is the heartbeat's: it puts the credentials of every open stream
+// into the verifier's next round, then wakes every stream to ping and
+// re-check.
+func (s *Server) tick() {
 	s.verifier.joinAll(s.streams.credentials(func(credential) bool { return true }))
+	s.streams.wakeAll()
 }
 
 // endDeadTokenStreams ends, at once, the streams of the user's API tokens

@@ -151,6 +151,9 @@ func (s *Server) Serve(ln net.Listener) error { return s.app.Listener(lingerList
 // go, and for the streams' shared heartbeat and credential checks to exit.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.cancel()
+	// Every stream looks at the context when poked, and one that begins
+	// waiting after this sees it cancelled first.
+	s.streams.wakeAll()
 	err := s.app.ShutdownWithContext(ctx)
 	// fasthttp does not wait for the streams' hijacked connections.
 	if serr := s.streams.close(ctx); err == nil {

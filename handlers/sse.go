@@ -35,9 +35,10 @@ import (
 // cursor, then sends live events, skipping any already sent, so there is no
 // gap and no duplicate however events are appended during the switch. A
 // subscription the bus drops for falling behind is replaced by a new one and
-// a replay from the last event sent. A comment (": ping") every heartbeat
-// keeps proxies from closing idle streams and is how a gone client is
-// noticed (its flush fails). Before anything is sent, events or ping, the
+// a replay from the last event sent. A comment (": ping") at every
+// heartbeat on which the stream sent nothing else keeps proxies from
+// closing idle streams and is how a gone client is noticed (its flush
+// fails). Before anything is sent, events or ping, the
 // stream's credential is re-checked (see sse_verify.go): a stream ends,
 // sending nothing more, as soon as its credential is revoked anywhere.
 //
@@ -235,7 +236,7 @@ func (s *Server) startStream(c *fiber.Ctx, src *streamSource, cursor int64) erro
 		// The headers alone: no stream.
 		return nil
 	}
-	st := &streamer{s: s, src: src, last: cursor, cred: credentialOf(c, userOf(c).ID), revokedC: make(chan struct{})}
+	st := newStreamer(s, src, cursor, credentialOf(c, userOf(c).ID))
 	if !s.hijackStream(c, st) {
 		return fiber.NewError(fiber.StatusServiceUnavailable, "The server is shutting down.")
 	}
@@ -259,10 +260,30 @@ type streamer struct {
 	cred     credential    // what authenticated the stream
 	revoked  revokedFlag   // set (before the revocation commits) when cred is revoked
 	revokedC chan struct{} // closed when this process revokes cred
-	batch    []*spec.Event // live events received together
+	// poke wakes the stream to look at the server's state: shutdown, its
+	// credential revoked, a heartbeat tick. A channel of its own, so that
+	// waiting for its next event locks nothing the other streams lock
+	// (selecting on the server's context and the shared heartbeat did, on
+	// every event of every stream).
+	poke  chan struct{}
+	tick  int64         // the heartbeat tick the stream last looked at
+	sent  bool          // events were sent since that tick
+	batch []*spec.Event // live events received together
 	// sub is the live subscription, for the verifier to see which streams
 	// have events waiting (their checks join the round it starts).
 	sub atomic.Pointer[engine.Subscription]
+}
+
+func newStreamer(s *Server, src *streamSource, cursor int64, cred credential) *streamer {
+	return &streamer{s: s, src: src, last: cursor, cred: cred, revokedC: make(chan struct{}), poke: make(chan struct{}, 1)}
+}
+
+// wake pokes the stream; a poke already pending covers this one.
+func (st *streamer) wake() {
+	select {
+	case st.poke <- struct{}{}:
+	default:
+	}
 }
 
 // errRevoked ends a stream whose credential was revoked.
@@ -328,19 +349,41 @@ func (st *streamer) follow(ctx context.Context) bool {
 // live sends the subscription's events until the stream ends. It reports
 // true when the bus dropped the subscription and the stream must resubscribe
 // and replay.
+//
+// It waits on its subscription and its own poke alone: the server's
+// shutdown (ctx is the server's), a revocation and each heartbeat tick
+// poke every stream (Server.Shutdown, streamRegistry.revoke,
+// Server.tick), and the stream then looks at what changed.
 func (st *streamer) live(ctx context.Context, sub *engine.Subscription) bool {
+	// The heartbeat starts with the first stream; this one pings from its
+	// next tick on.
+	st.s.beat.start(st.s.ctx, st.s.opts.Heartbeat, st.s.tick)
+	st.tick = st.s.beat.ticks.Load()
 	for {
+		if ctx.Err() != nil || st.revoked.Load() {
+			return false
+		}
 		select {
-		case <-ctx.Done():
-			return false
-		case <-st.revokedC:
-			return false
-		case <-st.s.beat.next(st.s.ctx, st.s.opts.Heartbeat, st.s.checkAllStreams):
+		case <-st.poke:
+			if ctx.Err() != nil || st.revoked.Load() {
+				return false
+			}
+			t := st.s.beat.ticks.Load()
+			if t == st.tick {
+				continue
+			}
+			st.tick = t
 			// Re-authenticate even when idle: a credential revoked
 			// anywhere ends the stream within one heartbeat (by a check
 			// that started after the tick).
 			if st.verify(ctx, st.s.verifier.clock()) != nil {
 				return false
+			}
+			if st.sent {
+				// Events went out since the last tick: the connection is
+				// not idle, and a gone client failed their flush.
+				st.sent = false
+				continue
 			}
 			st.arm()
 			if _, err := st.w.WriteString(": ping\n\n"); err != nil || st.flush() != nil {
@@ -376,6 +419,7 @@ func (st *streamer) live(ctx context.Context, sub *engine.Subscription) bool {
 			if err != nil || st.flush() != nil || st.ended {
 				return false
 			}
+			st.sent = true
 			if closed {
 				return sub.Dropped()
 			}

@@ -236,7 +236,8 @@ func TestAPanickingStreamIsLoggedAndLetGo(t *testing.T) {
 			panic("replay exploded")
 		},
 	}
-	st := &streamer{s: s, src: src, conn: server, revokedC: make(chan struct{})}
+	st := newStreamer(s, src, 0, credential{})
+	st.conn = server
 	if !s.streams.add(st) {
 		t.Fatal("the registry refused a stream")
 	}

@@ -284,35 +284,27 @@ type heartbeat struct {
 	wg      sync.WaitGroup // the ticker goroutine: it exits when ctx ends
 	started bool           // guarded by mu
 	mu      sync.Mutex
-	c       chan struct{} // closed at the next tick
-	ticks   atomic.Int64  // counted before c is closed
+	ticks   atomic.Int64 // counted before onTick runs
 }
 
-// next returns a channel closed at the next tick, starting the ticker on
-// first use; it stops with ctx. onTick runs at each tick, after it is
-// counted and before the channel is closed.
-func (h *heartbeat) next(ctx context.Context, every time.Duration, onTick func()) <-chan struct{} {
+// start starts the ticker unless it runs (or ctx has ended); it stops with
+// ctx. onTick runs at each tick, after it is counted.
+func (h *heartbeat) start(ctx context.Context, every time.Duration, onTick func()) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if !h.started && ctx.Err() == nil {
-		h.started = true
-		h.c = make(chan struct{})
-		h.wg.Add(1)
-		go func() {
-			defer h.wg.Done()
-			h.run(ctx, every, onTick)
-		}()
+	if h.started || ctx.Err() != nil {
+		return
 	}
-	if h.c == nil {
-		// Shut down before the first stream: a channel that never closes;
-		// the stream ends with the server's context.
-		h.c = make(chan struct{})
-	}
-	return h.c
+	h.started = true
+	h.wg.Add(1)
+	go func() {
+		defer h.wg.Done()
+		h.run(ctx, every, onTick)
+	}()
 }
 
 // stop waits for the ticker to exit; ctx must be cancelled. Taking mu first
-// means no next that saw ctx alive is still about to start it.
+// means no start that saw ctx alive is still about to start it.
 func (h *heartbeat) stop() {
 	h.mu.Lock()
 	//lint:ignore SA2001 a barrier: see above
@@ -330,10 +322,6 @@ func (h *heartbeat) run(ctx context.Context, every time.Duration, onTick func())
 		case <-t.C:
 			h.ticks.Add(1)
 			onTick()
-			h.mu.Lock()
-			close(h.c)
-			h.c = make(chan struct{})
-			h.mu.Unlock()
 		}
 	}
 }
