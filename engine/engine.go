@@ -54,6 +54,12 @@ type Options struct {
 	EndpointBackoffBase    time.Duration // first wait after an iteration failed on the model endpoint; default 2 s
 	EndpointBackoffMax     time.Duration // cap of that wait (Retry-After may ask up to 15 min); default 2 min
 	DisableRecoveryAtStart bool          // tests only
+	// ContinueFor is how long from its job's start a worker goes on with
+	// its run's next iterations itself, each begun in the transaction that
+	// finishes the one before, instead of enqueueing them (a job each);
+	// default 1 s, negative: never. Past it the next iteration is enqueued,
+	// behind the other runs' jobs.
+	ContinueFor time.Duration
 
 	// PublicURL is the server's address as people reach it: the base of
 	// the run links in webhook deliveries.
@@ -107,6 +113,9 @@ func (o *Options) setDefaults() {
 	defD(&o.DefaultIterationTime, 10*time.Minute)
 	defD(&o.MaxIterationTime, 2*time.Hour)
 	defD(&o.LeaseTTL, 15*time.Second)
+	if o.ContinueFor == 0 {
+		o.ContinueFor = time.Second
+	}
 	defD(&o.RecoveryInterval, 5*time.Second)
 	defD(&o.DeathWatchInterval, 200*time.Millisecond)
 	defD(&o.ShutdownGrace, 10*time.Second)
@@ -145,7 +154,7 @@ type Engine struct {
 
 	mu       sync.Mutex
 	inflight map[string]*inflight // by run id
-	stopping bool
+	stopping bool                 // Stop was called: no iteration begins in place (attempt)
 
 	// noLiveness is set while this process's liveness session is lost
 	// (spec.Cluster.HoldLiveness): no attempt may begin then.

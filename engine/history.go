@@ -50,13 +50,29 @@ func (c *recentIterations) take(runID string, next int) ([]*spec.PastIteration, 
 	return e.recent, true
 }
 
-// finished keeps what the iteration after row will read: row (just
-// committed, finished) before the ones its own iteration read (recent,
-// newest first), at most historyDepth of them.
+// finished keeps what the iteration after row will read (following).
 func (c *recentIterations) finished(row *spec.Iteration, recent []*spec.PastIteration) {
-	if !utf8.ValidString(row.Summary) || strings.IndexByte(row.Summary, 0) >= 0 {
+	out, ok := following(row, recent)
+	if !ok {
 		c.forget(row.RunID)
 		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.runs == nil || len(c.runs) >= maxRecentRuns {
+		c.runs = map[string]recentEntry{}
+	}
+	c.runs[row.RunID] = recentEntry{next: row.Iteration + 1, recent: out}
+}
+
+// following returns what the iteration after row reads of the earlier
+// ones: row (just committed, finished) before the ones its own iteration
+// read (recent, newest first), at most historyDepth of them, as the store
+// would read them. It reports false when the store may hold row's summary
+// otherwise than written (PostgreSQL repairs invalid UTF-8 and NUL).
+func following(row *spec.Iteration, recent []*spec.PastIteration) ([]*spec.PastIteration, bool) {
+	if !utf8.ValidString(row.Summary) || strings.IndexByte(row.Summary, 0) >= 0 {
+		return nil, false
 	}
 	p := &spec.PastIteration{Iteration: row.Iteration, Summary: row.Summary}
 	if len(row.Gate) > 0 && string(row.Gate) != "null" {
@@ -77,12 +93,7 @@ func (c *recentIterations) finished(row *spec.Iteration, recent []*spec.PastIter
 		}
 		out = append(out, r)
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.runs == nil || len(c.runs) >= maxRecentRuns {
-		c.runs = map[string]recentEntry{}
-	}
-	c.runs[row.RunID] = recentEntry{next: row.Iteration + 1, recent: out}
+	return out, true
 }
 
 // forget drops what is kept for the run.

@@ -98,7 +98,7 @@ func TestStaleAttemptFinishWritesNothing(t *testing.T) {
 			if ok, err := h.db.RenewAttemptLease(h.ctx, r.ID, h.e.id, 1, 1, time.Now().Add(time.Hour)); err != nil || ok {
 				t.Fatalf("a stale attempt renewed the lease: %v %v", ok, err)
 			}
-			committed, err := h.e.finishIteration(h.ctx, it, out)
+			committed, _, err := h.e.finishIteration(h.ctx, it, out)
 			if err != nil || committed {
 				t.Fatalf("stale finish: committed=%v err=%v", committed, err)
 			}

@@ -136,25 +136,63 @@ func (e *Engine) startRun(ctx context.Context, tx spec.Tx, run *spec.Run) error 
 // cfg is the run's config when the caller has it decoded (an iteration
 // finishing: a config changes only while no iteration runs), else nil.
 func (e *Engine) enqueueNext(ctx context.Context, tx spec.Tx, run *spec.Run, cfg *spec.Config, delay time.Duration) error {
+	_, err := e.advance(ctx, tx, run, cfg, delay, false)
+	return err
+}
+
+// advance moves the run to its next iteration (attempt 1), unless the
+// forecast says it would not fit the run's budgets (the run then waits or
+// stops). With here and no delay the iteration begins in tx, leased to this
+// process, and is returned for the caller to work at once; otherwise its
+// job is enqueued in tx, to run after delay.
+func (e *Engine) advance(ctx context.Context, tx spec.Tx, run *spec.Run, cfg *spec.Config, delay time.Duration, here bool) (*iteration, error) {
 	forecast, moved, err := e.forecastGate(ctx, tx, run, cfg)
 	if err != nil || moved {
-		return err // moved: the next iteration would not fit its budgets
+		return nil, err // moved: the next iteration would not fit its budgets
 	}
+	here = here && delay <= 0
 	run.Iteration++
 	run.Attempt = 1
 	run.LeaseOwner = ""
+	if here {
+		run.LeaseOwner = e.id
+	}
 	run.LeaseUntil = tx.Now().Add(e.opts.LeaseTTL)
 	if err := tx.UpdateRun(ctx, run); err != nil {
-		return err
+		return nil, err
+	}
+	if here {
+		return e.beginHere(ctx, tx, run, cfg, forecast)
 	}
 	if delay > 0 {
 		if _, err := tx.AppendEvent(ctx, run.ID, spec.EventIterationBackoff, spec.BackoffData{
 			Iteration: run.Iteration, DelayMS: delay.Milliseconds(), NotBefore: tx.Now().Add(delay),
 		}); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	return e.insertJob(ctx, tx, run.ID, run.Iteration, run.Attempt, delay, forecast)
+	return nil, e.insertJob(ctx, tx, run.ID, run.Iteration, run.Attempt, delay, forecast)
+}
+
+// beginHere begins the run's current iteration (advance set it, and its
+// lease to this process) in tx: what beginIteration's transaction does for
+// a job, with the inbox read in tx, so that the items the iteration
+// consumes are the ones pending as it begins.
+func (e *Engine) beginHere(ctx context.Context, tx spec.Tx, run *spec.Run, cfg *spec.Config, forecast *spec.Forecast) (*iteration, error) {
+	inbox, err := tx.PendingInbox(ctx, run.ID)
+	if err != nil {
+		return nil, err
+	}
+	row := &spec.Iteration{RunID: run.ID, Iteration: run.Iteration, Attempt: run.Attempt, Status: spec.IterRunning, StartedAt: tx.Now()}
+	if err := tx.UpsertIteration(ctx, row); err != nil {
+		return nil, err
+	}
+	if _, err := tx.AppendEvent(ctx, run.ID, spec.EventIterationStarted, spec.IterationStartedData{
+		Iteration: run.Iteration, Attempt: run.Attempt, Inbox: len(inbox),
+	}); err != nil {
+		return nil, err
+	}
+	return &iteration{run: run, cfg: cfg, row: row, forecast: forecast, inbox: inbox}, nil
 }
 
 // insertJob enqueues the iterate job of (iteration, attempt), with the

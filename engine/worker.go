@@ -58,6 +58,10 @@ type iteration struct {
 	history  []spec.Signals
 	forecast *spec.Forecast        // made when the iteration was enqueued
 	recent   []*spec.PastIteration // the earlier iterations it read, newest first
+	inbox    []*spec.InboxItem     // read as it began in its predecessor's transaction (beginHere)
+	// here says the finishing transaction may begin the next iteration
+	// itself, for this worker to work at once (iterate).
+	here bool
 }
 
 // outcome is what one attempt of an iteration came to: what the executor
@@ -79,9 +83,17 @@ type outcome struct {
 // run's current one (recovered elsewhere, or the run moved on).
 var errLeaseLost = errors.New("lease lost: the attempt is no longer current")
 
-// iterate works one iteration: begin (lease, row, inbox), execute, check,
-// decide, and commit the outcome with the next job or the new status. The
-// lease is held from begin until the outcome commits.
+// iterate works the job's iteration: begin (lease, row, inbox), execute,
+// check, decide, and commit the outcome with the next job or the new
+// status. The lease is held from begin until the outcome commits.
+//
+// When the run goes on, the worker goes on with it: the finishing
+// transaction begins the next iteration itself, leased to this process,
+// and the worker works it at once, with no job in between, for up to
+// ContinueFor from the job's start; after that the next iteration is
+// enqueued, so that the worker is free for other runs' jobs. An iteration
+// begun that way is an attempt like any other: if this process dies, its
+// lease expires and recovery works it again.
 func (e *Engine) iterate(ctx context.Context, args IterateArgs) error {
 	if e.noLiveness.Load() {
 		// Cut off from the store's liveness, this process may be taken
@@ -92,12 +104,25 @@ func (e *Engine) iterate(ctx context.Context, args IterateArgs) error {
 	if err != nil || it == nil {
 		return err
 	}
+	until := time.Now().Add(e.opts.ContinueFor)
+	for it != nil {
+		if it, err = e.attempt(ctx, it, until); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// attempt works a begun iteration to its committed outcome. It returns the
+// next iteration when the finishing transaction began it here (before
+// until, see iterate).
+func (e *Engine) attempt(ctx context.Context, it *iteration, until time.Time) (*iteration, error) {
 	start := e.now()
 	e.metrics.iterationsStarted.Inc()
 
 	// The processes the attempt starts (agent, checks) live under its
 	// lease: the leash stops them when a renewal is overdue and kills them
-	// when the attempt gives the run up or ends. beginIteration just set
+	// when the attempt gives the run up or ends. Its beginning just set
 	// the lease.
 	leash := proc.NewLeash(e.leaseGrace())
 	defer leash.Close()
@@ -118,13 +143,13 @@ func (e *Engine) iterate(ctx context.Context, args IterateArgs) error {
 
 	out, err := e.work(ctx, iterCtx, workCtx, it, start, timeout)
 	if err != nil || out == nil {
-		return err
+		return nil, err
 	}
 	// The executor's own memory of the iteration (progress.txt, a git
-	// commit) is written before the outcome commits: committing enqueues the
-	// next iteration, which must see it and must not race the commit.
-	// Only an observer needs to know the attempt is still current first, so
-	// only it pays the read.
+	// commit) is written before the outcome commits: committing enqueues
+	// (or begins) the next iteration, which must see it and must not race
+	// the commit. Only an observer needs to know the attempt is still
+	// current first, so only it pays the read.
 	if obs, ok := e.executorFor(it.cfg).(GateObserver); ok {
 		current := false
 		err := e.finalWrite(ctx, it, func(wctx context.Context) error {
@@ -133,7 +158,7 @@ func (e *Engine) iterate(ctx context.Context, args IterateArgs) error {
 			return err
 		})
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if current {
 			wctx, wcancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
@@ -143,20 +168,28 @@ func (e *Engine) iterate(ctx context.Context, args IterateArgs) error {
 			wcancel()
 		}
 	}
+	// The next iteration begins here only while the job's time lasts and
+	// this process works on: not stopping (its jobs are let finish, and
+	// none begins another), not cut off from its liveness.
+	e.mu.Lock()
+	stopping := e.stopping
+	e.mu.Unlock()
+	it.here = time.Now().Before(until) && ctx.Err() == nil && !stopping && !e.noLiveness.Load()
 	committed := false
+	var next *iteration
 	err = e.finalWrite(ctx, it, func(wctx context.Context) error {
 		var err error
-		committed, err = e.finishIteration(wctx, it, out)
+		committed, next, err = e.finishIteration(wctx, it, out)
 		return err
 	})
 	stopRenew()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if committed {
 		e.metrics.iterationDuration.Observe(e.now().Sub(start).Seconds())
 	}
-	return nil
+	return next, nil
 }
 
 // work executes the iteration, runs its checks, asks the gate and, when the
@@ -564,9 +597,16 @@ func (e *Engine) beginIteration(ctx context.Context, args IterateArgs) (*iterati
 	if err != nil || it == nil {
 		return nil, err
 	}
-	// What the earlier iterations left is decoded here, after the commit,
-	// so that no other write waits on it.
-	in := &spec.Input{RunID: it.run.ID, UserID: it.run.UserID, Iteration: args.Iteration, Attempt: args.Attempt,
+	e.prepare(it, inbox)
+	return it, nil
+}
+
+// prepare makes a begun iteration's input from what the earlier iterations
+// left (it.recent) and its inbox, after the beginning commit, so that no
+// other write waits on it.
+func (e *Engine) prepare(it *iteration, inbox []*spec.InboxItem) {
+	recent := it.recent
+	in := &spec.Input{RunID: it.run.ID, UserID: it.run.UserID, Iteration: it.row.Iteration, Attempt: it.row.Attempt,
 		Config: it.cfg, WorkspaceDocID: it.run.WorkspaceDocID}
 	for _, m := range inbox {
 		in.Inbox = append(in.Inbox, spec.InboxItem{Kind: m.Kind, Body: m.Body, CreatedAt: m.CreatedAt})
@@ -582,10 +622,9 @@ func (e *Engine) beginIteration(ctx context.Context, args IterateArgs) (*iterati
 	if len(in.Summaries) > 3 {
 		in.Summaries = in.Summaries[len(in.Summaries)-3:]
 	}
-	it.history = historySinceResume(recent, args.Iteration)
+	it.history = historySinceResume(recent, it.row.Iteration)
 	it.input.Host = &host{e: e, runID: it.run.ID, iteration: it.row.Iteration, budgets: &it.cfg.Budgets,
-		baseTools: it.run.Metrics.ToolCallsTotal, tr: e.newTranscript(it.run.ID, it.row.Iteration, args.Attempt)}
-	return it, nil
+		baseTools: it.run.Metrics.ToolCallsTotal, tr: e.newTranscript(it.run.ID, it.row.Iteration, it.row.Attempt)}
 }
 
 // feedbackOf returns what the gate said after iteration r.
@@ -690,14 +729,15 @@ func minimalEnviron() []string {
 // iteration row, its events, the run's metrics, and either the next job or
 // the run's new status, whose event is then the run's last. An attempt that
 // is no longer the run's current one writes nothing and reports false.
-func (e *Engine) finishIteration(ctx context.Context, it *iteration, out *outcome) (bool, error) {
+func (e *Engine) finishIteration(ctx context.Context, it *iteration, out *outcome) (bool, *iteration, error) {
 	// The row is encoded outside the transaction, and again in it only
 	// when the executor queued writes, which may add to its artifacts.
 	row, queued := e.outcomeRow(it, out), hostOf(it).pendingOutcome()
-	var stored func()  // marks the transcript lines and the executor's writes the transaction stored
-	continued := false // the run goes on to the next iteration
+	var stored func()   // marks the transcript lines and the executor's writes the transaction stored
+	continued := false  // the run goes on to the next iteration
+	var next *iteration // begun here (it.here)
 	err := e.inTx(ctx, func(tx spec.Tx) error {
-		stored, continued = nil, false
+		stored, continued, next = nil, false, nil
 		run, err := tx.FindRun(ctx, it.run.ID)
 		if err != nil {
 			return err
@@ -724,7 +764,7 @@ func (e *Engine) finishIteration(ctx context.Context, it *iteration, out *outcom
 		if err := e.recordIteration(ctx, tx, run, it, row, out); err != nil {
 			return err
 		}
-		if err := e.applyDecision(ctx, tx, run, it.cfg, out, it.history); err != nil {
+		if next, err = e.applyDecision(ctx, tx, run, it, out); err != nil {
 			return err
 		}
 		stored = func() { wrote(); markStored() }
@@ -732,13 +772,25 @@ func (e *Engine) finishIteration(ctx context.Context, it *iteration, out *outcom
 		return nil
 	})
 	if err != nil || stored == nil {
-		return false, err
+		return false, nil, err
 	}
 	stored()
-	if continued {
+	if next != nil {
+		recent, ok := following(row, it.recent)
+		if !ok {
+			// Read back as the store holds it. Should the read fail, the
+			// begun iteration is left to its lease: unrenewed, it expires
+			// and recovery works the iteration again.
+			if recent, err = e.store.PastIterations(ctx, it.run.ID, next.row.Iteration, historyDepth); err != nil {
+				return true, nil, err
+			}
+		}
+		next.recent = recent
+		e.prepare(next, next.inbox)
+	} else if continued {
 		e.recent.finished(row, it.recent)
 	}
-	return true, nil
+	return true, next, nil
 }
 
 // outcomeRow fills the iteration row from the outcome (usage is re-read in
@@ -812,27 +864,26 @@ func (e *Engine) recordIteration(ctx context.Context, tx spec.Tx, run *spec.Run,
 	return err
 }
 
-// applyDecision enqueues the next iteration or moves the run to its new
-// status (report, notification, status event last), then promotes queued
-// runs when a slot freed. cfg is the run's config, decoded when the
+// applyDecision enqueues the next iteration, or begins it (it.here), or
+// moves the run to its new status (report, notification, status event
+// last), then promotes queued runs when a slot freed. It returns the
+// iteration it began. The run's config is the one decoded when the
 // iteration began.
-func (e *Engine) applyDecision(ctx context.Context, tx spec.Tx, run *spec.Run, cfg *spec.Config, out *outcome, history []spec.Signals) error {
+func (e *Engine) applyDecision(ctx context.Context, tx spec.Tx, run *spec.Run, it *iteration, out *outcome) (*iteration, error) {
 	d := out.decision
 	run.RunningSince = time.Time{}
 	switch d.Decision {
 	case spec.DecisionContinue:
 		run.RunningSince = tx.Now()
-		if err := e.enqueueNext(ctx, tx, run, cfg, e.endpointBackoff(out, history)); err != nil {
-			return err
-		}
-		if run.Status == spec.StatusRunning {
-			return nil
+		next, err := e.advance(ctx, tx, run, it.cfg, e.endpointBackoff(out, it.history), it.here)
+		if err != nil || run.Status == spec.StatusRunning {
+			return next, err
 		}
 		// The forecast stopped it, or made it wait: its slot is free.
 	case spec.DecisionWait:
 		w := &spec.Waiting{Reason: d.WaitReason, Questions: d.Questions}
 		if err := e.setStatus(ctx, tx, run, spec.StatusWaiting, nil, w); err != nil {
-			return err
+			return nil, err
 		}
 	default: // complete, stop, fail
 		st, sr := spec.StatusStopped, &spec.StopReason{Type: d.StopReason, Detail: joinReasons(d.Reasons), Evidence: d.Evidence}
@@ -843,13 +894,13 @@ func (e *Engine) applyDecision(ctx context.Context, tx spec.Tx, run *spec.Run, c
 			st = spec.StatusFailed
 		}
 		if err := e.writeReport(ctx, tx, run, st, sr, out.narrative, out.narrativeErr); err != nil {
-			return err
+			return nil, err
 		}
 		if err := e.setStatus(ctx, tx, run, st, sr, nil); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	return e.promote(ctx, tx, run.UserID)
+	return nil, e.promote(ctx, tx, run.UserID)
 }
 
 func joinReasons(r []string) string {

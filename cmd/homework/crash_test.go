@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -18,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"homework/db"
 	"homework/engine/spec"
 )
 
@@ -176,7 +178,10 @@ func TestCrashRecoveryAfterSIGKILL(t *testing.T) {
 		ids = append(ids, created.RunID)
 	}
 	// Kill the server in the middle of the second iteration of the first run,
-	// seen on the run's event stream.
+	// seen on the run's event stream. The first iteration takes 400 ms of
+	// the second-long stretch a worker goes on with its run (the engine's
+	// ContinueFor), so the second began in the transaction that finished
+	// the first, leased to the killed process, with no job of its own.
 	started := 0
 	first.follow(t, token, ids[0], func(typ spec.EventType) bool {
 		if typ == spec.EventIterationStarted {
@@ -185,6 +190,9 @@ func TestCrashRecoveryAfterSIGKILL(t *testing.T) {
 		return started == 2
 	})
 	first.kill()
+	if n := iterateJobs(t, dbPath, ids[0]); n != 1 {
+		t.Fatalf("the first run had %d iterate jobs when its second iteration began, want 1 (the second begun in place)", n)
+	}
 
 	second := startServer(t, bin, dbPath)
 	for _, id := range ids {
@@ -262,6 +270,22 @@ func TestCrashRecoveryAfterSIGKILL(t *testing.T) {
 }
 
 func closeTo(a, b float64) bool { return a-b < 1e-9 && b-a < 1e-9 }
+
+// iterateJobs counts the run's iterate jobs, whatever their state, in the
+// SQLite database at path (its server stopped).
+func iterateJobs(t testing.TB, path, runID string) int {
+	t.Helper()
+	conn, err := sql.Open("sqlite", db.WriterDSN(path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	var n int
+	if err := conn.QueryRow(`SELECT COUNT(*) FROM river_job WHERE kind = 'iterate' AND args ->> 'run_id' = ?`, runID).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
 
 // waitRunStatus follows the run's event stream until the event that moves
 // it into status (run_completed for completed, and so on).

@@ -34,6 +34,12 @@ func (r Reads) PendingInbox(ctx context.Context, runID string) ([]*spec.InboxIte
 	return out, rows.Err()
 }
 
+// PendingInbox returns the run's unconsumed items as tx sees them, oldest
+// first.
+func (tx *Tx) PendingInbox(ctx context.Context, runID string) ([]*spec.InboxItem, error) {
+	return Reads{c: tx.c, d: tx.d}.PendingInbox(ctx, runID)
+}
+
 // ConsumeInbox marks the run's items up to and including maxID consumed by
 // iteration. An iteration reads its items before its transaction and
 // consumes up to the last it read: that misses none only while a run's items

@@ -206,6 +206,9 @@ type Tx interface {
 
 	InsertInbox(ctx context.Context, it *InboxItem) error
 	ConsumeInbox(ctx context.Context, runID string, maxID int64, iteration int) error
+	// PendingInbox returns the run's unconsumed inbox items as the
+	// transaction sees them, oldest first.
+	PendingInbox(ctx context.Context, runID string) ([]*InboxItem, error)
 	InsertLLMCall(ctx context.Context, c *LLMCall) error
 	SumLLMCalls(ctx context.Context, runID string, iteration int) (Metrics, error)
 	InsertNotification(ctx context.Context, n *Notification) error
