@@ -656,6 +656,31 @@ func (s suite) inbox(t *testing.T) {
 	if err != nil || len(all) != 2 || all[1].ConsumedIteration != 4 || all[1].ConsumedAt.IsZero() {
 		t.Errorf("inbox = %+v (%v)", all, err)
 	}
+
+	// A transaction reads the inbox as it left it: what it consumed is no
+	// longer pending, what it inserted is (an iteration beginning in the
+	// transaction that finished the one before reads it so).
+	f.tx(func(tx spec.Tx) error {
+		first := &spec.InboxItem{RunID: "r", Kind: spec.InboxMessage, Body: "first"}
+		if err := tx.InsertInbox(f.ctx, first); err != nil {
+			return err
+		}
+		if err := tx.ConsumeInbox(f.ctx, "r", first.ID, 5); err != nil {
+			return err
+		}
+		second := &spec.InboxItem{RunID: "r", Kind: spec.InboxAnswer, Body: "second"}
+		if err := tx.InsertInbox(f.ctx, second); err != nil {
+			return err
+		}
+		pending, err := tx.PendingInbox(f.ctx, "r")
+		if err != nil {
+			return err
+		}
+		if len(pending) != 1 || pending[0].ID != second.ID || pending[0].Body != "second" || pending[0].Kind != spec.InboxAnswer {
+			t.Errorf("pending inside the transaction = %+v, want the second item only", pending)
+		}
+		return nil
+	})
 }
 
 func (s suite) notifications(t *testing.T) {
