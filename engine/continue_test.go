@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -91,4 +92,88 @@ func TestAWorkerGoesOnWithItsRunsNextIterations(t *testing.T) {
 			})
 		}
 	})
+}
+
+// The attempt an iteration's finishing transaction began takes the
+// finished attempt's place in inflight at once: an interrupt that reached
+// the finished attempt after its outcome committed (a cancel) is the next
+// one's, a lost lease (a renewal that found the run moved on) is not, and
+// an interrupt after the hand-over reaches the next attempt.
+func TestTheNextAttemptTakesOverInterrupts(t *testing.T) {
+	h := unstartedEngine(t)
+	for _, c := range []struct {
+		name  string
+		cause error // what reached the finished attempt, nil: nothing
+		want  error // the next attempt's cause, nil: live
+	}{
+		{"a cancel after the commit", errRunCanceled, errRunCanceled},
+		{"shutdown", errShutdown, errShutdown},
+		{"the finished attempt's lease", errLeaseLost, nil},
+		{"nothing", nil, nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			runID := "run-" + c.name
+			it := func(n int) *iteration {
+				return &iteration{run: &spec.Run{ID: runID}, row: &spec.Iteration{RunID: runID, Iteration: n, Attempt: 1}}
+			}
+			prev := it(1)
+			prev.held = h.e.hold(h.ctx, prev)
+			h.e.mu.Lock()
+			h.e.trackLocked(runID, prev.held.fl)
+			h.e.mu.Unlock()
+			if c.cause != nil {
+				h.e.InterruptLocal(runID, c.cause)
+			}
+			next := it(2)
+			h.e.handOver(h.ctx, prev.held, next)
+			h.e.untrack(runID, prev.held.fl) // the finished attempt returns
+			prev.held.release()
+			defer next.held.release()
+
+			if got := context.Cause(next.held.iterCtx); got != c.want {
+				t.Fatalf("the next attempt's cause = %v, want %v", got, c.want)
+			}
+			if !h.e.executing(runID) {
+				t.Fatal("the next attempt is not the run's attempt in inflight")
+			}
+			if c.want == nil {
+				h.e.InterruptLocal(runID, errRunCanceled)
+				if got := context.Cause(next.held.iterCtx); got != errRunCanceled {
+					t.Fatalf("an interrupt after the hand-over: cause %v, want %v", got, errRunCanceled)
+				}
+			}
+		})
+	}
+}
+
+// A stopping engine lets its iterations finish but begins none in place:
+// the run's next iteration is enqueued, for the next start to work, not
+// begun and then cut short by the end of the grace.
+func TestAStoppingEngineBeginsNoIterationInPlace(t *testing.T) {
+	h := newHarness(t, nil)
+	u := h.user("stop@example.com")
+	first := work("one")
+	first.SleepMS = 300
+	r := h.create(u, spec.Config{Script: script(first, done("two"))})
+	h.waitFor(u, r.ID, "iteration 1 running", func(r *spec.Run) bool { return r.Iteration == 1 && r.LeaseOwner != "" })
+	sctx, cancel := context.WithTimeout(h.ctx, 10*time.Second)
+	defer cancel()
+	if err := h.e.Stop(sctx); err != nil {
+		t.Fatal(err)
+	}
+	run, err := h.db.FindRun(h.ctx, u.ID, r.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	its, err := h.db.ListIterations(h.ctx, u.ID, r.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if run.Status != spec.StatusRunning || run.Iteration != 2 || run.LeaseOwner != "" || len(its) != 1 || its[0].Status != spec.IterSucceeded {
+		t.Fatalf("after stop: run %s at iteration %d leased to %q, %d iteration rows; want iteration 1 finished and 2 enqueued, unleased",
+			run.Status, run.Iteration, run.LeaseOwner, len(its))
+	}
+	if n := h.iterateJobs(r.ID); n != 2 {
+		t.Fatalf("%d iterate jobs, want 2 (iteration 2's enqueued)", n)
+	}
 }

@@ -1,5 +1,6 @@
 // Package engine owns runs: their state machine, the River workers that run
-// one iteration per job, the gate (stop hook), budgets and breakers, leases
+// their iterations (a job's worker goes on with its run's next iterations
+// for a while: see iterate), the gate (stop hook), budgets and breakers, leases
 // and recovery, the event bus and notifications. It has no HTTP and no SQL:
 // it works a store through the contract in store.go (bound by Bind, outside
 // the engine) and is called by handlers/.
@@ -54,11 +55,12 @@ type Options struct {
 	EndpointBackoffBase    time.Duration // first wait after an iteration failed on the model endpoint; default 2 s
 	EndpointBackoffMax     time.Duration // cap of that wait (Retry-After may ask up to 15 min); default 2 min
 	DisableRecoveryAtStart bool          // tests only
-	// ContinueFor is how long from its job's start a worker goes on with
-	// its run's next iterations itself, each begun in the transaction that
-	// finishes the one before, instead of enqueueing them (a job each);
-	// default 1 s, negative: never. Past it the next iteration is enqueued,
-	// behind the other runs' jobs.
+	// ContinueFor is how long after its job's first iteration began a
+	// worker may still begin its run's next iteration itself, in the
+	// transaction that finishes the one before, instead of enqueueing it (a
+	// job each); default 1 s, negative: never. It bounds when an iteration
+	// may begin there, not how long it runs. Past it the next iteration is
+	// enqueued, behind the other runs' jobs.
 	ContinueFor time.Duration
 
 	// PublicURL is the server's address as people reach it: the base of

@@ -50,13 +50,14 @@ func (c *recentIterations) take(runID string, next int) ([]*spec.PastIteration, 
 	return e.recent, true
 }
 
-// finished keeps what the iteration after row will read (following).
+// finished keeps what the iteration after row will read (following),
+// unless the store may hold row's summary otherwise than written.
 func (c *recentIterations) finished(row *spec.Iteration, recent []*spec.PastIteration) {
-	out, ok := following(row, recent)
-	if !ok {
+	if !storedAsWritten(row.Summary) {
 		c.forget(row.RunID)
 		return
 	}
+	out := following(row, recent)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.runs == nil || len(c.runs) >= maxRecentRuns {
@@ -65,15 +66,17 @@ func (c *recentIterations) finished(row *spec.Iteration, recent []*spec.PastIter
 	c.runs[row.RunID] = recentEntry{next: row.Iteration + 1, recent: out}
 }
 
+// storedAsWritten reports whether every store holds s as written:
+// PostgreSQL repairs invalid UTF-8 and NUL.
+func storedAsWritten(s string) bool {
+	return utf8.ValidString(s) && strings.IndexByte(s, 0) < 0
+}
+
 // following returns what the iteration after row reads of the earlier
-// ones: row (just committed, finished) before the ones its own iteration
-// read (recent, newest first), at most historyDepth of them, as the store
-// would read them. It reports false when the store may hold row's summary
-// otherwise than written (PostgreSQL repairs invalid UTF-8 and NUL).
-func following(row *spec.Iteration, recent []*spec.PastIteration) ([]*spec.PastIteration, bool) {
-	if !utf8.ValidString(row.Summary) || strings.IndexByte(row.Summary, 0) >= 0 {
-		return nil, false
-	}
+// ones, as the store would read them when row's summary is stored as
+// written: row (just committed, finished) before the ones its own
+// iteration read (recent, newest first), at most historyDepth of them.
+func following(row *spec.Iteration, recent []*spec.PastIteration) []*spec.PastIteration {
 	p := &spec.PastIteration{Iteration: row.Iteration, Summary: row.Summary}
 	if len(row.Gate) > 0 && string(row.Gate) != "null" {
 		p.Gate = row.Gate
@@ -93,7 +96,7 @@ func following(row *spec.Iteration, recent []*spec.PastIteration) ([]*spec.PastI
 		}
 		out = append(out, r)
 	}
-	return out, true
+	return out
 }
 
 // forget drops what is kept for the run.

@@ -59,9 +59,11 @@ type iteration struct {
 	forecast *spec.Forecast        // made when the iteration was enqueued
 	recent   []*spec.PastIteration // the earlier iterations it read, newest first
 	inbox    []*spec.InboxItem     // read as it began in its predecessor's transaction (beginHere)
-	// here says the finishing transaction may begin the next iteration
-	// itself, for this worker to work at once (iterate).
-	here bool
+	// goOn says whether the finishing transaction may begin the next
+	// iteration itself, for this worker to work at once (iterate); nil:
+	// never.
+	goOn func() bool
+	held *attemptHold // this process's hold on the attempt, while it is worked
 }
 
 // outcome is what one attempt of an iteration came to: what the executor
@@ -89,11 +91,12 @@ var errLeaseLost = errors.New("lease lost: the attempt is no longer current")
 //
 // When the run goes on, the worker goes on with it: the finishing
 // transaction begins the next iteration itself, leased to this process,
-// and the worker works it at once, with no job in between, for up to
-// ContinueFor from the job's start; after that the next iteration is
-// enqueued, so that the worker is free for other runs' jobs. An iteration
-// begun that way is an attempt like any other: if this process dies, its
-// lease expires and recovery works it again.
+// and the worker works it at once, with no job in between, while
+// ContinueFor has not passed since the job's first iteration began; after
+// that the next iteration is enqueued, so that the worker is free for
+// other runs' jobs. An iteration begun that way is an attempt like any
+// other: if this process dies, its lease expires and recovery works it
+// again.
 func (e *Engine) iterate(ctx context.Context, args IterateArgs) error {
 	if e.noLiveness.Load() {
 		// Cut off from the store's liveness, this process may be taken
@@ -105,6 +108,10 @@ func (e *Engine) iterate(ctx context.Context, args IterateArgs) error {
 		return err
 	}
 	until := time.Now().Add(e.opts.ContinueFor)
+	it.held = e.hold(ctx, it)
+	e.mu.Lock()
+	e.trackLocked(it.run.ID, it.held.fl)
+	e.mu.Unlock()
 	for it != nil {
 		if it, err = e.attempt(ctx, it, until); err != nil {
 			return err
@@ -113,25 +120,45 @@ func (e *Engine) iterate(ctx context.Context, args IterateArgs) error {
 	return nil
 }
 
-// attempt works a begun iteration to its committed outcome. It returns the
-// next iteration when the finishing transaction began it here (before
-// until, see iterate).
+// attemptHold is an attempt's hold on its run in this process: its
+// contexts, the leash of the processes it starts, and its entry in the
+// engine's inflight (by which a cancel, a lost lease or shutdown reaches
+// it).
+type attemptHold struct {
+	fl      *inflight
+	iterCtx context.Context // canceled when the attempt is interrupted or gives the run up
+	workCtx context.Context // also cut when a budget is used up during the work
+}
+
+// hold makes it's hold, not yet tracked (trackLocked). The processes the attempt starts
+// (agent, checks) live under its lease: the leash stops them when a
+// renewal is overdue and kills them when the attempt gives the run up or
+// ends.
+func (e *Engine) hold(ctx context.Context, it *iteration) *attemptHold {
+	leash := proc.NewLeash(e.leaseGrace())
+	iterCtx, cancel := context.WithCancelCause(proc.WithLeash(ctx, leash))
+	workCtx, cut := context.WithCancelCause(iterCtx)
+	fl := &inflight{cancel: cancel, cut: cut, leash: leash, iteration: it.row.Iteration, attempt: it.row.Attempt, done: make(chan struct{})}
+	return &attemptHold{fl: fl, iterCtx: iterCtx, workCtx: workCtx}
+}
+
+// release ends the hold's contexts and its processes.
+func (h *attemptHold) release() {
+	h.fl.cut(nil)
+	h.fl.cancel(nil)
+	h.fl.leash.Close()
+}
+
+// attempt works a begun and held iteration to its committed outcome. It
+// returns the next iteration, held, when the finishing transaction began
+// it here (before until, see iterate).
 func (e *Engine) attempt(ctx context.Context, it *iteration, until time.Time) (*iteration, error) {
 	start := e.now()
 	e.metrics.iterationsStarted.Inc()
 
-	// The processes the attempt starts (agent, checks) live under its
-	// lease: the leash stops them when a renewal is overdue and kills them
-	// when the attempt gives the run up or ends. Its beginning just set
-	// the lease.
-	leash := proc.NewLeash(e.leaseGrace())
-	defer leash.Close()
-	iterCtx, cancel := context.WithCancelCause(proc.WithLeash(ctx, leash))
-	defer cancel(nil)
-	workCtx, cut := context.WithCancelCause(iterCtx)
-	defer cut(nil)
-	fl := &inflight{cancel: cancel, cut: cut, leash: leash, iteration: it.row.Iteration, attempt: it.row.Attempt, done: make(chan struct{})}
-	e.track(it.run.ID, fl)
+	h := it.held
+	defer h.release()
+	fl, iterCtx, workCtx := h.fl, h.iterCtx, h.workCtx
 	defer e.untrack(it.run.ID, fl)
 	// Whatever of the transcript the finishing transaction did not store,
 	// before the attempt counts as returned (untrack).
@@ -170,11 +197,14 @@ func (e *Engine) attempt(ctx context.Context, it *iteration, until time.Time) (*
 	}
 	// The next iteration begins here only while the job's time lasts and
 	// this process works on: not stopping (its jobs are let finish, and
-	// none begins another), not cut off from its liveness.
-	e.mu.Lock()
-	stopping := e.stopping
-	e.mu.Unlock()
-	it.here = time.Now().Before(until) && ctx.Err() == nil && !stopping && !e.noLiveness.Load()
+	// none begins another), not cut off from its liveness. Asked in the
+	// finishing transaction, as late as can be, on each try.
+	it.goOn = func() bool {
+		e.mu.Lock()
+		stopping := e.stopping
+		e.mu.Unlock()
+		return time.Now().Before(until) && ctx.Err() == nil && !stopping && !e.noLiveness.Load()
+	}
 	committed := false
 	var next *iteration
 	err = e.finalWrite(ctx, it, func(wctx context.Context) error {
@@ -189,7 +219,26 @@ func (e *Engine) attempt(ctx context.Context, it *iteration, until time.Time) (*
 	if committed {
 		e.metrics.iterationDuration.Observe(e.now().Sub(start).Seconds())
 	}
+	if next != nil {
+		e.handOver(ctx, h, next)
+	}
 	return next, nil
+}
+
+// handOver holds next, the iteration the finishing transaction of prev's
+// attempt began here, in prev's place in inflight, at once, so that
+// nothing sent to the run's attempt in between is lost: an interrupt (a
+// cancel, shutdown) that reached prev after its outcome committed is
+// next's. A lost lease is not: a renewal of prev's lease that ran after
+// the commit found the run at the next iteration.
+func (e *Engine) handOver(ctx context.Context, prev *attemptHold, next *iteration) {
+	next.held = e.hold(ctx, next)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if cause := context.Cause(prev.iterCtx); cause != nil && !errors.Is(cause, errLeaseLost) {
+		next.held.fl.cancel(cause)
+	}
+	e.trackLocked(next.run.ID, next.held.fl)
 }
 
 // work executes the iteration, runs its checks, asks the gate and, when the
@@ -421,10 +470,14 @@ func (e *Engine) attemptBound(cfg *spec.Config, timeout time.Duration) time.Dura
 
 // track registers an attempt in flight; untrack removes it unless a newer
 // attempt of the run replaced it.
-func (e *Engine) track(runID string, f *inflight) {
-	e.mu.Lock()
+// trackLocked makes f the run's attempt in this process; e.mu is held. An
+// attempt tracked while the process is cut off from its liveness has its
+// processes held still at once, as livenessChanged did to the others.
+func (e *Engine) trackLocked(runID string, f *inflight) {
 	e.inflight[runID] = f
-	e.mu.Unlock()
+	if e.noLiveness.Load() {
+		f.leash.Freeze()
+	}
 }
 
 func (e *Engine) untrack(runID string, f *inflight) {
@@ -726,7 +779,8 @@ func minimalEnviron() []string {
 }
 
 // finishIteration commits an iteration's outcome in one transaction: the
-// iteration row, its events, the run's metrics, and either the next job or
+// iteration row, its events, the run's metrics, and either the next job,
+// or the next iteration begun here (returned, for the worker to work), or
 // the run's new status, whose event is then the run's last. An attempt that
 // is no longer the run's current one writes nothing and reports false.
 func (e *Engine) finishIteration(ctx context.Context, it *iteration, out *outcome) (bool, *iteration, error) {
@@ -764,7 +818,10 @@ func (e *Engine) finishIteration(ctx context.Context, it *iteration, out *outcom
 		if err := e.recordIteration(ctx, tx, run, it, row, out); err != nil {
 			return err
 		}
-		if next, err = e.applyDecision(ctx, tx, run, it, out); err != nil {
+		// Begun here only when what the next iteration reads of this one
+		// is what was written (following).
+		here := it.goOn != nil && it.goOn() && storedAsWritten(row.Summary)
+		if next, err = e.applyDecision(ctx, tx, run, it, out, here); err != nil {
 			return err
 		}
 		stored = func() { wrote(); markStored() }
@@ -776,16 +833,7 @@ func (e *Engine) finishIteration(ctx context.Context, it *iteration, out *outcom
 	}
 	stored()
 	if next != nil {
-		recent, ok := following(row, it.recent)
-		if !ok {
-			// Read back as the store holds it. Should the read fail, the
-			// begun iteration is left to its lease: unrenewed, it expires
-			// and recovery works the iteration again.
-			if recent, err = e.store.PastIterations(ctx, it.run.ID, next.row.Iteration, historyDepth); err != nil {
-				return true, nil, err
-			}
-		}
-		next.recent = recent
+		next.recent = following(row, it.recent)
 		e.prepare(next, next.inbox)
 	} else if continued {
 		e.recent.finished(row, it.recent)
@@ -864,18 +912,18 @@ func (e *Engine) recordIteration(ctx context.Context, tx spec.Tx, run *spec.Run,
 	return err
 }
 
-// applyDecision enqueues the next iteration, or begins it (it.here), or
+// applyDecision enqueues the next iteration, or begins it (here), or
 // moves the run to its new status (report, notification, status event
 // last), then promotes queued runs when a slot freed. It returns the
 // iteration it began. The run's config is the one decoded when the
 // iteration began.
-func (e *Engine) applyDecision(ctx context.Context, tx spec.Tx, run *spec.Run, it *iteration, out *outcome) (*iteration, error) {
+func (e *Engine) applyDecision(ctx context.Context, tx spec.Tx, run *spec.Run, it *iteration, out *outcome, here bool) (*iteration, error) {
 	d := out.decision
 	run.RunningSince = time.Time{}
 	switch d.Decision {
 	case spec.DecisionContinue:
 		run.RunningSince = tx.Now()
-		next, err := e.advance(ctx, tx, run, it.cfg, e.endpointBackoff(out, it.history), it.here)
+		next, err := e.advance(ctx, tx, run, it.cfg, e.endpointBackoff(out, it.history), here)
 		if err != nil || run.Status == spec.StatusRunning {
 			return next, err
 		}

@@ -41,10 +41,11 @@ func (tx *Tx) PendingInbox(ctx context.Context, runID string) ([]*spec.InboxItem
 }
 
 // ConsumeInbox marks the run's items up to and including maxID consumed by
-// iteration. An iteration reads its items before its transaction and
-// consumes up to the last it read: that misses none only while a run's items
-// are inserted under the run's lock (the engine's transitions), so that
-// their ids are given in commit order.
+// iteration. An iteration reads its items before its beginning transaction
+// (or, begun in the transaction that finished the one before, in it) and
+// consumes up to the last it read: that misses none only while a run's
+// items are inserted under the run's lock (the engine's transitions), so
+// that their ids are given in commit order.
 func (tx *Tx) ConsumeInbox(ctx context.Context, runID string, maxID int64, iteration int) error {
 	_, err := tx.c.Exec(ctx, `UPDATE inbox SET consumed_at = ?, consumed_iteration = ?
 		WHERE run_id = ? AND id <= ? AND consumed_at IS NULL`, tx.now.UnixMilli(), iteration, runID, maxID)
