@@ -36,9 +36,9 @@ import (
 // gap and no duplicate however events are appended during the switch. A
 // subscription the bus drops for falling behind is replaced by a new one and
 // a replay from the last event sent. A comment (": ping") at every
-// heartbeat on which the stream sent nothing else keeps proxies from
-// closing idle streams and is how a gone client is noticed (its flush
-// fails). Before anything is sent, events or ping, the
+// heartbeat unless the stream sent events within the last half of one
+// keeps proxies from closing idle streams and is how a gone client is
+// noticed (its flush fails). Before anything is sent, events or ping, the
 // stream's credential is re-checked (see sse_verify.go): a stream ends,
 // sending nothing more, as soon as its credential is revoked anywhere.
 //
@@ -267,7 +267,7 @@ type streamer struct {
 	// every event of every stream).
 	poke  chan struct{}
 	tick  int64         // the heartbeat tick the stream last looked at
-	sent  bool          // events were sent since that tick
+	sent  time.Time     // when events were last sent
 	batch []*spec.Event // live events received together
 	// sub is the live subscription, for the verifier to see which streams
 	// have events waiting (their checks join the round it starts).
@@ -379,10 +379,10 @@ func (st *streamer) live(ctx context.Context, sub *engine.Subscription) bool {
 			if st.verify(ctx, st.s.verifier.clock()) != nil {
 				return false
 			}
-			if st.sent {
-				// Events went out since the last tick: the connection is
-				// not idle, and a gone client failed their flush.
-				st.sent = false
+			if time.Since(st.sent) < st.s.opts.Heartbeat/2 {
+				// Events went out within half a heartbeat: the connection
+				// is not idle (it is never silent for more than one and a
+				// half), and a gone client failed their flush.
 				continue
 			}
 			st.arm()
@@ -414,12 +414,15 @@ func (st *streamer) live(ctx context.Context, sub *engine.Subscription) bool {
 			// reached after.
 			after := st.s.verifier.clock()
 			st.arm()
+			last := st.last
 			err := st.liveBatch(ctx, batch, after)
 			clear(batch)
 			if err != nil || st.flush() != nil || st.ended {
 				return false
 			}
-			st.sent = true
+			if st.last != last {
+				st.sent = time.Now()
+			}
 			if closed {
 				return sub.Dropped()
 			}

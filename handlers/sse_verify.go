@@ -276,8 +276,8 @@ func (v *verifier) joinAll(creds []credential) {
 	v.nextRoundLocked(creds...)
 }
 
-// heartbeat is the server's one heartbeat: every stream pings, and
-// re-checks its credential, on the same tick. The tick itself puts every
+// heartbeat is the server's one heartbeat: every stream re-checks its
+// credential, and pings unless it just sent events, on the same tick. The tick itself puts every
 // open stream's credential into the next round before it wakes the
 // streams, so one query answers them all.
 type heartbeat struct {
