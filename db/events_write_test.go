@@ -138,3 +138,82 @@ func TestGroupCommittedEventsGetTheirRowsIDs(t *testing.T) {
 		}
 	}
 }
+
+// TestGroupWritesShareTheEventsCommit: GroupWriteTx writes made while
+// appends are pending commit with them, each run's events taking ids in
+// seq order; a write that fails fails alone, its error returned to its
+// caller while the appends and writes it was grouped with still commit.
+func TestGroupWritesShareTheEventsCommit(t *testing.T) {
+	ctx := context.Background()
+	d := openTest(t, filepath.Join(t.TempDir(), "h.db"))
+	u, err := d.CreateUser(ctx, "groupwrite@example.com", "h", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runs []string
+	for i := range 4 {
+		runs = append(runs, newRun(t, d, u.ID, fmt.Sprint("r", i)).ID)
+	}
+	const producers, each = 32, 10
+	bad := errors.New("this write fails")
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	want := 0
+	for p := range producers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				run := runs[(p+i)%len(runs)]
+				switch i % 3 {
+				case 0:
+					if _, err := d.AppendEvent(ctx, run, spec.EventToolCall, map[string]int{"p": p, "i": i}); err != nil {
+						t.Error(err)
+						return
+					}
+					mu.Lock()
+					want++
+					mu.Unlock()
+				case 1:
+					err := d.GroupWriteTx(ctx, func(tx spec.Tx) error {
+						if _, err := tx.AppendEvent(ctx, run, spec.EventLLMCall, map[string]int{"p": p, "i": i}); err != nil {
+							return err
+						}
+						_, err := tx.AppendEvent(ctx, run, spec.EventIterationCostUpdate, map[string]int{"p": p, "i": i})
+						return err
+					})
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					mu.Lock()
+					want += 2
+					mu.Unlock()
+				case 2:
+					err := d.GroupWriteTx(ctx, func(tx spec.Tx) error {
+						if _, err := tx.AppendEvent(ctx, run, spec.EventLLMCall, map[string]int{"p": p, "i": i}); err != nil {
+							return err
+						}
+						return bad
+					})
+					if !errors.Is(err, bad) {
+						t.Errorf("failing group write returned %v, want %v", err, bad)
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	stored, err := d.ListUserEvents(ctx, u.ID, 0, 10*producers*each)
+	if err != nil || len(stored) != want {
+		t.Fatalf("stored events = %d (%v), want %d", len(stored), err, want)
+	}
+	last := map[string]int64{}
+	for _, e := range stored {
+		if e.Seq != last[e.RunID]+1 {
+			t.Fatalf("run %s: event id %d has seq %d after seq %d", e.RunID, e.ID, e.Seq, last[e.RunID])
+		}
+		last[e.RunID] = e.Seq
+	}
+}

@@ -112,12 +112,15 @@ func (h *host) checkBudgets(m spec.Metrics) {
 }
 
 // RecordLLMCall stores the call, adds it to the run's live totals and emits
-// llm_call and iteration_cost_update, all in one transaction.
+// llm_call and iteration_cost_update, all in one transaction, committed
+// before it returns (so spend survives a crash), which it may share with
+// other runs' records and event appends (groupTx).
 func (h *host) RecordLLMCall(ctx context.Context, c spec.LLMCall) error {
 	e := h.e
 	ctx = context.WithoutCancel(ctx) // spend is recorded even when the iteration is cancelled
 	var live spec.Metrics
-	err := e.inTx(ctx, func(tx spec.Tx) error {
+	err := e.groupTx(ctx, func(tx spec.Tx) error {
+		live = spec.Metrics{}
 		row := c
 		row.RunID, row.Iteration = h.runID, h.iteration
 		if err := tx.InsertLLMCall(ctx, &row); err != nil {
