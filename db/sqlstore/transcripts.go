@@ -20,6 +20,20 @@ func scanTranscriptInfo(s Row) (*spec.TranscriptInfo, error) {
 	return &t, err
 }
 
+// maxTranscriptChunk is the most lines one insert writes.
+const maxTranscriptChunk = 8
+
+// insertTranscriptQueries holds the multi-row line insert of each chunk
+// size, built once: an iteration's lines go in with one statement.
+var insertTranscriptQueries = func() map[int]string {
+	out := map[int]string{}
+	for n := 1; n <= maxTranscriptChunk; n++ {
+		out[n] = `INSERT INTO transcript_lines (run_id, iteration, seq, attempt, kind, name, role, text, data, created_at) VALUES (?,?,?,?,?,?,?,?,?,?)` +
+			strings.Repeat(",(?,?,?,?,?,?,?,?,?,?)", n-1)
+	}
+	return out
+}()
+
 // AppendTranscript appends lines to the transcript of (runID, iteration)
 // inside tx, keeping at most capBytes of text and data for the iteration in
 // all attempts together. The line that reaches the cap is cut at a rune
@@ -30,30 +44,40 @@ func scanTranscriptInfo(s Row) (*spec.TranscriptInfo, error) {
 func (tx *Tx) AppendTranscript(ctx context.Context, runID string, iteration int, capBytes int64, lines []*spec.TranscriptLine, dropped int64) ([]*spec.TranscriptLine, *spec.TranscriptInfo, error) {
 	// The iteration's info row is locked first (where several processes
 	// write), so appends from concurrent transactions number their lines
-	// one after the other.
-	if _, err := tx.c.Exec(ctx, `INSERT INTO transcripts (run_id, iteration, updated_at) VALUES (?, ?, ?)
-		ON CONFLICT (run_id, iteration) DO NOTHING`, runID, iteration, tx.now.UnixMilli()); err != nil {
+	// one after the other. A row this statement creates is locked by it,
+	// and no line can exist without it: the iteration's first append (an
+	// LLM iteration's only one, at its end) reads neither.
+	created, err := tx.c.Exec(ctx, `INSERT INTO transcripts (run_id, iteration, updated_at) VALUES (?, ?, ?)
+		ON CONFLICT (run_id, iteration) DO NOTHING`, runID, iteration, tx.now.UnixMilli())
+	if err != nil {
 		return nil, nil, fmt.Errorf("create transcript info: %w", err)
 	}
-	info, err := scanTranscriptInfo(tx.c.QueryRow(ctx, `SELECT `+transcriptInfoCols+` FROM transcripts
-		WHERE run_id = ? AND iteration = ?`+tx.d.ForUpdate, runID, iteration))
-	if err != nil {
-		return nil, nil, fmt.Errorf("read transcript info: %w", err)
+	info := &spec.TranscriptInfo{RunID: runID, Iteration: iteration}
+	next := int64(1)
+	if created == 0 {
+		if info, err = scanTranscriptInfo(tx.c.QueryRow(ctx, `SELECT `+transcriptInfoCols+` FROM transcripts
+			WHERE run_id = ? AND iteration = ?`+tx.d.ForUpdate, runID, iteration)); err != nil {
+			return nil, nil, fmt.Errorf("read transcript info: %w", err)
+		}
+		if err := tx.c.QueryRow(ctx, `SELECT COALESCE(MAX(seq), 0) + 1 FROM transcript_lines WHERE run_id = ? AND iteration = ?`,
+			runID, iteration).Scan(&next); err != nil {
+			return nil, nil, fmt.Errorf("load transcript seq: %w", err)
+		}
 	}
 	info.CapBytes = capBytes
 	info.DroppedBytes += dropped
-	var next int64
-	if err := tx.c.QueryRow(ctx, `SELECT COALESCE(MAX(seq), 0) + 1 FROM transcript_lines WHERE run_id = ? AND iteration = ?`,
-		runID, iteration).Scan(&next); err != nil {
-		return nil, nil, fmt.Errorf("load transcript seq: %w", err)
-	}
 	kept := spec.CapTranscript(info, lines, next, tx.now)
-	for _, l := range kept {
-		data, _ := jsonOrNil(l.Data)
-		if _, err := tx.c.Exec(ctx, `INSERT INTO transcript_lines (run_id, iteration, seq, attempt, kind, name, role, text, data, created_at)
-			VALUES (?,?,?,?,?,?,?,?,?,?)`, runID, iteration, l.Seq, l.Attempt, l.Kind, l.Name, l.Role, l.Text, data, tx.now.UnixMilli()); err != nil {
-			return nil, nil, fmt.Errorf("insert transcript line: %w", err)
+	for rest := kept; len(rest) > 0; {
+		n := min(len(rest), maxTranscriptChunk)
+		args := make([]any, 0, 10*n)
+		for _, l := range rest[:n] {
+			data, _ := jsonOrNil(l.Data)
+			args = append(args, runID, iteration, l.Seq, l.Attempt, l.Kind, l.Name, l.Role, l.Text, data, tx.now.UnixMilli())
 		}
+		if _, err := tx.c.Exec(ctx, insertTranscriptQueries[n], args...); err != nil {
+			return nil, nil, fmt.Errorf("insert transcript lines: %w", err)
+		}
+		rest = rest[n:]
 	}
 	if _, err := tx.c.Exec(ctx, `UPDATE transcripts SET lines = ?, bytes = ?, dropped_bytes = ?, dropped_lines = ?,
 		cap_bytes = ?, updated_at = ? WHERE run_id = ? AND iteration = ?`, info.Lines, info.Bytes,
