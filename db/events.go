@@ -314,6 +314,19 @@ func (d *DB) leadOnce(ctx context.Context) {
 	}
 }
 
+// groupWrite runs a GroupWriteTx write in the leader's transaction. A
+// panic fails the group (so its caller makes the write again alone, and
+// panics in its own goroutine) instead of the leader, which holds the
+// writer and the other callers' results.
+func groupWrite(fn func(tx *Tx) error, tx *Tx) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("group write panicked: %v", p)
+		}
+	}()
+	return fn(tx)
+}
+
 // maxGroupCommit is about the most appends one group commit takes: past
 // it the leader commits even while more keep coming, so an append waits
 // for at most about this many others' rows.
@@ -366,7 +379,7 @@ func (d *DB) commitPending(ctx context.Context) ([]*appendReq, []error) {
 					}
 					tx.events = append(tx.events, evs...)
 					evs = evs[:0]
-					if err := r.fn(tx); err != nil {
+					if err := groupWrite(r.fn, tx); err != nil {
 						return err
 					}
 					if err := tx.writeEvents(ctx); err != nil {

@@ -217,3 +217,72 @@ func TestGroupWritesShareTheEventsCommit(t *testing.T) {
 		last[e.RunID] = e.Seq
 	}
 }
+
+// TestAGroupWriteThatPanicsPanicsItsOwnCaller: a GroupWriteTx write that
+// panics in the group's transaction fails the group, not its leader: the
+// appends grouped with it commit, its caller panics in its own goroutine,
+// and the store goes on writing.
+func TestAGroupWriteThatPanicsPanicsItsOwnCaller(t *testing.T) {
+	ctx := context.Background()
+	d := openTest(t, filepath.Join(t.TempDir(), "h.db"))
+	u, err := d.CreateUser(ctx, "grouppanic@example.com", "h", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := newRun(t, d, u.ID, "r").ID
+	const appends = 32
+	var wg sync.WaitGroup
+	for i := range appends {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := d.AppendEvent(ctx, run, spec.EventToolCall, map[string]int{"i": i}); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	panicked := make(chan any, 1)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer func() { panicked <- recover() }()
+		d.GroupWriteTx(ctx, func(tx spec.Tx) error {
+			if _, err := tx.AppendEvent(ctx, run, spec.EventLLMCall, nil); err != nil {
+				return err
+			}
+			panic("boom")
+		})
+	}()
+	wg.Wait()
+	if p := <-panicked; p != "boom" {
+		t.Errorf("the caller recovered %v, want its write's panic", p)
+	}
+	if _, err := d.AppendEvent(ctx, run, spec.EventToolResult, nil); err != nil {
+		t.Fatalf("append after the panic: %v", err)
+	}
+	evs, err := d.ListRunEvents(ctx, u.ID, run, 0, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, e := range evs {
+		if e.Type == spec.EventLLMCall {
+			t.Errorf("the panicking write's event #%d was stored", e.Seq)
+		}
+		if e.Seq != int64(i+1) {
+			t.Fatalf("event %d has seq %d", i+1, e.Seq)
+		}
+	}
+	if want := appends + 1; countType(evs, spec.EventToolCall)+countType(evs, spec.EventToolResult) != want {
+		t.Errorf("stored %d appends, want %d", len(evs), want)
+	}
+}
+
+func countType(evs []*spec.Event, typ spec.EventType) int {
+	n := 0
+	for _, e := range evs {
+		if e.Type == typ {
+			n++
+		}
+	}
+	return n
+}
