@@ -279,6 +279,15 @@ func (d *DB) writeTxLocked(ctx context.Context, fn func(tx *Tx) error) error {
 			d.seqs.forget(runID)
 		}
 	}
+	defer func() {
+		if p := recover(); p != nil {
+			// The writer's one connection would stay in this transaction
+			// and every later write wait for it.
+			sqlTx.Rollback()
+			forget()
+			panic(p)
+		}
+	}()
 	err = fn(tx)
 	if err == nil {
 		err = tx.writeEvents(ctx)

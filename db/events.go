@@ -204,14 +204,22 @@ func (tx *Tx) insertEvents(ctx context.Context, evs []*spec.Event) error {
 	return nil
 }
 
+// appendReq is one caller's part of a group commit: an event to append,
+// or a write (GroupWriteTx) to make in the group's transaction.
 type appendReq struct {
 	ev   *spec.Event
+	fn   func(tx *Tx) error
 	done chan error
 }
 
 // errLead, received on a waiting caller's done channel, makes it the
 // leader of the next group commit (its own append is still pending).
 var errLead = errors.New("lead the next group commit")
+
+// errAlone, received on a caller's done channel, says the group's
+// transaction failed while it held a GroupWriteTx write: nobody can tell
+// whose part failed it, so each caller makes its own write again, alone.
+var errAlone = errors.New("write alone")
 
 // AppendEvent appends one event outside any other transaction. Concurrent
 // callers are group-committed: one caller, the leader, commits every
@@ -225,20 +233,54 @@ func (d *DB) AppendEvent(ctx context.Context, runID string, typ spec.EventType, 
 	if err != nil {
 		return nil, err
 	}
-	req := &appendReq{ev: &spec.Event{RunID: runID, Type: typ, Data: b}, done: make(chan error, 1)}
+	req := &appendReq{ev: &spec.Event{RunID: runID, Type: typ, Data: b}}
+	if err := d.group(ctx, req); err != errAlone {
+		return req.ev, err
+	}
+	var ev *spec.Event
+	err = d.write(ctx, func(tx *Tx) error {
+		ev, err = tx.AppendEvent(ctx, runID, typ, data)
+		return err
+	})
+	return ev, err
+}
+
+// GroupWriteTx runs fn in a write transaction shared with the event
+// appends and the other GroupWriteTx writes pending at the time (see
+// AppendEvent), and returns once that transaction committed: a small write
+// that must commit at once (a model call's record) then shares its commit,
+// whose cost is mostly the pages it writes, with the others'. fn runs in
+// the leader's goroutine, after the appends queued before it are written;
+// its events are written before the writes queued after it. When the
+// shared transaction fails, fn runs again in a transaction of its own,
+// whose error GroupWriteTx returns; so fn may run twice, and must leave
+// nothing behind but what it writes in tx (and its result, set anew on
+// each run). fn's ctx should not end before it returns.
+func (d *DB) GroupWriteTx(ctx context.Context, fn func(tx spec.Tx) error) error {
+	req := &appendReq{fn: func(tx *Tx) error { return fn(tx) }}
+	if err := d.group(ctx, req); err != errAlone {
+		return err
+	}
+	return d.write(ctx, req.fn)
+}
+
+// group queues req for the next group commit, leading it when no one
+// does, and returns req's result.
+func (d *DB) group(ctx context.Context, req *appendReq) error {
+	req.done = make(chan error, 1)
 	d.pendingMu.Lock()
 	d.pending = append(d.pending, req)
 	if d.leading {
 		d.pendingMu.Unlock()
 		if err := <-req.done; err != errLead {
-			return req.ev, err
+			return err
 		}
 	} else {
 		d.leading = true
 		d.pendingMu.Unlock()
 	}
 	d.leadOnce(ctx)
-	return req.ev, <-req.done
+	return <-req.done
 }
 
 // leadOnce commits the pending appends, the leader's own among them, then
@@ -272,6 +314,19 @@ func (d *DB) leadOnce(ctx context.Context) {
 	}
 }
 
+// groupWrite runs a GroupWriteTx write in the leader's transaction. A
+// panic fails the group (so its caller makes the write again alone, and
+// panics in its own goroutine) instead of the leader, which holds the
+// writer and the other callers' results.
+func groupWrite(fn func(tx *Tx) error, tx *Tx) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("group write panicked: %v", p)
+		}
+	}()
+	return fn(tx)
+}
+
 // maxGroupCommit is about the most appends one group commit takes: past
 // it the leader commits even while more keep coming, so an append waits
 // for at most about this many others' rows.
@@ -293,14 +348,17 @@ func (d *DB) takePending() []*appendReq {
 // so the appends that arrive while the first rows go in share that cost
 // instead of paying it again in the next commit, and a lone append commits
 // at once. An append to an unknown run is reported to its caller alone;
-// the others still commit. It returns the appends it took and each one's
-// result, for the leader to tell their callers. The caller holds writeMu.
+// the others still commit. GroupWriteTx writes run in their place in the
+// queue; when the transaction fails with one among them, every caller is
+// told errAlone. It returns the requests it took and each one's result,
+// for the leader to tell their callers. The caller holds writeMu.
 func (d *DB) commitPending(ctx context.Context) ([]*appendReq, []error) {
 	// The batch commits even if the leader's own context ends: the other
 	// callers are waiting on it.
 	ctx = context.WithoutCancel(ctx)
 	var batch []*appendReq
 	var results []error
+	writes := false
 	err := d.writeTxLocked(ctx, func(tx *Tx) error {
 		for len(batch) < maxGroupCommit {
 			more := d.takePending()
@@ -312,6 +370,23 @@ func (d *DB) commitPending(ctx context.Context) ([]*appendReq, []error) {
 			results = append(results, make([]error, len(more))...)
 			evs := make([]*spec.Event, 0, len(more))
 			for i, r := range more {
+				if r.fn != nil {
+					// The appends before it first, and its own events
+					// before those after it: ids follow seqs.
+					writes = true
+					if err := tx.insertEvents(ctx, evs); err != nil {
+						return err
+					}
+					tx.events = append(tx.events, evs...)
+					evs = evs[:0]
+					if err := groupWrite(r.fn, tx); err != nil {
+						return err
+					}
+					if err := tx.writeEvents(ctx); err != nil {
+						return err
+					}
+					continue
+				}
 				r.ev.CreatedAt = tx.Now()
 				if err := tx.takeSeqs(ctx, []*spec.Event{r.ev}); err != nil {
 					if spec.ErrorCode(err) == spec.ENOTFOUND {
@@ -330,6 +405,9 @@ func (d *DB) commitPending(ctx context.Context) ([]*appendReq, []error) {
 		return nil
 	})
 	if err != nil {
+		if writes {
+			err = errAlone
+		}
 		for i := range results {
 			results[i] = err
 		}

@@ -138,3 +138,151 @@ func TestGroupCommittedEventsGetTheirRowsIDs(t *testing.T) {
 		}
 	}
 }
+
+// TestGroupWritesShareTheEventsCommit: GroupWriteTx writes made while
+// appends are pending commit with them, each run's events taking ids in
+// seq order; a write that fails fails alone, its error returned to its
+// caller while the appends and writes it was grouped with still commit.
+func TestGroupWritesShareTheEventsCommit(t *testing.T) {
+	ctx := context.Background()
+	d := openTest(t, filepath.Join(t.TempDir(), "h.db"))
+	u, err := d.CreateUser(ctx, "groupwrite@example.com", "h", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runs []string
+	for i := range 4 {
+		runs = append(runs, newRun(t, d, u.ID, fmt.Sprint("r", i)).ID)
+	}
+	const producers, each = 32, 10
+	bad := errors.New("this write fails")
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	want := 0
+	for p := range producers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				run := runs[(p+i)%len(runs)]
+				switch i % 3 {
+				case 0:
+					if _, err := d.AppendEvent(ctx, run, spec.EventToolCall, map[string]int{"p": p, "i": i}); err != nil {
+						t.Error(err)
+						return
+					}
+					mu.Lock()
+					want++
+					mu.Unlock()
+				case 1:
+					err := d.GroupWriteTx(ctx, func(tx spec.Tx) error {
+						if _, err := tx.AppendEvent(ctx, run, spec.EventLLMCall, map[string]int{"p": p, "i": i}); err != nil {
+							return err
+						}
+						_, err := tx.AppendEvent(ctx, run, spec.EventIterationCostUpdate, map[string]int{"p": p, "i": i})
+						return err
+					})
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					mu.Lock()
+					want += 2
+					mu.Unlock()
+				case 2:
+					err := d.GroupWriteTx(ctx, func(tx spec.Tx) error {
+						if _, err := tx.AppendEvent(ctx, run, spec.EventLLMCall, map[string]int{"p": p, "i": i}); err != nil {
+							return err
+						}
+						return bad
+					})
+					if !errors.Is(err, bad) {
+						t.Errorf("failing group write returned %v, want %v", err, bad)
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	stored, err := d.ListUserEvents(ctx, u.ID, 0, 10*producers*each)
+	if err != nil || len(stored) != want {
+		t.Fatalf("stored events = %d (%v), want %d", len(stored), err, want)
+	}
+	last := map[string]int64{}
+	for _, e := range stored {
+		if e.Seq != last[e.RunID]+1 {
+			t.Fatalf("run %s: event id %d has seq %d after seq %d", e.RunID, e.ID, e.Seq, last[e.RunID])
+		}
+		last[e.RunID] = e.Seq
+	}
+}
+
+// TestAGroupWriteThatPanicsPanicsItsOwnCaller: a GroupWriteTx write that
+// panics in the group's transaction fails the group, not its leader: the
+// appends grouped with it commit, its caller panics in its own goroutine,
+// and the store goes on writing.
+func TestAGroupWriteThatPanicsPanicsItsOwnCaller(t *testing.T) {
+	ctx := context.Background()
+	d := openTest(t, filepath.Join(t.TempDir(), "h.db"))
+	u, err := d.CreateUser(ctx, "grouppanic@example.com", "h", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := newRun(t, d, u.ID, "r").ID
+	const appends = 32
+	var wg sync.WaitGroup
+	for i := range appends {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := d.AppendEvent(ctx, run, spec.EventToolCall, map[string]int{"i": i}); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	panicked := make(chan any, 1)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer func() { panicked <- recover() }()
+		d.GroupWriteTx(ctx, func(tx spec.Tx) error {
+			if _, err := tx.AppendEvent(ctx, run, spec.EventLLMCall, nil); err != nil {
+				return err
+			}
+			panic("boom")
+		})
+	}()
+	wg.Wait()
+	if p := <-panicked; p != "boom" {
+		t.Errorf("the caller recovered %v, want its write's panic", p)
+	}
+	if _, err := d.AppendEvent(ctx, run, spec.EventToolResult, nil); err != nil {
+		t.Fatalf("append after the panic: %v", err)
+	}
+	evs, err := d.ListRunEvents(ctx, u.ID, run, 0, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, e := range evs {
+		if e.Type == spec.EventLLMCall {
+			t.Errorf("the panicking write's event #%d was stored", e.Seq)
+		}
+		if e.Seq != int64(i+1) {
+			t.Fatalf("event %d has seq %d", i+1, e.Seq)
+		}
+	}
+	if want := appends + 1; countType(evs, spec.EventToolCall)+countType(evs, spec.EventToolResult) != want {
+		t.Errorf("stored %d appends, want %d", len(evs), want)
+	}
+}
+
+func countType(evs []*spec.Event, typ spec.EventType) int {
+	n := 0
+	for _, e := range evs {
+		if e.Type == typ {
+			n++
+		}
+	}
+	return n
+}

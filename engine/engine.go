@@ -150,6 +150,10 @@ type Engine struct {
 	id      string // lease owner id of this process
 	store   spec.Store
 	inTx    inTxFunc // runs a function in one write transaction of the store
+	// groupTx runs a small write that inserts no job and must commit at
+	// once (a model call's record), sharing its commit with concurrent
+	// ones where the store can (spec.GroupWriter); inTx otherwise.
+	groupTx inTxFunc
 	queue   jobQueue // River: enqueues iterate jobs inside such a transaction
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
@@ -240,6 +244,10 @@ func New(opts Options) (*Engine, error) {
 		})
 		queue.Ended(ctx, txs, err == nil) // jobs it inserted start now, not at the next poll
 		return err
+	}
+	e.groupTx = e.inTx
+	if gw, ok := opts.Backend.store.(spec.GroupWriter); ok {
+		e.groupTx = gw.GroupWriteTx
 	}
 	return e, nil
 }

@@ -92,11 +92,17 @@ func (h *host) Now() time.Time { return h.e.now() }
 func (h *host) Emit(ctx context.Context, typ spec.EventType, data any) error {
 	_, err := h.e.store.AppendEvent(ctx, h.runID, typ, data)
 	h.noteStore(ctx, err)
+	h.emitted(typ)
+	return err
+}
+
+// emitted counts an appended event of typ: a tool_call against the run's
+// tool-call budget.
+func (h *host) emitted(typ spec.EventType) {
 	if typ == spec.EventToolCall && h.budgets != nil && h.budgets.MaxToolCalls > 0 {
 		n := h.baseTools + int(h.tools.Add(1))
 		h.checkBudgets(spec.Metrics{ToolCallsTotal: n})
 	}
-	return err
 }
 
 // checkBudgets ends the iteration at once when m (the run's live totals)
@@ -112,43 +118,35 @@ func (h *host) checkBudgets(m spec.Metrics) {
 }
 
 // RecordLLMCall stores the call, adds it to the run's live totals and emits
-// llm_call and iteration_cost_update, all in one transaction.
+// llm_call and iteration_cost_update, all in one transaction, committed
+// before it returns (so spend survives a crash), which it may share with
+// other runs' records and event appends (groupTx).
 func (h *host) RecordLLMCall(ctx context.Context, c spec.LLMCall) error {
+	return h.recordLLMCall(ctx, c, "", nil)
+}
+
+// RecordLLMCallWith implements spec.CallEventWriter. The event is appended
+// whatever the run's status, as Emit's would be.
+func (h *host) RecordLLMCallWith(ctx context.Context, c spec.LLMCall, typ spec.EventType, data any) error {
+	err := h.recordLLMCall(ctx, c, typ, data)
+	if err == nil {
+		h.emitted(typ)
+	}
+	return err
+}
+
+// recordLLMCall records c and, when typ is set, appends an event of typ
+// and data after c's own in the same transaction.
+func (h *host) recordLLMCall(ctx context.Context, c spec.LLMCall, typ spec.EventType, data any) error {
 	e := h.e
 	ctx = context.WithoutCancel(ctx) // spend is recorded even when the iteration is cancelled
 	var live spec.Metrics
-	err := e.inTx(ctx, func(tx spec.Tx) error {
-		row := c
-		row.RunID, row.Iteration = h.runID, h.iteration
-		if err := tx.InsertLLMCall(ctx, &row); err != nil {
+	err := e.groupTx(ctx, func(tx spec.Tx) error {
+		var err error
+		if live, err = h.addLLMCall(ctx, tx, c); err != nil || typ == "" {
 			return err
 		}
-		run, err := tx.FindRun(ctx, h.runID)
-		if err != nil {
-			return err
-		}
-		if spec.IsTerminalStatus(run.Status) {
-			// The spend is kept (llm_calls), but a finished run's metrics
-			// and events end with its terminal event.
-			return nil
-		}
-		run.Metrics.AddLLMCall(c)
-		if err := tx.SetRunMetrics(ctx, run); err != nil {
-			return err
-		}
-		live = run.Metrics
-		iter, err := tx.SumLLMCalls(ctx, h.runID, h.iteration)
-		if err != nil {
-			return err
-		}
-		if _, err := tx.AppendEvent(ctx, h.runID, spec.EventLLMCall, llmCallEvent(h.iteration, c)); err != nil {
-			return err
-		}
-		_, err = tx.AppendEvent(ctx, h.runID, spec.EventIterationCostUpdate, spec.CostUpdateData{
-			Iteration: h.iteration, IterationTokens: iter.TokensTotal, IterationCostUSD: iter.CostTotalUSD,
-			TokensTotal: run.Metrics.TokensTotal, CostTotalUSD: run.Metrics.CostTotalUSD,
-			UnpricedCalls: run.Metrics.UnpricedCalls, ByModel: run.Metrics.ByModel,
-		})
+		_, err = tx.AppendEvent(ctx, h.runID, typ, data)
 		return err
 	})
 	h.transcribeModelCall(ctx, c)
@@ -160,6 +158,43 @@ func (h *host) RecordLLMCall(ctx context.Context, c spec.LLMCall) error {
 		h.checkBudgets(live)
 	}
 	return err
+}
+
+// addLLMCall stores c, adds it to the run's live totals and appends
+// llm_call and iteration_cost_update in tx. It returns the run's totals
+// with c, zero when the run has ended.
+func (h *host) addLLMCall(ctx context.Context, tx spec.Tx, c spec.LLMCall) (spec.Metrics, error) {
+	row := c
+	row.RunID, row.Iteration = h.runID, h.iteration
+	if err := tx.InsertLLMCall(ctx, &row); err != nil {
+		return spec.Metrics{}, err
+	}
+	run, err := tx.FindRun(ctx, h.runID)
+	if err != nil {
+		return spec.Metrics{}, err
+	}
+	if spec.IsTerminalStatus(run.Status) {
+		// The spend is kept (llm_calls), but a finished run's metrics
+		// and events end with its terminal event.
+		return spec.Metrics{}, nil
+	}
+	run.Metrics.AddLLMCall(c)
+	if err := tx.SetRunMetrics(ctx, run); err != nil {
+		return spec.Metrics{}, err
+	}
+	iter, err := tx.SumLLMCalls(ctx, h.runID, h.iteration)
+	if err != nil {
+		return spec.Metrics{}, err
+	}
+	if _, err := tx.AppendEvent(ctx, h.runID, spec.EventLLMCall, llmCallEvent(h.iteration, c)); err != nil {
+		return spec.Metrics{}, err
+	}
+	_, err = tx.AppendEvent(ctx, h.runID, spec.EventIterationCostUpdate, spec.CostUpdateData{
+		Iteration: h.iteration, IterationTokens: iter.TokensTotal, IterationCostUSD: iter.CostTotalUSD,
+		TokensTotal: run.Metrics.TokensTotal, CostTotalUSD: run.Metrics.CostTotalUSD,
+		UnpricedCalls: run.Metrics.UnpricedCalls, ByModel: run.Metrics.ByModel,
+	})
+	return run.Metrics, err
 }
 
 // llmCallEvent is the data of an llm_call event: the call's tokens, split

@@ -20,6 +20,20 @@ func scanTranscriptInfo(s Row) (*spec.TranscriptInfo, error) {
 	return &t, err
 }
 
+// maxTranscriptChunk is the most lines one insert writes.
+const maxTranscriptChunk = 8
+
+// insertTranscriptQueries holds the multi-row line insert of each chunk
+// size, built once: an iteration's lines go in with one statement.
+var insertTranscriptQueries = func() map[int]string {
+	out := map[int]string{}
+	for n := 1; n <= maxTranscriptChunk; n++ {
+		out[n] = `INSERT INTO transcript_lines (run_id, iteration, seq, attempt, kind, name, role, text, data, created_at) VALUES (?,?,?,?,?,?,?,?,?,?)` +
+			strings.Repeat(",(?,?,?,?,?,?,?,?,?,?)", n-1)
+	}
+	return out
+}()
+
 // AppendTranscript appends lines to the transcript of (runID, iteration)
 // inside tx, keeping at most capBytes of text and data for the iteration in
 // all attempts together. The line that reaches the cap is cut at a rune
@@ -28,32 +42,35 @@ func scanTranscriptInfo(s Row) (*spec.TranscriptInfo, error) {
 // itself once the cap was reached. It fills in the stored lines' Seq, RunID,
 // Iteration and CreatedAt and returns them with the updated info.
 func (tx *Tx) AppendTranscript(ctx context.Context, runID string, iteration int, capBytes int64, lines []*spec.TranscriptLine, dropped int64) ([]*spec.TranscriptLine, *spec.TranscriptInfo, error) {
+	if kept, info, ok, err := tx.appendFirstTranscript(ctx, runID, iteration, capBytes, lines, dropped); ok || err != nil {
+		return kept, info, err
+	}
 	// The iteration's info row is locked first (where several processes
 	// write), so appends from concurrent transactions number their lines
-	// one after the other.
-	if _, err := tx.c.Exec(ctx, `INSERT INTO transcripts (run_id, iteration, updated_at) VALUES (?, ?, ?)
-		ON CONFLICT (run_id, iteration) DO NOTHING`, runID, iteration, tx.now.UnixMilli()); err != nil {
+	// one after the other. A row this statement creates is locked by it,
+	// and no line can exist without it.
+	created, err := tx.c.Exec(ctx, `INSERT INTO transcripts (run_id, iteration, updated_at) VALUES (?, ?, ?)
+		ON CONFLICT (run_id, iteration) DO NOTHING`, runID, iteration, tx.now.UnixMilli())
+	if err != nil {
 		return nil, nil, fmt.Errorf("create transcript info: %w", err)
 	}
-	info, err := scanTranscriptInfo(tx.c.QueryRow(ctx, `SELECT `+transcriptInfoCols+` FROM transcripts
-		WHERE run_id = ? AND iteration = ?`+tx.d.ForUpdate, runID, iteration))
-	if err != nil {
-		return nil, nil, fmt.Errorf("read transcript info: %w", err)
+	info := &spec.TranscriptInfo{RunID: runID, Iteration: iteration}
+	next := int64(1)
+	if created == 0 {
+		if info, err = scanTranscriptInfo(tx.c.QueryRow(ctx, `SELECT `+transcriptInfoCols+` FROM transcripts
+			WHERE run_id = ? AND iteration = ?`+tx.d.ForUpdate, runID, iteration)); err != nil {
+			return nil, nil, fmt.Errorf("read transcript info: %w", err)
+		}
+		if err := tx.c.QueryRow(ctx, `SELECT COALESCE(MAX(seq), 0) + 1 FROM transcript_lines WHERE run_id = ? AND iteration = ?`,
+			runID, iteration).Scan(&next); err != nil {
+			return nil, nil, fmt.Errorf("load transcript seq: %w", err)
+		}
 	}
 	info.CapBytes = capBytes
 	info.DroppedBytes += dropped
-	var next int64
-	if err := tx.c.QueryRow(ctx, `SELECT COALESCE(MAX(seq), 0) + 1 FROM transcript_lines WHERE run_id = ? AND iteration = ?`,
-		runID, iteration).Scan(&next); err != nil {
-		return nil, nil, fmt.Errorf("load transcript seq: %w", err)
-	}
 	kept := spec.CapTranscript(info, lines, next, tx.now)
-	for _, l := range kept {
-		data, _ := jsonOrNil(l.Data)
-		if _, err := tx.c.Exec(ctx, `INSERT INTO transcript_lines (run_id, iteration, seq, attempt, kind, name, role, text, data, created_at)
-			VALUES (?,?,?,?,?,?,?,?,?,?)`, runID, iteration, l.Seq, l.Attempt, l.Kind, l.Name, l.Role, l.Text, data, tx.now.UnixMilli()); err != nil {
-			return nil, nil, fmt.Errorf("insert transcript line: %w", err)
-		}
+	if err := tx.insertTranscriptLines(ctx, runID, iteration, kept); err != nil {
+		return nil, nil, err
 	}
 	if _, err := tx.c.Exec(ctx, `UPDATE transcripts SET lines = ?, bytes = ?, dropped_bytes = ?, dropped_lines = ?,
 		cap_bytes = ?, updated_at = ? WHERE run_id = ? AND iteration = ?`, info.Lines, info.Bytes,
@@ -61,6 +78,56 @@ func (tx *Tx) AppendTranscript(ctx context.Context, runID string, iteration int,
 		return nil, nil, fmt.Errorf("update transcript info: %w", err)
 	}
 	return kept, info, nil
+}
+
+// appendFirstTranscript makes the iteration's first append, when nothing
+// in it is cut, in two statements: its info row is created with the
+// totals the lines make, and the lines inserted. ok is false, with nothing
+// written, when the lines do not all fit or the iteration has its row
+// already: AppendTranscript then appends as to an existing transcript.
+func (tx *Tx) appendFirstTranscript(ctx context.Context, runID string, iteration int, capBytes int64, lines []*spec.TranscriptLine, dropped int64) (kept []*spec.TranscriptLine, info *spec.TranscriptInfo, ok bool, err error) {
+	var size int64
+	for _, l := range lines {
+		size += int64(len(l.Text) + len(l.Data))
+	}
+	if dropped != 0 || size > capBytes {
+		return nil, nil, false, nil
+	}
+	// Nothing is cut from lines that fit an empty transcript, so numbering
+	// them here changes nothing the general path would not set again.
+	info = &spec.TranscriptInfo{RunID: runID, Iteration: iteration, CapBytes: capBytes}
+	kept = spec.CapTranscript(info, lines, 1, tx.now)
+	created, err := tx.c.Exec(ctx, `INSERT INTO transcripts (run_id, iteration, lines, bytes, dropped_bytes, dropped_lines, cap_bytes, updated_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id, iteration) DO NOTHING`, runID, iteration, info.Lines, info.Bytes,
+		info.DroppedBytes, info.DroppedLines, info.CapBytes, tx.now.UnixMilli())
+	if err != nil {
+		return nil, nil, false, fmt.Errorf("create transcript info: %w", err)
+	}
+	if created == 0 {
+		return nil, nil, false, nil
+	}
+	if err := tx.insertTranscriptLines(ctx, runID, iteration, kept); err != nil {
+		return nil, nil, false, err
+	}
+	return kept, info, true, nil
+}
+
+// insertTranscriptLines inserts lines, numbered, in as few statements as
+// maxTranscriptChunk allows.
+func (tx *Tx) insertTranscriptLines(ctx context.Context, runID string, iteration int, lines []*spec.TranscriptLine) error {
+	for len(lines) > 0 {
+		n := min(len(lines), maxTranscriptChunk)
+		args := make([]any, 0, 10*n)
+		for _, l := range lines[:n] {
+			data, _ := jsonOrNil(l.Data)
+			args = append(args, runID, iteration, l.Seq, l.Attempt, l.Kind, l.Name, l.Role, l.Text, data, tx.now.UnixMilli())
+		}
+		if _, err := tx.c.Exec(ctx, insertTranscriptQueries[n], args...); err != nil {
+			return fmt.Errorf("insert transcript lines: %w", err)
+		}
+		lines = lines[n:]
+	}
+	return nil
 }
 
 // FindTranscript returns the user's run's iteration transcript lines after

@@ -173,10 +173,24 @@ func (s laterSuite) transcripts(t *testing.T) {
 		if len(kept) != 2 || kept[0].Seq != 1 || kept[1].Seq != 2 {
 			t.Errorf("kept = %+v", kept)
 		}
+		if in.Lines != 2 || in.Bytes != int64(len("hello")+len("needle")) || in.CapBytes != 20 || in.DroppedLines != 0 {
+			t.Errorf("info after the first append = %+v", in)
+		}
 		// Over the 20-byte cap: cut at the cap, and later lines dropped.
 		_, info, err = tx.AppendTranscript(f.ctx, r.ID, 2, 20, []*spec.TranscriptLine{{Kind: spec.TranscriptOutput, Text: "0123456789abcdef"}, {Kind: spec.TranscriptOutput, Text: "gone"}}, 0)
-		_ = in
-		return err
+		if err != nil {
+			return err
+		}
+		// An iteration's first append over the cap is cut the same way.
+		kept, in, err = tx.AppendTranscript(f.ctx, r.ID, 1, 10, []*spec.TranscriptLine{{Kind: spec.TranscriptOutput, Text: "0123456789abcdef"}, {Kind: spec.TranscriptOutput, Text: "gone"}}, 0)
+		if err != nil {
+			return err
+		}
+		if len(kept) != 1 || kept[0].Seq != 1 || kept[0].Text != "0123456789" || in.Lines != 1 || in.Bytes != 10 ||
+			in.DroppedBytes != int64(len("abcdef")+len("gone")) || in.DroppedLines != 1 {
+			t.Errorf("first append over the cap: kept %+v, info %+v", kept, in)
+		}
+		return nil
 	})
 	if info.Bytes != 20 || info.Lines != 3 || info.DroppedBytes != int64(len("9abcdef")+len("gone")) || info.DroppedLines != 1 {
 		t.Errorf("info after the cap = %+v", info)

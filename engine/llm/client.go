@@ -170,10 +170,19 @@ func (u *usage) add(c spec.LLMCall) {
 	}
 }
 
+// recorder records a model call; reply is the response of a call that
+// succeeded (it has a choice), nil for a failed one.
+type recorder func(ctx context.Context, c spec.LLMCall, reply *openai.ChatCompletionResponse) error
+
+// recordWith is the recorder that records through rec alone.
+func recordWith(rec func(context.Context, spec.LLMCall) error) recorder {
+	return func(ctx context.Context, c spec.LLMCall, _ *openai.ChatCompletionResponse) error { return rec(ctx, c) }
+}
+
 // chat makes one chat completion with retries. Every attempt, failed or not,
 // is recorded through rec with its role, usage, cost and latency, and added
 // to u. The returned response has at least one choice.
-func (e *Executor) chat(ctx context.Context, rec func(context.Context, spec.LLMCall) error, u *usage,
+func (e *Executor) chat(ctx context.Context, rec recorder, u *usage,
 	role, model string, req openai.ChatCompletionRequest) (openai.ChatCompletionResponse, error) {
 	req.Model = model
 	for attempt := 0; ; attempt++ {
@@ -222,7 +231,11 @@ func (e *Executor) chat(ctx context.Context, rec func(context.Context, spec.LLMC
 			// The usage must be recorded even when the iteration's context
 			// just ended: it was paid for.
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-			if rerr := rec(rctx, call); rerr != nil {
+			var reply *openai.ChatCompletionResponse
+			if me == nil {
+				reply = &resp
+			}
+			if rerr := rec(rctx, call, reply); rerr != nil {
 				e.log.Warn("record llm call", "role", role, "model", model, "err", rerr)
 			}
 			cancel()

@@ -149,6 +149,7 @@ func TestLLMRunsThroughTheEngine(t *testing.T) {
 		if n := countEvents(evs, "tool_call"); n != 12 {
 			t.Errorf("%d tool_call events, want 12", n)
 		}
+		checkToolEventOrder(t, evs)
 		if evs[len(evs)-1].Type != "run_completed" {
 			t.Errorf("last event is %s", evs[len(evs)-1].Type)
 		}
@@ -636,4 +637,37 @@ func mapsEqual(a, b map[string]string) bool {
 		}
 	}
 	return true
+}
+
+// checkToolEventOrder checks that a reply's first tool_call follows its
+// model call's events (the call's cost update) and every later one the
+// result of the call before it, and that the next tool event after each is
+// its own tool_result: the first tool_call is written with the model
+// call's record, the others on their own.
+func checkToolEventOrder(t *testing.T, evs []*spec.Event) {
+	t.Helper()
+	callID := func(e *spec.Event) string {
+		var d struct {
+			CallID string `json:"call_id"`
+		}
+		if err := json.Unmarshal(e.Data, &d); err != nil {
+			t.Fatalf("event %d %s: %v", e.Seq, e.Type, err)
+		}
+		return d.CallID
+	}
+	for i, e := range evs {
+		if e.Type != spec.EventToolCall {
+			continue
+		}
+		if prev := evs[i-1].Type; prev != spec.EventIterationCostUpdate && prev != spec.EventToolResult {
+			t.Errorf("tool_call #%d follows %s", e.Seq, prev)
+		}
+		j := i + 1
+		for j < len(evs) && evs[j].Type != spec.EventToolCall && evs[j].Type != spec.EventToolResult {
+			j++ // the tool's own events (a document written)
+		}
+		if j >= len(evs) || evs[j].Type != spec.EventToolResult || callID(evs[j]) != callID(e) {
+			t.Errorf("tool_call #%d (%s) is not followed by its tool_result", e.Seq, callID(e))
+		}
+	}
 }

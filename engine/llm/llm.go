@@ -395,7 +395,7 @@ func (e *Executor) Narrate(ctx context.Context, run *spec.Run, cfg *spec.Config,
 		{Role: openai.ChatMessageRoleUser, Content: truncate(string(b), 12000)},
 	}
 	rec := func(ctx context.Context, c spec.LLMCall) error { return e.opts.RecordNarration(ctx, run, c) }
-	resp, err := e.chat(ctx, rec, nil, RoleSummarizer, model, openai.ChatCompletionRequest{Model: model, Messages: msgs})
+	resp, err := e.chat(ctx, recordWith(rec), nil, RoleSummarizer, model, openai.ChatCompletionRequest{Model: model, Messages: msgs})
 	if err != nil {
 		return "", err
 	}

@@ -70,7 +70,7 @@ func (it *iteration) loop(ctx context.Context, sc *scope, msgs []openai.ChatComp
 			ls.lastTurn(it.e, sc.limit)
 		}
 		ls.msgs = compact(ls.msgs)
-		choice, err := it.ask(ctx, sc, ls.msgs, ls.tools)
+		choice, emitted, err := it.ask(ctx, sc, ls, turn)
 		if err != nil {
 			sc.modelErr = classify(err)
 			return
@@ -79,7 +79,7 @@ func (it *iteration) loop(ctx context.Context, sc *scope, msgs []openai.ChatComp
 		if len(choice.Message.ToolCalls) == 0 {
 			goOn = ls.nudge(sc, choice)
 		} else {
-			goOn = it.runCalls(ctx, sc, ls, turn, choice.Message)
+			goOn = it.runCalls(ctx, sc, ls, turn, choice.Message, emitted)
 		}
 		if !goOn {
 			return
@@ -95,23 +95,58 @@ func (ls *loopState) lastTurn(e *Executor, limit int) {
 		"You have used all %d tool calls of this iteration. Call %s now.", limit, ls.finisher)})
 }
 
-// ask sends the transcript with tools to sc's model and returns its reply,
-// keeping any text the reply has as the scope's last text.
-func (it *iteration) ask(ctx context.Context, sc *scope, msgs []openai.ChatCompletionMessage, tools []*tool) (openai.ChatCompletionChoice, error) {
-	req := openai.ChatCompletionRequest{Messages: msgs}
-	for _, t := range tools {
+// ask sends ls's transcript with its tools to sc's model and returns its
+// reply, keeping any text the reply has as the scope's last text. When the
+// host can (spec.CallEventWriter), the tool_call event of the reply's first
+// call, which runCalls runs at once, is appended in the transaction that
+// records the model call instead of in a commit of its own, and emitted
+// is true.
+func (it *iteration) ask(ctx context.Context, sc *scope, ls *loopState, turn int) (choice openai.ChatCompletionChoice, emitted bool, err error) {
+	req := openai.ChatCompletionRequest{Messages: ls.msgs}
+	for _, t := range ls.tools {
 		req.Tools = append(req.Tools, t.openai())
 	}
-	resp, err := it.e.chat(ctx, it.host.RecordLLMCall, sc.u, sc.role, sc.model, req)
-	if err != nil {
-		return openai.ChatCompletionChoice{}, err
+	cw, withEvent := it.host.(spec.CallEventWriter)
+	withEvent = withEvent && !(sc.calls >= sc.limit && !ls.finalTry) // runCalls runs the first call
+	rec := func(ctx context.Context, c spec.LLMCall, reply *openai.ChatCompletionResponse) error {
+		if !withEvent || reply == nil || len(reply.Choices[0].Message.ToolCalls) == 0 {
+			return it.host.RecordLLMCall(ctx, c)
+		}
+		calls := reply.Choices[0].Message.ToolCalls
+		nameCalls(calls, turn)
+		if err := cw.RecordLLMCallWith(ctx, c, spec.EventToolCall, toolCallEvent(sc, calls[0])); err != nil {
+			return err
+		}
+		emitted = true
+		return nil
 	}
-	choice := resp.Choices[0]
+	resp, err := it.e.chat(ctx, rec, sc.u, sc.role, sc.model, req)
+	if err != nil {
+		return openai.ChatCompletionChoice{}, false, err
+	}
+	choice = resp.Choices[0]
 	if content := choice.Message.Content; strings.TrimSpace(content) != "" {
 		spec.Transcribe(ctx, it.host, spec.TranscriptEntry{Kind: spec.TranscriptAssistant, Role: sc.transcriptRole(), Text: content})
 		sc.lastText = content
 	}
-	return choice, nil
+	return choice, emitted, nil
+}
+
+// nameCalls gives the calls of a reply in turn the ids the model left out
+// and their type.
+func nameCalls(calls []openai.ToolCall, turn int) {
+	for i := range calls {
+		if calls[i].ID == "" {
+			calls[i].ID = fmt.Sprintf("call_%d_%d", turn, i)
+		}
+		calls[i].Type = openai.ToolTypeFunction
+	}
+}
+
+// toolCallEvent is the data of tc's tool_call event in sc.
+func toolCallEvent(sc *scope, tc openai.ToolCall) spec.ToolCallData {
+	return spec.ToolCallData{Tool: tc.Function.Name, CallID: tc.ID, Arguments: truncate(tc.Function.Arguments, maxEventData),
+		Branch: sc.branch, Role: sc.role}
 }
 
 // nudge answers a reply without tool calls by asking the model to act. It
@@ -143,15 +178,11 @@ func (ls *loopState) nudge(sc *scope, choice openai.ChatCompletionChoice) bool {
 
 // runCalls runs the tool calls of the model's reply msg in order, until
 // the model finishes, is stuck or reaches the bound (calls past the bound
-// are answered as not run). It reports whether the loop goes on.
-func (it *iteration) runCalls(ctx context.Context, sc *scope, ls *loopState, turn int, msg openai.ChatCompletionMessage) bool {
+// are answered as not run). emitted says the first call's tool_call event
+// is written (ask). It reports whether the loop goes on.
+func (it *iteration) runCalls(ctx context.Context, sc *scope, ls *loopState, turn int, msg openai.ChatCompletionMessage, emitted bool) bool {
 	calls := msg.ToolCalls
-	for i := range calls {
-		if calls[i].ID == "" {
-			calls[i].ID = fmt.Sprintf("call_%d_%d", turn, i)
-		}
-		calls[i].Type = openai.ToolTypeFunction
-	}
+	nameCalls(calls, turn)
 	ls.msgs = append(ls.msgs, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleAssistant, Content: msg.Content, ToolCalls: calls})
 	for i, tc := range calls {
 		if sc.done || sc.stuck != "" {
@@ -164,7 +195,7 @@ func (it *iteration) runCalls(ctx context.Context, sc *scope, ls *loopState, tur
 			}
 			break
 		}
-		obs, st := it.execCall(ctx, sc, tc, ls.tools)
+		obs, st := it.execCall(ctx, sc, tc, ls.tools, emitted && i == 0)
 		ls.msgs = append(ls.msgs, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleTool, ToolCallID: tc.ID, Content: obs})
 		ls.steps = append(ls.steps, st)
 		if s := detectStuck(ls.steps); s != "" && !sc.done {
@@ -202,14 +233,17 @@ func compact(msgs []openai.ChatCompletionMessage) []openai.ChatCompletionMessage
 }
 
 // execCall validates (repairing when needed) and runs one tool call, emits
-// tool_call and tool_result, and returns the observation for the model.
-func (it *iteration) execCall(ctx context.Context, sc *scope, tc openai.ToolCall, allowed []*tool) (string, step) {
+// tool_call (unless emitted: ask wrote it) and tool_result, and returns
+// the observation for the model.
+func (it *iteration) execCall(ctx context.Context, sc *scope, tc openai.ToolCall, allowed []*tool, emitted bool) (string, step) {
 	name, raw := tc.Function.Name, tc.Function.Arguments
 	sc.calls++
 	it.mu.Lock()
 	it.res.ToolCalls++
 	it.mu.Unlock()
-	it.emit(ctx, spec.EventToolCall, spec.ToolCallData{Tool: name, CallID: tc.ID, Arguments: truncate(raw, maxEventData), Branch: sc.branch, Role: sc.role})
+	if !emitted {
+		it.emit(ctx, spec.EventToolCall, toolCallEvent(sc, tc))
+	}
 	spec.Transcribe(ctx, it.host, spec.TranscriptEntry{Kind: spec.TranscriptToolCall, Name: name, Role: sc.transcriptRole(), Text: raw})
 
 	st := step{action: name + " " + raw}
@@ -314,7 +348,7 @@ func (it *iteration) repair(ctx context.Context, sc *scope, t *tool, raw string,
 				"Tool: %s\n\nJSON schema of its arguments:\n%s\n\nThe arguments given:\n%s\n\nWhy they are invalid:\n%s",
 				t.name, t.schema, truncate(raw, 8000), verr)},
 		}}
-		resp, err := it.e.chat(ctx, it.host.RecordLLMCall, sc.u, RoleRepair, it.repairModel, req)
+		resp, err := it.e.chat(ctx, recordWith(it.host.RecordLLMCall), sc.u, RoleRepair, it.repairModel, req)
 		if err != nil {
 			return nil, fmt.Errorf("%v (repair failed: %s)", verr, classify(err).Message)
 		}

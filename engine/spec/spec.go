@@ -241,6 +241,18 @@ type OutcomeWriter interface {
 	WithOutcome(write func(ctx context.Context, tx Tx) error)
 }
 
+// CallEventWriter is implemented by a Host that can append an event in the
+// transaction that records a model call, so that the event the reply leads
+// to at once (the tool_call of its first call) needs no commit of its own.
+// An executor whose Host has none records the call and emits the event.
+type CallEventWriter interface {
+	// RecordLLMCallWith records c as RecordLLMCall does, with an event of
+	// typ and data appended after the call's own events in its
+	// transaction, then counts the event as Emit does (a tool_call counts
+	// against the run's tool-call budget). On an error neither is stored.
+	RecordLLMCallWith(ctx context.Context, c LLMCall, typ EventType, data any) error
+}
+
 // WithOutcome queues write with the iteration's outcome when h can
 // (OutcomeWriter), and otherwise makes it now in a transaction of its own
 // through inTx.

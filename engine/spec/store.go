@@ -56,6 +56,20 @@ type Store interface {
 	Webhooks
 }
 
+// GroupWriter is implemented by a Store whose small writes that must commit
+// at once can share their commit with concurrent ones (the SQLite store's
+// group commit, which also carries AppendEvent). The engine records model
+// calls through it when the store has it, and through WriteTx otherwise.
+type GroupWriter interface {
+	// GroupWriteTx runs fn in a write transaction, possibly shared with
+	// other callers' writes and event appends, and returns once it
+	// committed; its events are published after it commits, as WriteTx's.
+	// When the shared transaction fails, fn runs again alone and its error
+	// is returned: fn may run twice, and must keep nothing from a run but
+	// what it wrote in tx.
+	GroupWriteTx(ctx context.Context, fn func(tx Tx) error) error
+}
+
 // Webhooks are a user's webhook endpoints and their deliveries (the
 // listing reads are ReadStore's).
 type Webhooks interface {
