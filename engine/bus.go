@@ -22,6 +22,9 @@ type Bus struct {
 	// published counts Publish calls, incremented as each begins: a reader
 	// that sees n knows the first n publishes' events were committed.
 	published atomic.Int64
+	// onPublish holds the functions called as a Publish with subscribers
+	// begins (OnPublish); copied on write.
+	onPublish atomic.Pointer[[]func([]*spec.Event)]
 }
 
 // Subscription receives the events of one run or of all one user's runs.
@@ -122,11 +125,39 @@ func (b *Bus) remove(s *Subscription) {
 // (or any n' >= n) starts after that event was committed.
 func (b *Bus) Published() int64 { return b.published.Load() }
 
+// OnPublish adds fn to the functions called, on the publisher's
+// goroutine, as each Publish that has subscribers for its events begins
+// (after it is counted in Published, before it delivers). fn must not
+// block.
+func (b *Bus) OnPublish(fn func(events []*spec.Event)) {
+	for {
+		old := b.onPublish.Load()
+		var fns []func([]*spec.Event)
+		if old != nil {
+			fns = append(fns, *old...)
+		}
+		fns = append(fns, fn)
+		if b.onPublish.CompareAndSwap(old, &fns) {
+			return
+		}
+	}
+}
+
 // Publish delivers events, in order, to their subscribers. It never blocks.
 func (b *Bus) Publish(events []*spec.Event) {
 	b.published.Add(1)
 	var slow []*Subscription
 	b.mu.RLock()
+	if fns := b.onPublish.Load(); fns != nil {
+		for _, e := range events {
+			if b.byRun[e.RunID] != nil || b.byUser[e.UserID] != nil {
+				for _, fn := range *fns {
+					fn(events)
+				}
+				break
+			}
+		}
+	}
 	for _, e := range events {
 		for s := range b.byRun[e.RunID] {
 			if !deliver(s, e) {

@@ -111,10 +111,14 @@ func New(opts Options) (*Server, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{opts: opts, db: opts.DB, engine: opts.Engine, log: opts.Logger, ctx: ctx, cancel: cancel}
-	s.verifier = &verifier{store: opts.DB, ctx: ctx, log: opts.Logger, clock: s.beat.ticks.Load, waiting: s.streams.waiting}
+	s.verifier = &verifier{store: opts.DB, ctx: ctx, log: opts.Logger, clock: s.beat.ticks.Load, waiting: s.streams.waiting,
+		ofUsers: func(users map[int64]bool) []credential {
+			return s.streams.credentials(func(cr credential) bool { return users[cr.userID] })
+		}}
 	if opts.Engine != nil {
 		bus := opts.Engine.Bus()
 		s.verifier.clock = func() int64 { return bus.Published() + s.beat.ticks.Load() }
+		bus.OnPublish(s.verifier.kick)
 	}
 	s.app = fiber.New(fiber.Config{
 		AppName:     "homework",

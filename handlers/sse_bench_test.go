@@ -236,7 +236,10 @@ func BenchmarkSSEPublishLatency(b *testing.B) {
 	subs, events := benchScale(1000), benchScale(300)
 	const rate = 10 * time.Millisecond // 100 events/s
 	for b.Loop() {
-		ts := newTestServer(b, nil)
+		// The server's own heartbeat (15 s), not the tests' 50 ms: twenty
+		// pings and credential checks a second on every stream are not
+		// what a publish costs (the minimal writer has no heartbeat).
+		ts := newTestServer(b, func(o *Options) { o.Heartbeat = 15 * time.Second })
 		u := ts.user(b, "bench@example.com")
 		id := ts.createRun(b, u, askStep("q"))
 		ts.waitStatus(b, u, id, spec.StatusWaiting)

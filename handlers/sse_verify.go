@@ -55,12 +55,19 @@ type verifier struct {
 	// to be checked and sent; a round checks them too, so the streams
 	// woken one after the other by one publish find it covers them.
 	waiting func() []credential
+	// ofUsers returns the credentials of the open streams of the users in
+	// the set: a round kicked by a publish checks them (see kick).
+	ofUsers func(users map[int64]bool) []credential
 
 	mu      sync.Mutex
 	next    *verifyRound // being gathered: its query has not started
 	current *verifyRound // its query is running
 	last    *verifyRound // the latest answered
 	running bool         // a goroutine is running rounds
+	// answered is last, read without mu: most of the streams one publish
+	// wakes ask after the round that covers them was answered, and take
+	// its answer without queueing on mu behind the others.
+	answered atomic.Pointer[verifyRound]
 
 	// wg counts the round goroutine: started on demand by the first
 	// waiting stream while ctx lives, it exits when no stream waits;
@@ -74,8 +81,9 @@ type verifier struct {
 // verifyRound is one store query for the credentials gathered into it.
 type verifyRound struct {
 	creds map[credential]struct{}
-	start int64         // clock() read just before the query started
-	done  chan struct{} // closed when the answer is in
+	users map[int64]bool // kicked: the credentials of these users' open streams join it as it starts
+	start int64          // clock() read just before the query started
+	done  chan struct{}  // closed when the answer is in
 
 	tokens, sessions map[string]bool // the live hashes
 	err              error
@@ -120,6 +128,9 @@ func (v *verifier) stop() {
 func (v *verifier) check(ctx context.Context, cr credential, after int64, stop <-chan struct{}) (bool, error) {
 	if cr.hash == "" {
 		return false, nil
+	}
+	if r := v.answered.Load(); r.covers(cr, after) {
+		return r.answer(cr)
 	}
 	r := v.join(cr, after)
 	select {
@@ -179,7 +190,12 @@ func (v *verifier) nextRoundLocked(creds ...credential) *verifyRound {
 // loop runs rounds back to back while any stream waits, then ends.
 func (v *verifier) loop() {
 	for {
-		v.gather()
+		v.mu.Lock()
+		kicked := v.next != nil && v.next.users != nil
+		v.mu.Unlock()
+		if !kicked {
+			v.gather()
+		}
 		v.mu.Lock()
 		r := v.next
 		v.next = nil
@@ -193,6 +209,11 @@ func (v *verifier) loop() {
 				r.creds[cr] = struct{}{}
 			}
 		}
+		if r.users != nil && v.ofUsers != nil {
+			for _, cr := range v.ofUsers(r.users) {
+				r.creds[cr] = struct{}{}
+			}
+		}
 		// Everyone in r joined before this point, and every publish and
 		// tick counted in r.start began before it: the query starts after
 		// all of them.
@@ -200,6 +221,15 @@ func (v *verifier) loop() {
 		v.current = r
 		v.mu.Unlock()
 
+		if len(r.creds) == 0 {
+			// Kicked for events no stream was waiting for.
+			v.mu.Lock()
+			v.current, v.last = nil, r
+			v.mu.Unlock()
+			close(r.done)
+			v.answered.Store(r)
+			continue
+		}
 		var tokens, sessions []string
 		for cr := range r.creds {
 			if cr.session {
@@ -220,6 +250,7 @@ func (v *verifier) loop() {
 		v.current, v.last = nil, r
 		v.mu.Unlock()
 		close(r.done)
+		v.answered.Store(r)
 	}
 }
 
@@ -261,6 +292,27 @@ func (st *streamer) verify(ctx context.Context, after int64) error {
 		return errRevoked
 	}
 	return nil
+}
+
+// kick starts a round, at once, for the credentials of the open streams of
+// the users whose events are published. The bus calls it as a publish that
+// has subscribers begins, after its events were committed: the round's
+// query then runs while the publish wakes the streams, one after the
+// other, and most of them find it answered when they ask (taking the
+// answer without queueing for it).
+func (v *verifier) kick(events []*spec.Event) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.ctx.Err() != nil {
+		return // shutting down: no more rounds
+	}
+	r := v.nextRoundLocked()
+	if r.users == nil {
+		r.users = map[int64]bool{}
+	}
+	for _, e := range events {
+		r.users[e.UserID] = true
+	}
 }
 
 // joinAll puts every credential in creds into the next round (see join).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"homework/engine/spec"
 	"log/slog"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -79,5 +80,58 @@ func TestAVerifierRoundUnderWayDoesNotAnswerALaterCheck(t *testing.T) {
 	}
 	if n := v.rounds.Load(); n != 2 {
 		t.Fatalf("%d rounds, want 2", n)
+	}
+}
+
+// TestAPublishKicksARoundForItsUsersStreams: a publish starts a round at
+// once for the credentials of its events' users' streams (and no one
+// else's); a check that round covers takes its answer, without a round of
+// its own, once it is in, and a revocation that commits after the round
+// started is seen by the next one only.
+func TestAPublishKicksARoundForItsUsersStreams(t *testing.T) {
+	g := &gatedStore{revoked: map[string]bool{}, started: make(chan []string, 4), release: make(chan struct{})}
+	var clock atomic.Int64
+	mine, other := credential{hash: "mine", userID: 1}, credential{hash: "other", userID: 2}
+	v := &verifier{store: g, ctx: context.Background(), log: slog.New(slog.DiscardHandler), clock: clock.Load,
+		ofUsers: func(users map[int64]bool) []credential {
+			var out []credential
+			for _, cr := range []credential{mine, other} {
+				if users[cr.userID] {
+					out = append(out, cr)
+				}
+			}
+			return out
+		}}
+	clock.Add(1) // the publish begins
+	v.kick([]*spec.Event{{UserID: 1}})
+	if asked := <-g.started; len(asked) != 1 || asked[0] != "mine" {
+		t.Fatalf("the kicked round asked about %v, want the publishing user's stream only", asked)
+	}
+	g.mu.Lock()
+	g.revoked["mine"] = true // committed after the round started
+	g.mu.Unlock()
+	g.release <- struct{}{}
+	for v.answered.Load() == nil {
+		runtime.Gosched()
+	}
+	// A stream woken by the publish (its clock: 1) takes the answer.
+	if ok, err := v.check(context.Background(), mine, clock.Load(), nil); !ok || err != nil {
+		t.Fatalf("check covered by the kicked round: %v %v, want live", ok, err)
+	}
+	if n := v.rounds.Load(); n != 1 {
+		t.Fatalf("%d rounds, want the kicked one only", n)
+	}
+	// A later event's check is not covered: the next round sees the
+	// revocation.
+	clock.Add(1)
+	done := make(chan bool)
+	go func() {
+		ok, _ := v.check(context.Background(), mine, clock.Load(), nil)
+		done <- ok
+	}()
+	<-g.started
+	g.release <- struct{}{}
+	if <-done {
+		t.Fatal("a check after the revocation found the credential live")
 	}
 }
