@@ -130,10 +130,10 @@ type attemptHold struct {
 	workCtx context.Context // also cut when a budget is used up during the work
 }
 
-// hold makes it's hold, not yet tracked (trackLocked). The processes the attempt starts
-// (agent, checks) live under its lease: the leash stops them when a
-// renewal is overdue and kills them when the attempt gives the run up or
-// ends.
+// hold makes the hold of it's attempt, not yet tracked (trackLocked). The
+// processes the attempt starts (agent, checks) live under its lease: the
+// leash stops them when a renewal is overdue and kills them when the
+// attempt gives the run up or ends.
 func (e *Engine) hold(ctx context.Context, it *iteration) *attemptHold {
 	leash := proc.NewLeash(e.leaseGrace())
 	iterCtx, cancel := context.WithCancelCause(proc.WithLeash(ctx, leash))
@@ -789,7 +789,7 @@ func (e *Engine) finishIteration(ctx context.Context, it *iteration, out *outcom
 	row, queued := e.outcomeRow(it, out), hostOf(it).pendingOutcome()
 	var stored func()   // marks the transcript lines and the executor's writes the transaction stored
 	continued := false  // the run goes on to the next iteration
-	var next *iteration // begun here (it.here)
+	var next *iteration // begun here (it.goOn)
 	err := e.inTx(ctx, func(tx spec.Tx) error {
 		stored, continued, next = nil, false, nil
 		run, err := tx.FindRun(ctx, it.run.ID)
