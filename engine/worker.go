@@ -130,7 +130,7 @@ type attemptHold struct {
 	workCtx context.Context // also cut when a budget is used up during the work
 }
 
-// hold makes the hold of it's attempt, not yet tracked (trackLocked). The
+// hold makes the attempt's hold on its run, not yet tracked (trackLocked). The
 // processes the attempt starts (agent, checks) live under its lease: the
 // leash stops them when a renewal is overdue and kills them when the
 // attempt gives the run up or ends.
