@@ -141,8 +141,7 @@ func (o *Options) setDefaults() {
 
 // Engine runs runs.
 type Engine struct {
-	settled settledSums      // per run, its settled iterations' metrics summed
-	recent  recentIterations // per run, what its next iteration reads of the earlier ones
+	settled settledSums // per run, its settled iterations' metrics summed
 	opts    Options
 	bus     *Bus
 	log     *slog.Logger

@@ -587,12 +587,9 @@ func (e *Engine) beginIteration(ctx context.Context, args IterateArgs) (*iterati
 	// unread because inbox items are inserted only in a transition, under
 	// the run's lock, so their ids are given in commit order; an item
 	// committed after the read waits for the next iteration.
-	recent, kept := e.recent.take(args.RunID, args.Iteration)
-	if !kept {
-		var err error
-		if recent, err = e.store.PastIterations(ctx, args.RunID, args.Iteration, historyDepth); err != nil {
-			return nil, err
-		}
+	recent, err := e.store.PastIterations(ctx, args.RunID, args.Iteration, historyDepth)
+	if err != nil {
+		return nil, err
 	}
 	inbox, err := e.store.PendingInbox(ctx, args.RunID)
 	if err != nil {
@@ -788,10 +785,9 @@ func (e *Engine) finishIteration(ctx context.Context, it *iteration, out *outcom
 	// when the executor queued writes, which may add to its artifacts.
 	row, queued := e.outcomeRow(it, out), hostOf(it).pendingOutcome()
 	var stored func()   // marks the transcript lines and the executor's writes the transaction stored
-	continued := false  // the run goes on to the next iteration
 	var next *iteration // begun here (it.goOn)
 	err := e.inTx(ctx, func(tx spec.Tx) error {
-		stored, continued, next = nil, false, nil
+		stored, next = nil, nil
 		run, err := tx.FindRun(ctx, it.run.ID)
 		if err != nil {
 			return err
@@ -825,7 +821,6 @@ func (e *Engine) finishIteration(ctx context.Context, it *iteration, out *outcom
 			return err
 		}
 		stored = func() { wrote(); markStored() }
-		continued = out.decision.Decision == spec.DecisionContinue && run.Status == spec.StatusRunning
 		return nil
 	})
 	if err != nil || stored == nil {
@@ -835,8 +830,6 @@ func (e *Engine) finishIteration(ctx context.Context, it *iteration, out *outcom
 	if next != nil {
 		next.recent = following(row, it.recent)
 		e.prepare(next, next.inbox)
-	} else if continued {
-		e.recent.finished(row, it.recent)
 	}
 	return true, next, nil
 }
