@@ -62,11 +62,11 @@ type verifier struct {
 	mu      sync.Mutex
 	next    *verifyRound // being gathered: its query has not started
 	current *verifyRound // its query is running
-	last    *verifyRound // the latest answered
 	running bool         // a goroutine is running rounds
-	// answered is last, read without mu: most of the streams one publish
-	// wakes ask after the round that covers them was answered, and take
-	// its answer without queueing on mu behind the others.
+	// answered is the latest round answered, written under mu and read
+	// without it too: most of the streams one publish wakes ask after the
+	// round that covers them was answered, and take its answer without
+	// queueing on mu behind the others.
 	answered atomic.Pointer[verifyRound]
 
 	// wg counts the round goroutine: started on demand by the first
@@ -155,8 +155,8 @@ func (v *verifier) join(cr credential, after int64) *verifyRound {
 		close(r.done)
 		return r
 	}
-	if v.last.covers(cr, after) {
-		return v.last
+	if r := v.answered.Load(); r.covers(cr, after) {
+		return r
 	}
 	if v.current.covers(cr, after) {
 		return v.current
@@ -221,37 +221,34 @@ func (v *verifier) loop() {
 		v.current = r
 		v.mu.Unlock()
 
-		if len(r.creds) == 0 {
-			// Kicked for events no stream was waiting for.
-			v.mu.Lock()
-			v.current, v.last = nil, r
-			v.mu.Unlock()
-			close(r.done)
-			v.answered.Store(r)
-			continue
+		if len(r.creds) > 0 { // none: kicked for events no stream was waiting for
+			v.query(r)
 		}
-		var tokens, sessions []string
-		for cr := range r.creds {
-			if cr.session {
-				sessions = append(sessions, cr.hash)
-			} else {
-				tokens = append(tokens, cr.hash)
-			}
-		}
-		ctx, cancel := context.WithTimeout(v.ctx, verifyTimeout)
-		r.tokens, r.sessions, r.err = v.store.LiveCredentials(ctx, tokens, sessions)
-		cancel()
-		if r.err != nil && v.ctx.Err() == nil {
-			v.log.Warn("could not check the credentials of open event streams; ending them", "streams", len(r.creds), "err", r.err)
-		}
-		v.rounds.Add(1)
-
-		v.mu.Lock()
-		v.current, v.last = nil, r
-		v.mu.Unlock()
 		close(r.done)
+		v.mu.Lock()
+		v.current = nil
 		v.answered.Store(r)
+		v.mu.Unlock()
 	}
+}
+
+// query asks the store which of r's credentials are live.
+func (v *verifier) query(r *verifyRound) {
+	var tokens, sessions []string
+	for cr := range r.creds {
+		if cr.session {
+			sessions = append(sessions, cr.hash)
+		} else {
+			tokens = append(tokens, cr.hash)
+		}
+	}
+	ctx, cancel := context.WithTimeout(v.ctx, verifyTimeout)
+	r.tokens, r.sessions, r.err = v.store.LiveCredentials(ctx, tokens, sessions)
+	cancel()
+	if r.err != nil && v.ctx.Err() == nil {
+		v.log.Warn("could not check the credentials of open event streams; ending them", "streams", len(r.creds), "err", r.err)
+	}
+	v.rounds.Add(1)
 }
 
 // gather lets the streams woken together (by one publish) join the next
