@@ -95,15 +95,7 @@ func TestAppendedEventsAreWrittenBeforeTheNextStatement(t *testing.T) {
 // rows.
 func TestGroupCommittedEventsGetTheirRowsIDs(t *testing.T) {
 	ctx := context.Background()
-	d := openTest(t, filepath.Join(t.TempDir(), "h.db"))
-	u, err := d.CreateUser(ctx, "group@example.com", "h", false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var runs []string
-	for i := range 8 {
-		runs = append(runs, newRun(t, d, u.ID, fmt.Sprint("r", i)).ID)
-	}
+	d, userID, runs := storeWithRuns(t, 8)
 	const producers, each = 64, 10
 	got := make(chan *spec.Event, producers*each)
 	var wg sync.WaitGroup
@@ -123,7 +115,7 @@ func TestGroupCommittedEventsGetTheirRowsIDs(t *testing.T) {
 	}
 	wg.Wait()
 	close(got)
-	stored, err := d.ListUserEvents(ctx, u.ID, 0, producers*each+1)
+	stored, err := d.ListUserEvents(ctx, userID, 0, producers*each+1)
 	if err != nil || len(stored) != producers*each {
 		t.Fatalf("stored events = %d (%v), want %d", len(stored), err, producers*each)
 	}
@@ -145,15 +137,7 @@ func TestGroupCommittedEventsGetTheirRowsIDs(t *testing.T) {
 // caller while the appends and writes it was grouped with still commit.
 func TestGroupWritesShareTheEventsCommit(t *testing.T) {
 	ctx := context.Background()
-	d := openTest(t, filepath.Join(t.TempDir(), "h.db"))
-	u, err := d.CreateUser(ctx, "groupwrite@example.com", "h", false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var runs []string
-	for i := range 4 {
-		runs = append(runs, newRun(t, d, u.ID, fmt.Sprint("r", i)).ID)
-	}
+	d, userID, runs := storeWithRuns(t, 4)
 	const producers, each = 32, 10
 	bad := errors.New("this write fails")
 	var wg sync.WaitGroup
@@ -205,7 +189,7 @@ func TestGroupWritesShareTheEventsCommit(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	stored, err := d.ListUserEvents(ctx, u.ID, 0, 10*producers*each)
+	stored, err := d.ListUserEvents(ctx, userID, 0, 10*producers*each)
 	if err != nil || len(stored) != want {
 		t.Fatalf("stored events = %d (%v), want %d", len(stored), err, want)
 	}
@@ -224,12 +208,8 @@ func TestGroupWritesShareTheEventsCommit(t *testing.T) {
 // and the store goes on writing.
 func TestAGroupWriteThatPanicsPanicsItsOwnCaller(t *testing.T) {
 	ctx := context.Background()
-	d := openTest(t, filepath.Join(t.TempDir(), "h.db"))
-	u, err := d.CreateUser(ctx, "grouppanic@example.com", "h", false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	run := newRun(t, d, u.ID, "r").ID
+	d, userID, runs := storeWithRuns(t, 1)
+	run := runs[0]
 	const appends = 32
 	var wg sync.WaitGroup
 	for i := range appends {
@@ -260,7 +240,7 @@ func TestAGroupWriteThatPanicsPanicsItsOwnCaller(t *testing.T) {
 	if _, err := d.AppendEvent(ctx, run, spec.EventToolResult, nil); err != nil {
 		t.Fatalf("append after the panic: %v", err)
 	}
-	evs, err := d.ListRunEvents(ctx, u.ID, run, 0, 1000)
+	evs, err := d.ListRunEvents(ctx, userID, run, 0, 1000)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -285,4 +265,19 @@ func countType(evs []*spec.Event, typ spec.EventType) int {
 		}
 	}
 	return n
+}
+
+// storeWithRuns opens a store with one user owning n runs (r0, r1, …).
+func storeWithRuns(t *testing.T, n int) (*DB, int64, []string) {
+	t.Helper()
+	d := openTest(t, filepath.Join(t.TempDir(), "h.db"))
+	u, err := d.CreateUser(context.Background(), "events@example.com", "h", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := make([]string, n)
+	for i := range runs {
+		runs[i] = newRun(t, d, u.ID, fmt.Sprint("r", i)).ID
+	}
+	return d, u.ID, runs
 }
