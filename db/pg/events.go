@@ -24,27 +24,52 @@ const (
 // transaction whose events do not fit announces only their ids.
 const maxPayload = 7000
 
-// seqSQL takes the run's next seq. The UPDATE row-locks the run until the
-// transaction ends, so appends to one run from any process are serialised
-// and gap-free.
-const seqSQL = `UPDATE runs SET last_seq = last_seq + 1 WHERE id = $1 RETURNING user_id, last_seq`
+// lockSeqSQL locks the run for the transaction's first append to it and
+// reads its counter. The lock (the one an UPDATE of the row takes, without
+// writing the row) is held until the transaction ends, so appends to one
+// run from any process are serialised and gap-free: the transaction numbers
+// its events on from last_seq itself, and writes the counter once, when it
+// commits (notifyEvents). A runs row is wide (its configuration, metrics
+// and generated search columns), so writing it for every event cost more
+// than the events.
+const lockSeqSQL = `SELECT user_id, last_seq FROM runs WHERE id = $1 FOR NO KEY UPDATE`
+
+// seqSQL writes a run's counter after the transaction's appends to it.
+const seqSQL = `UPDATE runs SET last_seq = $2 WHERE id = $1`
+
+// runSeq is a run's counter as a transaction holds it: the last seq it
+// gave, and the one in the row.
+type runSeq struct {
+	userID, last, stored int64
+}
 
 // AppendEvent appends an event of typ with data (marshalled to JSON) to the
-// run's log inside tx. It takes its seq now; the row is written, with its
-// id, when tx commits (notifyEvents), and then announced to every process.
+// run's log inside tx. It takes its seq now (the first append to a run
+// locks the run); the row is written, with its id, when tx commits
+// (notifyEvents), and then announced to every process.
 func (tx *Tx) AppendEvent(ctx context.Context, runID string, typ spec.EventType, data any) (*spec.Event, error) {
 	b, err := sqlstore.MarshalEventData(data)
 	if err != nil {
 		return nil, err
 	}
-	e := &spec.Event{RunID: runID, Type: typ, Data: b, CreatedAt: tx.Now()}
-	err = tx.PG.QueryRow(ctx, seqSQL, runID).Scan(&e.UserID, &e.Seq)
-	if err != nil {
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil, spec.Errorf(spec.ENOTFOUND, "Run not found.")
+	s := tx.seqs[runID]
+	if s == nil {
+		s = &runSeq{}
+		err = tx.PG.QueryRow(ctx, lockSeqSQL, runID).Scan(&s.userID, &s.last)
+		if err != nil {
+			if errors.Is(err, pgx.ErrNoRows) {
+				return nil, spec.Errorf(spec.ENOTFOUND, "Run not found.")
+			}
+			return nil, err
 		}
-		return nil, err
+		s.stored = s.last
+		if tx.seqs == nil {
+			tx.seqs = map[string]*runSeq{}
+		}
+		tx.seqs[runID] = s
 	}
+	s.last++
+	e := &spec.Event{RunID: runID, UserID: s.userID, Seq: s.last, Type: typ, Data: b, CreatedAt: tx.Now()}
 	tx.events = append(tx.events, e)
 	return e, nil
 }
@@ -142,7 +167,9 @@ const idsPerNotice = 400
 // with the row locks others wait on (the events' runs are already locked by
 // their seqs; the insert's key checks wait on nothing else).
 //
-// Each event is written once, here: appending only took its seq.
+// Each event is written once, here: appending only took its seq. The
+// runs' counters are written first, in the same round trip; the
+// transaction holds their rows already.
 func (tx *Tx) notifyEvents(ctx context.Context) error {
 	if len(tx.events) == 0 {
 		return nil
@@ -158,12 +185,24 @@ func (tx *Tx) notifyEvents(ctx context.Context) error {
 	}
 	slices.Sort(users)
 	b := &pgx.Batch{}
+	counters := 0
+	for runID, s := range tx.seqs {
+		if s.last != s.stored {
+			b.Queue(seqSQL, runID, s.last)
+			counters++
+		}
+	}
 	for _, u := range users {
 		b.Queue(`SELECT pg_advisory_xact_lock($1::int4, $2::int4)`, int32(feedLock), int32(u))
 	}
 	b.Queue(announceSQL, runs, userIDs, seqs, types, data, created, eventsChannel, maxPayload)
 	br := tx.PG.SendBatch(ctx, b)
 	defer br.Close()
+	for range counters {
+		if _, err := br.Exec(); err != nil {
+			return fmt.Errorf("write event counter: %w", err)
+		}
+	}
 	for range users {
 		if _, err := br.Exec(); err != nil {
 			return fmt.Errorf("lock user feed: %w", err)

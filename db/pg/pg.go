@@ -193,6 +193,7 @@ type Tx struct {
 	PG           pgx.Tx // the transaction itself, for River's driver
 	db           *DB
 	events       []*spec.Event
+	seqs         map[string]*runSeq // by run: the counters the transaction holds
 }
 
 // WriteTx runs fn in one transaction and commits it when fn returns nil.

@@ -2,6 +2,7 @@ package pg_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync"
 	"testing"
@@ -92,6 +93,100 @@ func TestTwoStoresShareSeqsAndEvents(t *testing.T) {
 			}
 		}
 		s.mu.Unlock()
+	}
+}
+
+// TestTransactionsOfSeveralEventsKeepSeqsGapFree appends through two
+// stores on one database, as two processes would, in transactions that
+// each append several events to two runs, while others roll back after
+// appending: each run's seqs are 1..n with no gap or repeat, and a later
+// append takes n+1. A transaction numbers a run's events from the counter
+// it locked at its first append and writes the counter when it commits.
+func TestTransactionsOfSeveralEventsKeepSeqsGapFree(t *testing.T) {
+	url := pgtest.NewDatabase(t)
+	ctx := context.Background()
+	a, b := open(t, url, nil), open(t, url, nil)
+	u, err := a.CreateUser(ctx, "several@example.com", "h", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"r1", "r2"} {
+		run := &spec.Run{ID: id, UserID: u.ID, Objective: "o", Mode: spec.ModeAuto, Executor: spec.ExecutorScript,
+			Config: []byte(`{}`), Status: spec.StatusQueued}
+		if err := a.WriteTx(ctx, func(tx spec.Tx) error { return tx.InsertRun(ctx, run) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	errRollBack := errors.New("roll back")
+	const txs = 20
+	var wg sync.WaitGroup
+	for i := range txs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d := a
+			if i%2 == 1 {
+				d = b
+			}
+			err := d.WriteTx(ctx, func(tx spec.Tx) error {
+				// Runs in one order in every transaction, as the
+				// engine's are: r1 then r2.
+				for _, run := range []string{"r1", "r1", "r1", "r2", "r2"} {
+					if _, err := tx.AppendEvent(ctx, run, spec.EventToolCall, map[string]int{"tx": i}); err != nil {
+						return err
+					}
+				}
+				if i%4 == 3 {
+					return errRollBack
+				}
+				return nil
+			})
+			if err != nil && !errors.Is(err, errRollBack) {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	committed := txs - txs/4
+	last := func(d *pg.DB, run string, want int64) {
+		t.Helper()
+		var e *spec.Event
+		if err := d.WriteTx(ctx, func(tx spec.Tx) (err error) {
+			e, err = tx.AppendEvent(ctx, run, spec.EventToolCall, nil)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if e.Seq != want {
+			t.Fatalf("%s: the next append took seq %d, want %d", run, e.Seq, want)
+		}
+	}
+	last(b, "r1", int64(3*committed+1))
+	last(a, "r2", int64(2*committed+1))
+	for run, n := range map[string]int{"r1": 3*committed + 1, "r2": 2*committed + 1} {
+		rows, err := a.Pool().Query(ctx, `SELECT seq FROM events WHERE run_id = $1 ORDER BY seq`, run)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var seqs []int64
+		for rows.Next() {
+			var s int64
+			if err := rows.Scan(&s); err != nil {
+				t.Fatal(err)
+			}
+			seqs = append(seqs, s)
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		if len(seqs) != n {
+			t.Fatalf("%s has %d events, want %d", run, len(seqs), n)
+		}
+		for i, s := range seqs {
+			if s != int64(i+1) {
+				t.Fatalf("%s: event %d has seq %d: a gap or a repeat in %v", run, i+1, s, seqs)
+			}
+		}
 	}
 }
 
