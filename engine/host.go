@@ -24,6 +24,16 @@ type host struct {
 	// that found the store unavailable, nil when none did.
 	unavailable atomic.Pointer[error]
 
+	// usageMu serialises the iteration's model call records, so that
+	// usage, the iteration's model usage as committed, is exact while
+	// usageKnown: from the start for an attempt that begins its iteration
+	// (no call is recorded against an iteration before it begins), from its
+	// first record, which reads the store, otherwise; and until a record
+	// fails (its commit may have happened).
+	usageMu    sync.Mutex
+	usage      spec.Metrics
+	usageKnown bool
+
 	outcomeMu sync.Mutex
 	// outcome holds the executor's writes queued for the transaction that
 	// finishes the iteration (WithOutcome), until one commits them.
@@ -140,15 +150,18 @@ func (h *host) RecordLLMCallWith(ctx context.Context, c spec.LLMCall, typ spec.E
 func (h *host) recordLLMCall(ctx context.Context, c spec.LLMCall, typ spec.EventType, data any) error {
 	e := h.e
 	ctx = context.WithoutCancel(ctx) // spend is recorded even when the iteration is cancelled
-	var live spec.Metrics
+	var live, iter spec.Metrics
+	h.usageMu.Lock()
 	err := e.groupTx(ctx, func(tx spec.Tx) error {
 		var err error
-		if live, err = h.addLLMCall(ctx, tx, c); err != nil || typ == "" {
+		if live, iter, err = h.addLLMCall(ctx, tx, c); err != nil || typ == "" {
 			return err
 		}
 		_, err = tx.AppendEvent(ctx, h.runID, typ, data)
 		return err
 	})
+	h.usage, h.usageKnown = iter, err == nil
+	h.usageMu.Unlock()
 	h.transcribeModelCall(ctx, c)
 	h.noteStore(ctx, err)
 	if err == nil {
@@ -162,39 +175,52 @@ func (h *host) recordLLMCall(ctx context.Context, c spec.LLMCall, typ spec.Event
 
 // addLLMCall stores c, adds it to the run's live totals and appends
 // llm_call and iteration_cost_update in tx. It returns the run's totals
-// with c, zero when the run has ended.
-func (h *host) addLLMCall(ctx context.Context, tx spec.Tx, c spec.LLMCall) (spec.Metrics, error) {
+// with c, zero when the run has ended, and the iteration's usage with c.
+// The caller holds usageMu.
+func (h *host) addLLMCall(ctx context.Context, tx spec.Tx, c spec.LLMCall) (live, iter spec.Metrics, err error) {
 	row := c
 	row.RunID, row.Iteration = h.runID, h.iteration
 	if err := tx.InsertLLMCall(ctx, &row); err != nil {
-		return spec.Metrics{}, err
+		return live, iter, err
+	}
+	if h.usageKnown {
+		iter.Add(h.usage)
+		iter.AddLLMCall(row)
+	} else if iter, err = tx.SumLLMCalls(ctx, h.runID, h.iteration); err != nil {
+		return live, iter, err
 	}
 	run, err := tx.FindRun(ctx, h.runID)
 	if err != nil {
-		return spec.Metrics{}, err
+		return live, iter, err
 	}
 	if spec.IsTerminalStatus(run.Status) {
 		// The spend is kept (llm_calls), but a finished run's metrics
 		// and events end with its terminal event.
-		return spec.Metrics{}, nil
+		return live, iter, nil
 	}
 	run.Metrics.AddLLMCall(c)
 	if err := tx.SetRunMetrics(ctx, run); err != nil {
-		return spec.Metrics{}, err
-	}
-	iter, err := tx.SumLLMCalls(ctx, h.runID, h.iteration)
-	if err != nil {
-		return spec.Metrics{}, err
+		return live, iter, err
 	}
 	if _, err := tx.AppendEvent(ctx, h.runID, spec.EventLLMCall, llmCallEvent(h.iteration, c)); err != nil {
-		return spec.Metrics{}, err
+		return live, iter, err
 	}
 	_, err = tx.AppendEvent(ctx, h.runID, spec.EventIterationCostUpdate, spec.CostUpdateData{
 		Iteration: h.iteration, IterationTokens: iter.TokensTotal, IterationCostUSD: iter.CostTotalUSD,
 		TokensTotal: run.Metrics.TokensTotal, CostTotalUSD: run.Metrics.CostTotalUSD,
 		UnpricedCalls: run.Metrics.UnpricedCalls, ByModel: run.Metrics.ByModel,
 	})
-	return run.Metrics, err
+	return run.Metrics, iter, err
+}
+
+// iterationUsage returns the iteration's model usage as committed, and
+// whether the host knows it (see usageKnown).
+func (h *host) iterationUsage() (spec.Metrics, bool) {
+	h.usageMu.Lock()
+	defer h.usageMu.Unlock()
+	var m spec.Metrics
+	m.Add(h.usage) // a copy: ByModel is the host's
+	return m, h.usageKnown
 }
 
 // llmCallEvent is the data of an llm_call event: the call's tokens, split

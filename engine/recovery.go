@@ -281,12 +281,19 @@ func (e *Engine) executing(runID string) bool {
 
 // interruptIteration records the run's running iteration, if any, as
 // interrupted with reason, counting its running time up to the last lease
-// renewal, and sums the run's metrics, in tx.
+// renewal and the model calls its attempt made, and sums the run's
+// metrics, in tx: the run's totals keep the attempt's spend while its next
+// attempt runs.
 func (e *Engine) interruptIteration(ctx context.Context, tx spec.Tx, run *spec.Run, reason string) error {
 	row, err := tx.FindIteration(ctx, run.ID, run.Iteration)
 	if err != nil || row.Status != spec.IterRunning {
 		return endIteration(ctx, tx, run, nil)
 	}
+	usage, err := tx.SumLLMCalls(ctx, run.ID, row.Iteration)
+	if err != nil {
+		return err
+	}
+	row.Metrics.SetUsage(usage)
 	row.Status = spec.IterInterrupted
 	row.EndedAt = tx.Now()
 	row.Error = reason

@@ -192,7 +192,7 @@ func (e *Engine) beginHere(ctx context.Context, tx spec.Tx, run *spec.Run, cfg *
 	}); err != nil {
 		return nil, err
 	}
-	return &iteration{run: run, cfg: cfg, row: row, forecast: forecast, inbox: inbox}, nil
+	return &iteration{run: run, cfg: cfg, row: row, forecast: forecast, inbox: inbox, fresh: true}, nil
 }
 
 // insertJob enqueues the iterate job of (iteration, attempt), with the
@@ -294,12 +294,7 @@ func (e *Engine) closeRunningIteration(ctx context.Context, tx spec.Tx, run *spe
 			return err
 		}
 		m := row.Metrics
-		m.PromptTokens, m.CompletionTokens, m.TokensTotal = usage.PromptTokens, usage.CompletionTokens, usage.TokensTotal
-		m.CostTotalUSD, m.UnpricedCalls, m.LLMCalls, m.ByModel = usage.CostTotalUSD, usage.UnpricedCalls, usage.LLMCalls, usage.ByModel
-		m.ModelMS = usage.ModelMS
-		if m.ByModel == nil {
-			m.ByModel = map[string]spec.ModelUsage{}
-		}
+		m.SetUsage(usage)
 		m.Iterations = 1
 		m.RunningMS += max(tx.Now().Sub(row.StartedAt).Milliseconds(), 0)
 		row.Status, row.EndedAt, row.Error, row.Metrics = spec.IterCanceled, tx.Now(), "canceled by the user", m

@@ -59,6 +59,9 @@ type iteration struct {
 	forecast *spec.Forecast        // made when the iteration was enqueued
 	recent   []*spec.PastIteration // the earlier iterations it read, newest first
 	inbox    []*spec.InboxItem     // read as it began in its predecessor's transaction (beginHere)
+	// fresh says that no attempt of the iteration began before this one,
+	// so none of its model calls is recorded yet (its host counts them).
+	fresh bool
 	// goOn says whether the finishing transaction may begin the next
 	// iteration itself, for this worker to work at once (iterate); nil:
 	// never.
@@ -619,24 +622,27 @@ func (e *Engine) beginIteration(ctx context.Context, args IterateArgs) (*iterati
 		if err != nil {
 			return err
 		}
+		// Unleased, attempt 1 is begun for the first time; leased to this
+		// process, it is River's retry of a job that began it.
+		fresh := args.Attempt == 1 && run.LeaseOwner == ""
 		if err := tx.SetLease(ctx, run, e.id, tx.Now().Add(e.opts.LeaseTTL)); err != nil {
 			return err
 		}
 		row := &spec.Iteration{RunID: run.ID, Iteration: args.Iteration, Attempt: args.Attempt, Status: spec.IterRunning, StartedAt: tx.Now()}
 		if args.Attempt > 1 {
 			// An interrupted earlier attempt: its running time still counts,
-			// in this row, which replaces it, and not twice in the run total
-			// the gate checks budgets against.
+			// in this row, which replaces it, and its model calls are the
+			// iteration's (iterationMetrics reads them); neither counts
+			// twice in the run total the gate checks budgets against.
 			if prev, err := tx.FindIteration(ctx, run.ID, args.Iteration); err == nil {
 				row.Metrics.RunningMS = prev.Metrics.RunningMS
-				run.Metrics.RunningMS -= prev.Metrics.RunningMS
-				run.Metrics.Iterations -= prev.Metrics.Iterations
+				run.Metrics.Sub(prev.Metrics)
 			}
 		}
 		if err := tx.UpsertIteration(ctx, row); err != nil {
 			return err
 		}
-		it = &iteration{run: run, cfg: cfg, row: row, forecast: args.Forecast, recent: recent}
+		it = &iteration{run: run, cfg: cfg, row: row, forecast: args.Forecast, recent: recent, fresh: fresh}
 		if _, err := tx.AppendEvent(ctx, run.ID, spec.EventIterationStarted, spec.IterationStartedData{
 			Iteration: args.Iteration, Attempt: args.Attempt, Inbox: len(inbox),
 		}); err != nil {
@@ -674,7 +680,8 @@ func (e *Engine) prepare(it *iteration, inbox []*spec.InboxItem) {
 	}
 	it.history = historySinceResume(recent, it.row.Iteration)
 	it.input.Host = &host{e: e, runID: it.run.ID, iteration: it.row.Iteration, budgets: &it.cfg.Budgets,
-		baseTools: it.run.Metrics.ToolCallsTotal, tr: e.newTranscript(it.run.ID, it.row.Iteration, it.row.Attempt)}
+		baseTools: it.run.Metrics.ToolCallsTotal, tr: e.newTranscript(it.run.ID, it.row.Iteration, it.row.Attempt),
+		usageKnown: it.fresh}
 }
 
 // feedbackOf returns what the gate said after iteration r.
@@ -716,9 +723,17 @@ func historySinceResume(recent []*spec.PastIteration, n int) []spec.Signals {
 }
 
 // iterationMetrics returns this iteration's metrics: its usage as recorded
-// in llm_calls, tool calls and running time.
+// in llm_calls (as its host counted the records when it knows them), tool
+// calls and running time.
 func (e *Engine) iterationMetrics(ctx context.Context, it *iteration, res *spec.Result, start time.Time) (spec.Metrics, error) {
-	m, err := e.store.SumLLMCalls(ctx, it.run.ID, it.row.Iteration)
+	m, known := spec.Metrics{}, false
+	if h, ok := it.input.Host.(*host); ok {
+		m, known = h.iterationUsage()
+	}
+	var err error
+	if !known {
+		m, err = e.store.SumLLMCalls(ctx, it.run.ID, it.row.Iteration)
+	}
 	m.Iterations = 1
 	m.ToolCallsTotal = res.ToolCalls
 	m.RunningMS = it.row.Metrics.RunningMS + e.now().Sub(start).Milliseconds()
@@ -865,12 +880,7 @@ func (e *Engine) recordIteration(ctx context.Context, tx spec.Tx, run *spec.Run,
 	if err != nil {
 		return err
 	}
-	row.Metrics.PromptTokens, row.Metrics.CompletionTokens, row.Metrics.TokensTotal = usage.PromptTokens, usage.CompletionTokens, usage.TokensTotal
-	row.Metrics.CostTotalUSD, row.Metrics.UnpricedCalls, row.Metrics.LLMCalls, row.Metrics.ByModel = usage.CostTotalUSD, usage.UnpricedCalls, usage.LLMCalls, usage.ByModel
-	row.Metrics.ModelMS = usage.ModelMS
-	if row.Metrics.ByModel == nil {
-		row.Metrics.ByModel = map[string]spec.ModelUsage{}
-	}
+	row.Metrics.SetUsage(usage)
 	if err := tx.UpsertIteration(ctx, row); err != nil {
 		return err
 	}

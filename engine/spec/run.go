@@ -196,6 +196,59 @@ func (m *Metrics) Add(o Metrics) {
 	}
 }
 
+// Sub takes o's counters from m: what Add added, for a total that o was
+// part of and is no longer (an interrupted iteration's row, replaced by its
+// next attempt's). A model whose calls it takes to none leaves ByModel.
+func (m *Metrics) Sub(o Metrics) {
+	m.Iterations -= o.Iterations
+	m.RunningMS -= o.RunningMS
+	m.ModelMS -= o.ModelMS
+	m.PromptTokens -= o.PromptTokens
+	m.CompletionTokens -= o.CompletionTokens
+	m.CachedTokens -= o.CachedTokens
+	m.CacheWriteTokens -= o.CacheWriteTokens
+	m.ReasoningTokens -= o.ReasoningTokens
+	m.TokensTotal -= o.TokensTotal
+	m.CostTotalUSD -= o.CostTotalUSD
+	m.CostReportedUSD -= o.CostReportedUSD
+	m.UnpricedCalls -= o.UnpricedCalls
+	m.LLMCalls -= o.LLMCalls
+	m.ToolCallsTotal -= o.ToolCallsTotal
+	m.FalseCompletionsBlocked -= o.FalseCompletionsBlocked
+	for k, v := range o.ByModel {
+		u, ok := m.ByModel[k]
+		if !ok {
+			continue
+		}
+		u.Calls -= v.Calls
+		u.PromptTokens -= v.PromptTokens
+		u.CompletionTokens -= v.CompletionTokens
+		u.CachedTokens -= v.CachedTokens
+		u.CacheWriteTokens -= v.CacheWriteTokens
+		u.ReasoningTokens -= v.ReasoningTokens
+		u.CostUSD -= v.CostUSD
+		u.CostReportedUSD -= v.CostReportedUSD
+		if u.Calls <= 0 {
+			delete(m.ByModel, k)
+			continue
+		}
+		m.ByModel[k] = u
+	}
+}
+
+// SetUsage sets m's model usage (tokens, cost, calls, by model, model
+// time) to usage's, keeping its other counters.
+func (m *Metrics) SetUsage(usage Metrics) {
+	m.PromptTokens, m.CompletionTokens, m.TokensTotal = usage.PromptTokens, usage.CompletionTokens, usage.TokensTotal
+	m.CachedTokens, m.CacheWriteTokens, m.ReasoningTokens = usage.CachedTokens, usage.CacheWriteTokens, usage.ReasoningTokens
+	m.CostTotalUSD, m.CostReportedUSD, m.UnpricedCalls, m.LLMCalls = usage.CostTotalUSD, usage.CostReportedUSD, usage.UnpricedCalls, usage.LLMCalls
+	m.ModelMS = usage.ModelMS
+	m.ByModel = usage.ByModel
+	if m.ByModel == nil {
+		m.ByModel = map[string]ModelUsage{}
+	}
+}
+
 // AddCall adds one LLM call's usage to m.
 func (m *Metrics) AddCall(model string, prompt, completion int64, cost float64, priced bool) {
 	m.AddLLMCall(LLMCall{Model: model, PromptTokens: prompt, CompletionTokens: completion, CostUSD: cost, Priced: priced})

@@ -67,6 +67,24 @@ func TestMetricsAdd(t *testing.T) {
 	}
 }
 
+// TestMetricsSubUndoesAdd: taking a part away leaves what was there
+// before it was added, a model it brought in included.
+func TestMetricsSubUndoesAdd(t *testing.T) {
+	var before spec.Metrics
+	before.AddLLMCall(spec.LLMCall{Model: "a", PromptTokens: 100, CompletionTokens: 20, CachedTokens: 30, CostUSD: 0.5, Priced: true, LatencyMS: 40})
+	before.Add(spec.Metrics{Iterations: 2, RunningMS: 300, ToolCallsTotal: 4})
+	var part spec.Metrics
+	part.AddLLMCall(spec.LLMCall{Model: "a", PromptTokens: 7, CompletionTokens: 3, ReasoningTokens: 2, CostUSD: 0.25, Priced: true, LatencyMS: 5})
+	part.AddLLMCall(spec.LLMCall{Model: "b", PromptTokens: 10, CompletionTokens: 2, CostUSD: 0.125, CostSource: spec.CostSourceCLI, LatencyMS: 5})
+	part.Add(spec.Metrics{Iterations: 1, RunningMS: 50, ToolCallsTotal: 1, FalseCompletionsBlocked: 1})
+	m := before.Clone()
+	m.Add(part)
+	m.Sub(part)
+	if fmt.Sprintf("%+v", m) != fmt.Sprintf("%+v", before) {
+		t.Errorf("after Add and Sub: %+v\nwant                %+v", m, before)
+	}
+}
+
 func TestStatusEvents(t *testing.T) {
 	for _, status := range spec.Statuses {
 		typ := spec.StatusEvent(status)
