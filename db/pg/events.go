@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -24,54 +26,53 @@ const (
 // transaction whose events do not fit announces only their ids.
 const maxPayload = 7000
 
-// lockSeqSQL locks the run for the transaction's first append to it and
-// reads its counter. The lock (the one an UPDATE of the row takes, without
-// writing the row) is held until the transaction ends, so appends to one
-// run from any process are serialised and gap-free: the transaction numbers
-// its events on from last_seq itself, and writes the counter once, when it
-// commits (notifyEvents). A runs row is wide (its configuration, metrics
-// and generated search columns), so writing it for every event cost more
-// than the events.
-const lockSeqSQL = `SELECT user_id, last_seq FROM runs WHERE id = $1 FOR NO KEY UPDATE`
-
-// seqSQL writes a run's counter after the transaction's appends to it.
-const seqSQL = `UPDATE runs SET last_seq = $2 WHERE id = $1`
-
-// runSeq is a run's counter as a transaction holds it: the last seq it
-// gave, and the one in the row.
-type runSeq struct {
-	userID, last, stored int64
-}
+// seqSQL takes n seqs of the run at once, for a committing transaction's
+// events (notifyEvents). The UPDATE row-locks the run until the
+// transaction ends, so appends to one run from any process are serialised
+// and gap-free.
+const seqSQL = `UPDATE runs SET last_seq = last_seq + $2 WHERE id = $1 RETURNING user_id`
 
 // AppendEvent appends an event of typ with data (marshalled to JSON) to the
-// run's log inside tx. It takes its seq now (the first append to a run
-// locks the run); the row is written, with its id, when tx commits
-// (notifyEvents), and then announced to every process.
+// run's log inside tx. Nothing is sent yet: the event takes its seq and id
+// and is written when tx commits (notifyEvents), and then announced to
+// every process. Until then its Seq (and its UserID, unless this process
+// knows the run's user) is zero.
 func (tx *Tx) AppendEvent(ctx context.Context, runID string, typ spec.EventType, data any) (*spec.Event, error) {
 	b, err := sqlstore.MarshalEventData(data)
 	if err != nil {
 		return nil, err
 	}
-	s := tx.seqs[runID]
-	if s == nil {
-		s = &runSeq{}
-		err = tx.PG.QueryRow(ctx, lockSeqSQL, runID).Scan(&s.userID, &s.last)
-		if err != nil {
-			if errors.Is(err, pgx.ErrNoRows) {
-				return nil, spec.Errorf(spec.ENOTFOUND, "Run not found.")
-			}
-			return nil, err
-		}
-		s.stored = s.last
-		if tx.seqs == nil {
-			tx.seqs = map[string]*runSeq{}
-		}
-		tx.seqs[runID] = s
-	}
-	s.last++
-	e := &spec.Event{RunID: runID, UserID: s.userID, Seq: s.last, Type: typ, Data: b, CreatedAt: tx.Now()}
+	e := &spec.Event{RunID: runID, Type: typ, Data: b, CreatedAt: tx.Now()}
+	e.UserID, _ = tx.db.runUsers.user(runID)
 	tx.events = append(tx.events, e)
 	return e, nil
+}
+
+// runUsers keeps the user of the runs this process appended to: a run's
+// user never changes, and a committing transaction takes its users' feed
+// locks in the same round trip as the rest when it knows them.
+type runUsers struct {
+	mu sync.Mutex
+	m  map[string]int64
+}
+
+// maxRunUsers bounds runUsers; past it, it starts over.
+const maxRunUsers = 100_000
+
+func (r *runUsers) user(runID string) (int64, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	u, ok := r.m[runID]
+	return u, ok
+}
+
+func (r *runUsers) learn(runID string, user int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.m == nil || len(r.m) >= maxRunUsers {
+		r.m = map[string]int64{}
+	}
+	r.m[runID] = user
 }
 
 // Interrupt tells every process, through NOTIFY, to stop the run's
@@ -118,38 +119,46 @@ type notice struct {
 const feedLock = 0x46656564 // "Feed"
 
 // announceSQL writes a transaction's events, given column by column in
-// append order in $1..$6, with fresh ids from the sequence in that same
-// order, and announces them on channel $7: the events themselves, or only
-// their ids when the payload would exceed $8 bytes. It returns the new ids
-// in append order (id order too, as they are drawn in that order) and
-// whether it announced them; when even the ids exceed
-// $8 bytes (a transaction of many hundreds of events) the caller announces
-// them in chunks.
+// append order in $1..$4, with fresh ids from the sequence in that same
+// order, and announces them on channel $5: the events themselves, or only
+// their ids when the payload would exceed $6 bytes. An event's seq is its
+// place among the transaction's events of its run, counted back from the
+// run's last_seq, which the transaction has just advanced by their number
+// (seqSQL); its user is the run's. It returns the new ids in append order (id order too, as they
+// are drawn in that order), their seqs, and whether it announced them;
+// when even the ids exceed $6 bytes (a transaction of many hundreds of
+// events) the caller announces them in chunks.
 // The ids are drawn in a materialised CTE and matched by rank, so their
 // order does not depend on how the planner evaluates nextval. The payload
 // has the shape of notice (wireEvent's keys).
 const announceSQL = `WITH n AS MATERIALIZED (SELECT nextval(pg_get_serial_sequence('events', 'id')) AS new
 		FROM generate_series(1, cardinality($1::text[]))),
 	s AS (SELECT new, row_number() OVER (ORDER BY new) AS ord FROM n),
-	u AS (SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::text[], $5::text[], $6::bigint[])
-		WITH ORDINALITY AS u(run_id, user_id, seq, type, data, created_at, ord)),
+	a AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[])
+		WITH ORDINALITY AS a(run_id, type, data, created_at, ord)),
+	u AS (SELECT a.*, runs.user_id, runs.last_seq - count(*) OVER (PARTITION BY a.run_id)
+			+ row_number() OVER (PARTITION BY a.run_id ORDER BY a.ord) AS seq
+		FROM a JOIN runs ON runs.id = a.run_id),
 	r AS (INSERT INTO events (id, run_id, user_id, seq, type, data, created_at)
 		SELECT s.new, u.run_id, u.user_id, u.seq, u.type, u.data, u.created_at FROM u JOIN s USING (ord)
 		RETURNING id, run_id, user_id, seq, type, data, created_at),
-	p AS (SELECT array_agg(id ORDER BY id) AS ids,
+	p AS (SELECT array_agg(id ORDER BY id) AS ids, array_agg(seq ORDER BY id) AS seqs,
 		json_build_object('e', json_agg(json_build_object('i', id, 'r', run_id, 'u', user_id, 's', seq, 't', type,
 			'd', data::json, 'c', created_at) ORDER BY id))::text AS whole,
 		json_build_object('ids', json_agg(id ORDER BY id))::text AS short FROM r)
-	SELECT ids, CASE WHEN octet_length(whole) <= $8 THEN pg_notify($7, whole) WHEN octet_length(short) <= $8 THEN pg_notify($7, short) END,
-		octet_length(whole) <= $8 OR octet_length(short) <= $8 FROM p`
+	SELECT ids, seqs, CASE WHEN octet_length(whole) <= $6 THEN pg_notify($5, whole) WHEN octet_length(short) <= $6 THEN pg_notify($5, short) END,
+		octet_length(whole) <= $6 OR octet_length(short) <= $6 FROM p`
 
 // idsPerNotice bounds the ids of one chunked notice well under maxPayload.
 const idsPerNotice = 400
 
-// notifyEvents writes the transaction's events and announces them, just
-// before commit, in the user feed's order, which is the commit order;
-// NOTIFY is delivered at commit, in commit order, and not at all on
-// rollback.
+// notifyEvents takes the seqs of the transaction's events, writes them and
+// announces them, just before commit, in the user feed's order, which is
+// the commit order; NOTIFY is delivered at commit, in commit order, and not
+// at all on rollback.
+//
+// First each run's counter is advanced by its events (seqSQL, in run
+// order), which row-locks the run until the transaction ends.
 //
 // An event's id comes from a sequence, so had it been drawn when the event
 // was appended, two transactions of one user could commit out of id order,
@@ -162,63 +171,90 @@ const idsPerNotice = 400
 // that numbers second draws larger ids and becomes visible later: whenever
 // a reader sees a user's event, it sees every event of that user with a
 // smaller id that will ever commit, and the bus gets a user's events in id
-// order. The lock and announceSQL go in one round trip and the holder runs
-// nothing else before COMMIT, so the lock is short and cannot close a cycle
-// with the row locks others wait on (the events' runs are already locked by
-// their seqs; the insert's key checks wait on nothing else).
+// order. The counters, the locks and announceSQL go in one round trip (two
+// when this process does not know a run's user yet: the counters' answer
+// says it) and the holder runs nothing else before COMMIT, so the lock is
+// short and cannot close a cycle with the row locks others wait on (the
+// events' runs are locked by then; the insert's key checks wait on nothing
+// else).
 //
-// Each event is written once, here: appending only took its seq. The
-// runs' counters are written first, in the same round trip; the
-// transaction holds their rows already.
+// Each event is written once, here: appending sent nothing.
 func (tx *Tx) notifyEvents(ctx context.Context) error {
 	if len(tx.events) == 0 {
 		return nil
 	}
-	users := make([]int64, 0, 1)
 	n := len(tx.events)
-	runs, userIDs, seqs, types, data, created := make([]string, n), make([]int64, n), make([]int64, n), make([]string, n), make([]string, n), make([]int64, n)
-	for i, e := range tx.events {
-		runs[i], userIDs[i], seqs[i], types[i], data[i], created[i] = e.RunID, e.UserID, e.Seq, string(e.Type), string(e.Data), e.CreatedAt.UnixMilli()
-		if !slices.Contains(users, e.UserID) {
-			users = append(users, e.UserID)
+	counts := map[string]int64{}
+	for _, e := range tx.events {
+		counts[e.RunID]++
+	}
+	runIDs := slices.Sorted(maps.Keys(counts))
+	users := make([]int64, 0, 1)
+	known := true
+	for _, id := range runIDs {
+		u, ok := tx.db.runUsers.user(id)
+		known = known && ok
+		if ok && !slices.Contains(users, u) {
+			users = append(users, u)
 		}
 	}
-	slices.Sort(users)
 	b := &pgx.Batch{}
-	counters := 0
-	for runID, s := range tx.seqs {
-		if s.last != s.stored {
-			b.Queue(seqSQL, runID, s.last)
-			counters++
+	for _, id := range runIDs {
+		b.Queue(seqSQL, id, counts[id])
+	}
+	if !known {
+		// The counters first, for the runs' users; then the rest.
+		br := tx.PG.SendBatch(ctx, b)
+		err := tx.advanceCounters(br, runIDs)
+		if cerr := br.Close(); err == nil {
+			err = cerr
 		}
+		if err != nil {
+			return err
+		}
+		users = users[:0]
+		for _, id := range runIDs {
+			if u, _ := tx.db.runUsers.user(id); !slices.Contains(users, u) {
+				users = append(users, u)
+			}
+		}
+		b = &pgx.Batch{}
+	}
+	slices.Sort(users)
+	runs, types, data, created := make([]string, n), make([]string, n), make([]string, n), make([]int64, n)
+	for i, e := range tx.events {
+		runs[i], types[i], data[i], created[i] = e.RunID, string(e.Type), string(e.Data), e.CreatedAt.UnixMilli()
 	}
 	for _, u := range users {
 		b.Queue(`SELECT pg_advisory_xact_lock($1::int4, $2::int4)`, int32(feedLock), int32(u))
 	}
-	b.Queue(announceSQL, runs, userIDs, seqs, types, data, created, eventsChannel, maxPayload)
+	b.Queue(announceSQL, runs, types, data, created, eventsChannel, maxPayload)
 	br := tx.PG.SendBatch(ctx, b)
 	defer br.Close()
-	for range counters {
-		if _, err := br.Exec(); err != nil {
-			return fmt.Errorf("write event counter: %w", err)
+	if known {
+		if err := tx.advanceCounters(br, runIDs); err != nil {
+			return err
 		}
+	}
+	for _, e := range tx.events {
+		e.UserID, _ = tx.db.runUsers.user(e.RunID)
 	}
 	for range users {
 		if _, err := br.Exec(); err != nil {
 			return fmt.Errorf("lock user feed: %w", err)
 		}
 	}
-	var ids []int64
+	var ids, seqs []int64
 	var void any
 	var announced bool
-	if err := br.QueryRow().Scan(&ids, &void, &announced); err != nil {
+	if err := br.QueryRow().Scan(&ids, &seqs, &void, &announced); err != nil {
 		return fmt.Errorf("write and announce events: %w", err)
 	}
-	if len(ids) != n {
+	if len(ids) != n || len(seqs) != n {
 		return fmt.Errorf("write events: %d of %d events written", len(ids), n)
 	}
 	for i, id := range ids {
-		tx.events[i].ID = id
+		tx.events[i].ID, tx.events[i].Seq = id, seqs[i]
 	}
 	if err := br.Close(); err != nil {
 		return err
@@ -401,4 +437,26 @@ func (l *listener) decode(ctx context.Context, payload string) ([]*spec.Event, e
 
 func (d *DB) eventsByID(ctx context.Context, ids []int64) ([]*spec.Event, error) {
 	return sqlstore.ScanEvents(pgConn{d.pool}.Query(ctx, `SELECT `+sqlstore.EventColumns+` FROM events WHERE id = ANY(?) ORDER BY id`, ids))
+}
+
+// advanceCounters reads the answers of seqSQL for runIDs from br, and
+// learns each run's user. A run that is not there is ENOTFOUND; one whose
+// user is not the one this process knew (a run deleted and its id used
+// again) fails the transaction, whose feed locks were that user's.
+func (tx *Tx) advanceCounters(br pgx.BatchResults, runIDs []string) error {
+	for _, id := range runIDs {
+		var user int64
+		if err := br.QueryRow().Scan(&user); err != nil {
+			if errors.Is(err, pgx.ErrNoRows) {
+				return spec.Errorf(spec.ENOTFOUND, "Run not found.")
+			}
+			return fmt.Errorf("take event seqs: %w", err)
+		}
+		if known, ok := tx.db.runUsers.user(id); ok && known != user {
+			tx.db.runUsers.learn(id, user)
+			return fmt.Errorf("take event seqs: run %s is now user %d's, not %d's", id, user, known)
+		}
+		tx.db.runUsers.learn(id, user)
+	}
+	return nil
 }

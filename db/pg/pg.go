@@ -81,6 +81,8 @@ type DB struct {
 	now            func() time.Time
 	listener       *listener
 
+	runUsers runUsers // the user of each run this process appended to
+
 	mu    sync.Mutex
 	lives []*liveness // HoldLiveness sessions, ended by Close
 }
@@ -193,7 +195,6 @@ type Tx struct {
 	PG           pgx.Tx // the transaction itself, for River's driver
 	db           *DB
 	events       []*spec.Event
-	seqs         map[string]*runSeq // by run: the counters the transaction holds
 }
 
 // WriteTx runs fn in one transaction and commits it when fn returns nil.
