@@ -42,12 +42,14 @@ func TestThreeProcessesOnPostgresSurviveASIGKILL(t *testing.T) {
 	victim := startServer(t, bin, url, "--max-runs-per-user", "10")
 	token := userAndToken(t, bin, url)
 	var ids []string
+	// Iterations of 600 ms: the victim is still working when the other two
+	// have started, even on a loaded machine.
 	for i := range 6 {
 		var created struct {
 			RunID string `json:"run_id"`
 		}
 		if code := victim.api(t, token, "POST", "/api/runs", map[string]any{
-			"objective": fmt.Sprint("multi-process run ", i), "executor": "script", "script": slowScript(5, 300),
+			"objective": fmt.Sprint("multi-process run ", i), "executor": "script", "script": slowScript(5, 600),
 		}, &created); code != 201 || created.RunID == "" {
 			t.Fatalf("create run: %d", code)
 		}
