@@ -5,11 +5,11 @@
 // rivermigrate with riverpgxv5.
 //
 // Nothing is cached between transactions, because other processes write the
-// same rows:
-//   - Event seqs come from the run's last_seq counter, incremented in the
-//     appending transaction; the row lock it takes orders every writer of
-//     the run, in any process, until commit. Seqs are gap-free, and a run's
-//     event ids grow with its seqs.
+// same rows (but a run's user, which never changes):
+//   - Event seqs come from the run's last_seq counter, advanced by its
+//     events as the appending transaction commits; the row lock that takes
+//     orders every writer of the run, in any process, until commit. Seqs
+//     are gap-free, and a run's event ids grow with its seqs.
 //   - The user feed follows global event ids, so ids are numbered in commit
 //     order per user: a committing transaction takes a per-user advisory
 //     lock and only then writes its events, with ids drawn then
