@@ -228,6 +228,11 @@ func (tx *Tx) notifyEvents(ctx context.Context) error {
 	for _, u := range users {
 		b.Queue(`SELECT pg_advisory_xact_lock($1::int4, $2::int4)`, int32(feedLock), int32(u))
 	}
+	// PostgreSQL plans announceSQL afresh for every call by default (its
+	// estimate for a plan made for any array is worse than for the arrays
+	// it is given), which cost more than running it; the plan it makes
+	// once does as well.
+	b.Queue(`SET LOCAL plan_cache_mode = force_generic_plan`)
 	b.Queue(announceSQL, runs, types, data, created, eventsChannel, maxPayload)
 	br := tx.PG.SendBatch(ctx, b)
 	defer br.Close()
@@ -243,6 +248,9 @@ func (tx *Tx) notifyEvents(ctx context.Context) error {
 		if _, err := br.Exec(); err != nil {
 			return fmt.Errorf("lock user feed: %w", err)
 		}
+	}
+	if _, err := br.Exec(); err != nil {
+		return fmt.Errorf("plan event writes: %w", err)
 	}
 	var ids, seqs []int64
 	var void any
