@@ -124,7 +124,8 @@ const feedLock = 0x46656564 // "Feed"
 // their ids when the payload would exceed $6 bytes. An event's seq is its
 // place among the transaction's events of its run, counted back from the
 // run's last_seq, which the transaction has just advanced by their number
-// (seqSQL); its user is the run's. It returns the new ids in append order (id order too, as they
+// (seqSQL); its user is the run's. An event of a run that is not there
+// fails the statement (its user and seq are null). It returns the new ids in append order (id order too, as they
 // are drawn in that order), their seqs, and whether it announced them;
 // when even the ids exceed $6 bytes (a transaction of many hundreds of
 // events) the caller announces them in chunks.
@@ -138,7 +139,7 @@ const announceSQL = `WITH n AS MATERIALIZED (SELECT nextval(pg_get_serial_sequen
 		WITH ORDINALITY AS a(run_id, type, data, created_at, ord)),
 	u AS (SELECT a.*, runs.user_id, runs.last_seq - count(*) OVER (PARTITION BY a.run_id)
 			+ row_number() OVER (PARTITION BY a.run_id ORDER BY a.ord) AS seq
-		FROM a JOIN runs ON runs.id = a.run_id),
+		FROM a LEFT JOIN runs ON runs.id = a.run_id),
 	r AS (INSERT INTO events (id, run_id, user_id, seq, type, data, created_at)
 		SELECT s.new, u.run_id, u.user_id, u.seq, u.type, u.data, u.created_at FROM u JOIN s USING (ord)
 		RETURNING id, run_id, user_id, seq, type, data, created_at),
@@ -151,6 +152,11 @@ const announceSQL = `WITH n AS MATERIALIZED (SELECT nextval(pg_get_serial_sequen
 
 // idsPerNotice bounds the ids of one chunked notice well under maxPayload.
 const idsPerNotice = 400
+
+// commitWithEvents is the most events whose ids announceSQL is sure to
+// announce in one notification (at most 20 digits and a comma each, under
+// maxPayload), so that the transaction may commit in the same round trip.
+const commitWithEvents = 300
 
 // notifyEvents takes the seqs of the transaction's events, writes them and
 // announces them, just before commit, in the user feed's order, which is
@@ -179,9 +185,15 @@ const idsPerNotice = 400
 // else).
 //
 // Each event is written once, here: appending sent nothing.
-func (tx *Tx) notifyEvents(ctx context.Context) error {
+//
+// When the ids of the transaction's events fit in one notification, which
+// announceSQL then sends at least, COMMIT goes in the same round trip
+// (committed is true): the feed locks are held for no round trip of their
+// own, and the transaction takes one fewer. Any error in the round trip
+// skips what follows it, COMMIT included.
+func (tx *Tx) notifyEvents(ctx context.Context) (committed bool, err error) {
 	if len(tx.events) == 0 {
-		return nil
+		return false, nil
 	}
 	n := len(tx.events)
 	counts := map[string]int64{}
@@ -210,7 +222,7 @@ func (tx *Tx) notifyEvents(ctx context.Context) error {
 			err = cerr
 		}
 		if err != nil {
-			return err
+			return false, err
 		}
 		users = users[:0]
 		for _, id := range runIDs {
@@ -234,11 +246,15 @@ func (tx *Tx) notifyEvents(ctx context.Context) error {
 	// once does as well.
 	b.Queue(`SET LOCAL plan_cache_mode = force_generic_plan`)
 	b.Queue(announceSQL, runs, types, data, created, eventsChannel, maxPayload)
+	commit := n <= commitWithEvents
+	if commit {
+		b.Queue(`COMMIT`)
+	}
 	br := tx.PG.SendBatch(ctx, b)
 	defer br.Close()
 	if known {
 		if err := tx.advanceCounters(br, runIDs); err != nil {
-			return err
+			return false, err
 		}
 	}
 	for _, e := range tx.events {
@@ -246,42 +262,48 @@ func (tx *Tx) notifyEvents(ctx context.Context) error {
 	}
 	for range users {
 		if _, err := br.Exec(); err != nil {
-			return fmt.Errorf("lock user feed: %w", err)
+			return false, fmt.Errorf("lock user feed: %w", err)
 		}
 	}
 	if _, err := br.Exec(); err != nil {
-		return fmt.Errorf("plan event writes: %w", err)
+		return false, fmt.Errorf("plan event writes: %w", err)
 	}
 	var ids, seqs []int64
 	var void any
 	var announced bool
 	if err := br.QueryRow().Scan(&ids, &seqs, &void, &announced); err != nil {
-		return fmt.Errorf("write and announce events: %w", err)
+		return false, fmt.Errorf("write and announce events: %w", err)
 	}
 	if len(ids) != n || len(seqs) != n {
-		return fmt.Errorf("write events: %d of %d events written", len(ids), n)
+		// Not with commit: announceSQL fails rather than write fewer.
+		return false, fmt.Errorf("write events: %d of %d events written", len(ids), n)
 	}
 	for i, id := range ids {
 		tx.events[i].ID, tx.events[i].Seq = id, seqs[i]
 	}
+	if commit {
+		if _, err := br.Exec(); err != nil {
+			return false, fmt.Errorf("commit: %w", err)
+		}
+	}
 	if err := br.Close(); err != nil {
-		return err
+		return false, err
 	}
 	if announced {
-		return nil
+		return commit, nil
 	}
 	// Too many for one notification: their ids in order, a chunk per
 	// notification, sent one after another so they arrive in that order.
 	for chunk := range slices.Chunk(ids, idsPerNotice) {
 		payload, err := json.Marshal(notice{IDs: chunk})
 		if err != nil {
-			return err
+			return false, err
 		}
 		if _, err := tx.PG.Exec(ctx, `SELECT pg_notify($1, $2)`, eventsChannel, string(payload)); err != nil {
-			return fmt.Errorf("announce events: %w", err)
+			return false, fmt.Errorf("announce events: %w", err)
 		}
 	}
-	return nil
+	return false, nil
 }
 
 // listener holds one connection that LISTENs for committed events and hands

@@ -204,20 +204,37 @@ func (d *DB) WriteTx(ctx context.Context, fn func(tx spec.Tx) error) error {
 	return d.write(ctx, func(tx *Tx) error { return fn(tx) })
 }
 
-// write runs fn in one write transaction, as WriteTx.
+// write runs fn in one write transaction, as WriteTx. A transaction with
+// events commits in the round trip that writes them (notifyEvents).
 func (d *DB) write(ctx context.Context, fn func(tx *Tx) error) error {
-	ptx, err := d.pool.Begin(ctx)
+	conn, err := d.pool.Acquire(ctx)
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
 	}
+	// Released idle once the transaction has ended; the pool closes a
+	// connection still in one (fn panicked).
+	defer conn.Release()
+	ptx, err := conn.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	rollback := func() {
+		if conn.Conn().PgConn().TxStatus() != 'I' {
+			ptx.Rollback(context.WithoutCancel(ctx))
+		}
+	}
 	tx := &Tx{Tx: sqlstore.NewTx(pgConn{ptx}, dialect, d.now()), PG: ptx, db: d}
 	if err := fn(tx); err != nil {
-		ptx.Rollback(context.WithoutCancel(ctx))
+		rollback()
 		return err
 	}
-	if err := tx.notifyEvents(ctx); err != nil {
-		ptx.Rollback(context.WithoutCancel(ctx))
+	committed, err := tx.notifyEvents(ctx)
+	if err != nil {
+		rollback()
 		return err
+	}
+	if committed {
+		return nil
 	}
 	if err := ptx.Commit(ctx); err != nil {
 		return fmt.Errorf("commit: %w", err)

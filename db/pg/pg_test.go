@@ -190,6 +190,64 @@ func TestTransactionsOfSeveralEventsKeepSeqsGapFree(t *testing.T) {
 	}
 }
 
+// TestAnAppendToAMissingRunCommitsNothing: a transaction that appends to a
+// run that is not there (never was, or was deleted after this process
+// learnt its user) fails with ENOTFOUND and commits none of its writes,
+// although a transaction with events commits in the round trip that
+// writes them.
+func TestAnAppendToAMissingRunCommitsNothing(t *testing.T) {
+	url := pgtest.NewDatabase(t)
+	ctx := context.Background()
+	d := open(t, url, nil)
+	u, err := d.CreateUser(ctx, "missing@example.com", "h", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	newRun := func(id string) *spec.Run {
+		return &spec.Run{ID: id, UserID: u.ID, Objective: "o", Mode: spec.ModeAuto, Executor: spec.ExecutorScript,
+			Config: []byte(`{}`), Status: spec.StatusQueued}
+	}
+	if err := d.WriteTx(ctx, func(tx spec.Tx) error {
+		if err := tx.InsertRun(ctx, newRun("gone")); err != nil {
+			return err
+		}
+		_, err := tx.AppendEvent(ctx, "gone", spec.EventToolCall, nil)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Pool().Exec(ctx, `DELETE FROM runs WHERE id = 'gone'`); err != nil {
+		t.Fatal(err)
+	}
+	for _, missing := range []string{"never", "gone"} {
+		err := d.WriteTx(ctx, func(tx spec.Tx) error {
+			// Only the missing run has events: its user known ("gone"),
+			// the whole transaction goes in one round trip.
+			if err := tx.InsertRun(ctx, newRun("with-"+missing)); err != nil {
+				return err
+			}
+			_, err := tx.AppendEvent(ctx, missing, spec.EventToolCall, nil)
+			return err
+		})
+		if spec.ErrorCode(err) != spec.ENOTFOUND {
+			t.Fatalf("append to %s: %v, want ENOTFOUND", missing, err)
+		}
+		if _, err := d.FindRun(ctx, u.ID, "with-"+missing); spec.ErrorCode(err) != spec.ENOTFOUND {
+			t.Fatalf("the transaction that appended to %s committed its run: %v", missing, err)
+		}
+	}
+	// The connection is usable after each: the next write commits.
+	if err := d.WriteTx(ctx, func(tx spec.Tx) error {
+		if err := tx.InsertRun(ctx, newRun("after")); err != nil {
+			return err
+		}
+		_, err := tx.AppendEvent(ctx, "after", spec.EventToolCall, nil)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestLockUserSlotsSerialisesPromotions checks that the per-user advisory
 // lock makes a second transaction wait until the first commits.
 func TestLockUserSlotsSerialisesPromotions(t *testing.T) {
