@@ -82,6 +82,7 @@ type DB struct {
 	seqs seqCache
 
 	ckpt *checkpointer // WAL checkpoints, off the write path
+	fts  *ftsLater     // indexes the documents whose full-text indexing waits
 }
 
 // ErrLocked is returned by Open when another server holds the database lock.
@@ -140,6 +141,10 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 		return nil, fmt.Errorf("ping reader: %w", err)
 	}
 	d.Store = sqlstore.NewStore(sqlstore.NewReads(conn{d.reader}, dialect, d.beginRead), d.writeShared, d.now)
+	d.fts = newFTSLater(d)
+	if ok, _ := d.pendingSearch(ctx); ok {
+		d.fts.queued() // what an earlier process left waiting
+	}
 	return d, nil
 }
 
@@ -186,6 +191,9 @@ func lockFile(path string) (*os.File, error) {
 // Close closes both pools and releases the lock.
 func (d *DB) Close() error {
 	var errs []error
+	if d.fts != nil {
+		d.fts.close()
+	}
 	if d.ckpt != nil {
 		errs = append(errs, d.ckpt.close())
 	}
@@ -252,6 +260,7 @@ type Tx struct {
 	seqs         map[string]*seqState // runs whose seq this transaction read or advanced
 	unwritten    []*spec.Event        // appended, written before the next statement or the commit
 	writeErr     error                // writing them failed: the commit fails
+	indexLater   bool                 // it created a document whose full-text indexing waits (ftslater.go)
 }
 
 // WriteTx runs fn in one immediate write transaction, commits it when fn
@@ -303,6 +312,9 @@ func (d *DB) writeTxLocked(ctx context.Context, fn func(tx *Tx) error) error {
 	}
 	if d.ckpt != nil {
 		d.ckpt.committed()
+	}
+	if tx.indexLater && d.fts != nil {
+		d.fts.queued()
 	}
 	if len(tx.events) > 0 && d.onEvents != nil {
 		d.onEvents(tx.events)

@@ -38,6 +38,7 @@ func Run(t *testing.T, open func(t *testing.T) spec.Store) {
 	t.Run("iterations keep their typed gate, checks and artifacts", s.iterations)
 	t.Run("documents are put, updated and found by full-text search", s.documents)
 	t.Run("a run's documents are listed without those inside given folders", s.documentsOutside)
+	t.Run("iteration summaries are found by search as soon as they are written", s.summarySearch)
 	t.Run("tasks keep their order and updates", s.tasks)
 	t.Run("inbox items are consumed once", s.inbox)
 	t.Run("notifications are listed newest first and marked read", s.notifications)
@@ -526,6 +527,80 @@ func (s suite) documents(t *testing.T) {
 		wantCode(t, "a document in a missing run", err, spec.ENOTFOUND)
 		return nil
 	})
+}
+
+// summarySearch: the SQLite store indexes iteration summaries for search in
+// batches, later than it writes them; a search through the store still
+// finds every summary committed before it, with the content it has then,
+// on both stores.
+func (s suite) summarySearch(t *testing.T) {
+	f := s.fixture(t)
+	u := f.user("summaries@example.com")
+	f.run(u.ID, "r1")
+	f.run(u.ID, "r2")
+	put := func(runID, path, content string) {
+		f.tx(func(tx spec.Tx) error {
+			_, err := tx.PutDocument(f.ctx, &spec.Document{RunID: runID, Path: path, Kind: spec.DocSummary,
+				Title: "Iteration summary", Content: content})
+			return err
+		})
+	}
+	find := func(query string) []string {
+		t.Helper()
+		hits, err := f.s.SearchDocuments(f.ctx, u.ID, "", query, 50)
+		if err != nil {
+			t.Fatalf("search %q: %v", query, err)
+		}
+		var paths []string
+		for _, h := range hits {
+			paths = append(paths, h.Document.RunID+":"+h.Document.Path)
+		}
+		slices.Sort(paths)
+		return paths
+	}
+	put("r1", "iterations/001-summary.md", "Benchmarked the walrus parser.")
+	if got := find("walrus"); !slices.Equal(got, []string{"r1:iterations/001-summary.md"}) {
+		t.Errorf("a summary just written: search found %v", got)
+	}
+	page, err := f.s.ListRuns(f.ctx, u.ID, spec.RunFilter{Query: "walrus"})
+	if err != nil || len(page.Runs) != 1 || page.Runs[0].ID != "r1" {
+		t.Errorf("runs whose documents hold a summary's word: %+v (%v)", page, err)
+	}
+
+	// Written after a search indexed what waited, and updated before the
+	// next: the update's content is what is found.
+	put("r2", "iterations/001-summary.md", "Measured the narwhal cache.")
+	put("r2", "iterations/001-summary.md", "Measured the octopus cache.")
+	if got := find("narwhal"); len(got) != 0 {
+		t.Errorf("an updated summary's old content is still found: %v", got)
+	}
+	if got := find("octopus"); !slices.Equal(got, []string{"r2:iterations/001-summary.md"}) {
+		t.Errorf("an updated summary's content: search found %v", got)
+	}
+	// And updated once indexed.
+	put("r1", "iterations/001-summary.md", "Benchmarked the penguin parser.")
+	if got := find("walrus"); len(got) != 0 {
+		t.Errorf("an indexed summary's old content is still found after its update: %v", got)
+	}
+	if got := find("penguin"); !slices.Equal(got, []string{"r1:iterations/001-summary.md"}) {
+		t.Errorf("an indexed summary's new content: search found %v", got)
+	}
+
+	// Many summaries (more than the SQLite store's batch) are all found,
+	// once each.
+	var want []string
+	for i := range 40 {
+		p := fmt.Sprintf("iterations/%03d-summary.md", i+2)
+		put("r1", p, fmt.Sprintf("Step %d of the kestrel plan.", i))
+		want = append(want, "r1:"+p)
+	}
+	slices.Sort(want)
+	if got := find("kestrel"); !slices.Equal(got, want) {
+		t.Errorf("40 summaries: search found %d: %v", len(got), got)
+	}
+	if got := find("kestrel plan"); len(got) != 40 {
+		t.Errorf("40 summaries, two words: search found %d", len(got))
+	}
 }
 
 func (s suite) documentsOutside(t *testing.T) {
