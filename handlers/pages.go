@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"context"
 	"errors"
 	"strconv"
 	"strings"
@@ -83,6 +84,16 @@ func (s *Server) runListData(c *fiber.Ctx) (views.RunListData, error) {
 	}
 	d.Status = d.Filter.Status
 	f.Limit = 25
+	if f.Query != "" {
+		// A query matches documents too, and the SQLite store indexes
+		// iteration summaries later than it writes them: what waits is
+		// indexed first, so the search finds every summary written before it.
+		if ip, ok := s.db.(interface{ IndexPending(context.Context) error }); ok {
+			if err := ip.IndexPending(ctx); err != nil {
+				return d, err
+			}
+		}
+	}
 	// The list, the counts and the feed cursor are of one snapshot.
 	err = s.db.ReadTx(ctx, func(r spec.ReadStore) error {
 		d.Page = s.pageFrom(c, r, "Runs")

@@ -80,6 +80,23 @@ func TestRunListSearchFiltersAndOrder(t *testing.T) {
 		})
 	}
 
+	t.Run("a word of an iteration summary written just before", func(t *testing.T) {
+		// The SQLite store indexes summaries later than it writes them;
+		// the list indexes what waits before it searches.
+		if err := ts.DB.WriteTx(ts.ctx, func(tx spec.Tx) error {
+			_, err := tx.PutDocument(ts.ctx, &spec.Document{RunID: drivers, Path: "iterations/009-summary.md", Kind: spec.DocSummary,
+				Title: "Iteration 9 summary", Content: "The zeppelin benchmark ran."})
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		resp, body := pc.get("/?q=zeppelin")
+		expectStatus(t, resp, body, http.StatusOK, "")
+		if got := rowOrder(body, all...); !reflect.DeepEqual(got, []string{"Compare drivers"}) {
+			t.Fatalf("rows %v, want the run whose summary has the word", got)
+		}
+	})
+
 	t.Run("the list shows duration, cost and stop reason and keeps its filters live", func(t *testing.T) {
 		_, body := pc.get("/?q=haiku&sort=cost")
 		expectContains(t, body, "$0.50", ">Completed<", "Duration", "Stop reason", `value="haiku"`,
