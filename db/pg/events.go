@@ -57,7 +57,7 @@ type runUsers struct {
 }
 
 // maxRunUsers bounds runUsers; past it, it starts over.
-const maxRunUsers = 100_000
+var maxRunUsers = 100_000
 
 func (r *runUsers) user(runID string) (int64, bool) {
 	r.mu.Lock()
@@ -201,14 +201,15 @@ func (tx *Tx) notifyEvents(ctx context.Context) (committed bool, err error) {
 		counts[e.RunID]++
 	}
 	runIDs := slices.Sorted(maps.Keys(counts))
-	users := make([]int64, 0, 1)
+	// The runs' users, as this process knows them; the counters' answer
+	// says the others. Kept here, not read again: the shared map may start
+	// over meanwhile.
+	userOf := make(map[string]int64, len(runIDs))
 	known := true
 	for _, id := range runIDs {
 		u, ok := tx.db.runUsers.user(id)
 		known = known && ok
-		if ok && !slices.Contains(users, u) {
-			users = append(users, u)
-		}
+		userOf[id] = u
 	}
 	b := &pgx.Batch{}
 	for _, id := range runIDs {
@@ -217,20 +218,20 @@ func (tx *Tx) notifyEvents(ctx context.Context) (committed bool, err error) {
 	if !known {
 		// The counters first, for the runs' users; then the rest.
 		br := tx.PG.SendBatch(ctx, b)
-		err := tx.advanceCounters(br, runIDs)
+		err := tx.advanceCounters(br, runIDs, userOf)
 		if cerr := br.Close(); err == nil {
 			err = cerr
 		}
 		if err != nil {
 			return false, err
 		}
-		users = users[:0]
-		for _, id := range runIDs {
-			if u, _ := tx.db.runUsers.user(id); !slices.Contains(users, u) {
-				users = append(users, u)
-			}
-		}
 		b = &pgx.Batch{}
+	}
+	users := make([]int64, 0, 1)
+	for _, u := range userOf {
+		if !slices.Contains(users, u) {
+			users = append(users, u)
+		}
 	}
 	slices.Sort(users)
 	runs, types, data, created := make([]string, n), make([]string, n), make([]string, n), make([]int64, n)
@@ -253,12 +254,12 @@ func (tx *Tx) notifyEvents(ctx context.Context) (committed bool, err error) {
 	br := tx.PG.SendBatch(ctx, b)
 	defer br.Close()
 	if known {
-		if err := tx.advanceCounters(br, runIDs); err != nil {
+		if err := tx.advanceCounters(br, runIDs, nil); err != nil {
 			return false, err
 		}
 	}
 	for _, e := range tx.events {
-		e.UserID, _ = tx.db.runUsers.user(e.RunID)
+		e.UserID = userOf[e.RunID]
 	}
 	for range users {
 		if _, err := br.Exec(); err != nil {
@@ -470,10 +471,10 @@ func (d *DB) eventsByID(ctx context.Context, ids []int64) ([]*spec.Event, error)
 }
 
 // advanceCounters reads the answers of seqSQL for runIDs from br, and
-// learns each run's user. A run that is not there is ENOTFOUND; one whose
-// user is not the one this process knew (a run deleted and its id used
-// again) fails the transaction, whose feed locks were that user's.
-func (tx *Tx) advanceCounters(br pgx.BatchResults, runIDs []string) error {
+// learns each run's user, into userOf too when it is not nil. A run that
+// is not there is ENOTFOUND. A run's user never changes and run ids are
+// never used again, so a user this process knew is the one it reads.
+func (tx *Tx) advanceCounters(br pgx.BatchResults, runIDs []string, userOf map[string]int64) error {
 	for _, id := range runIDs {
 		var user int64
 		if err := br.QueryRow().Scan(&user); err != nil {
@@ -482,11 +483,10 @@ func (tx *Tx) advanceCounters(br pgx.BatchResults, runIDs []string) error {
 			}
 			return fmt.Errorf("take event seqs: %w", err)
 		}
-		if known, ok := tx.db.runUsers.user(id); ok && known != user {
-			tx.db.runUsers.learn(id, user)
-			return fmt.Errorf("take event seqs: run %s is now user %d's, not %d's", id, user, known)
-		}
 		tx.db.runUsers.learn(id, user)
+		if userOf != nil {
+			userOf[id] = user
+		}
 	}
 	return nil
 }

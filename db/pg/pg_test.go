@@ -100,8 +100,8 @@ func TestTwoStoresShareSeqsAndEvents(t *testing.T) {
 // stores on one database, as two processes would, in transactions that
 // each append several events to two runs, while others roll back after
 // appending: each run's seqs are 1..n with no gap or repeat, and a later
-// append takes n+1. A transaction numbers a run's events from the counter
-// it locked at its first append and writes the counter when it commits.
+// append takes n+1. A transaction advances a run's counter by its events
+// as it commits, and numbers them back from it.
 func TestTransactionsOfSeveralEventsKeepSeqsGapFree(t *testing.T) {
 	url := pgtest.NewDatabase(t)
 	ctx := context.Background()
