@@ -346,8 +346,12 @@ func (d *DB) takePending() []*appendReq {
 // maxGroupCommit is reached), and commits once: a commit costs mostly by
 // the pages it writes (every run's index page, however few rows each got),
 // so the appends that arrive while the first rows go in share that cost
-// instead of paying it again in the next commit, and a lone append commits
-// at once. An append to an unknown run is reported to its caller alone;
+// instead of paying it again in the next commit. When nothing is pending
+// it yields once before committing: the callers the last commit woke are
+// mostly still waiting to run (on two cores the leader's processor holds
+// most of them), and their next appends then join this commit instead of
+// each paying for the next one; with nothing else to run the yield returns
+// at once, so a lone append still commits at once. An append to an unknown run is reported to its caller alone;
 // the others still commit. GroupWriteTx writes run in their place in the
 // queue; when the transaction fails with one among them, every caller is
 // told errAlone. It returns the requests it took and each one's result,
@@ -360,11 +364,18 @@ func (d *DB) commitPending(ctx context.Context) ([]*appendReq, []error) {
 	var results []error
 	writes := false
 	err := d.writeTxLocked(ctx, func(tx *Tx) error {
+		yielded := false
 		for len(batch) < maxGroupCommit {
 			more := d.takePending()
 			if len(more) == 0 {
-				return nil
+				if yielded {
+					return nil
+				}
+				runtime.Gosched()
+				yielded = true
+				continue
 			}
+			yielded = false
 			first := len(batch)
 			batch = append(batch, more...)
 			results = append(results, make([]error, len(more))...)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"testing"
 
@@ -280,4 +281,76 @@ func storeWithRuns(t *testing.T, n int) (*DB, int64, []string) {
 		runs[i] = newRun(t, d, u.ID, fmt.Sprint("r", i)).ID
 	}
 	return d, u.ID, runs
+}
+
+// TestAppendsReadiedWhileTheLeaderWritesJoinItsCommit: callers that become
+// ready to append while a group commit's rows go in (as the callers the
+// last commit woke do) get to append before it commits, and their events
+// commit with it, once, in order. One processor makes "ready but not yet
+// run" last until the leader yields; a round whose yield happens to run
+// the leader first (the scheduler polls its global queue now and then) is
+// tried again.
+func TestAppendsReadiedWhileTheLeaderWritesJoinItsCommit(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	ctx := context.Background()
+	var mu sync.Mutex
+	var commits [][]*spec.Event
+	d := openTest(t, filepath.Join(t.TempDir(), "h.db"), func(o *Options) {
+		o.OnEvents = func(evs []*spec.Event) {
+			mu.Lock()
+			commits = append(commits, evs)
+			mu.Unlock()
+		}
+	})
+	u, err := d.CreateUser(ctx, "events@example.com", "h", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := newRun(t, d, u.ID, "r").ID
+	const late = 8
+	joined := false
+	for round := 0; round < 5 && !joined; round++ {
+		mu.Lock()
+		commits = nil
+		mu.Unlock()
+		var wg sync.WaitGroup
+		started := false
+		err := d.GroupWriteTx(ctx, func(tx spec.Tx) error {
+			if !started {
+				// Ready to run, but not running while this goroutine
+				// holds the one processor.
+				started = true
+				for i := range late {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						if _, err := d.AppendEvent(ctx, run, spec.EventToolCall, map[string]int{"i": i}); err != nil {
+							t.Error(err)
+						}
+					}()
+				}
+			}
+			_, err := tx.AppendEvent(ctx, run, spec.EventLLMCall, nil)
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Wait()
+		mu.Lock()
+		joined = len(commits) == 1 && len(commits[0]) == late+1
+		mu.Unlock()
+	}
+	if !joined {
+		t.Errorf("appends readied during the commit were committed apart from it in every round (last: %d commits)", len(commits))
+	}
+	evs, err := d.ListRunEvents(ctx, u.ID, run, 0, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, e := range evs {
+		if e.Seq != int64(i+1) {
+			t.Fatalf("event %d has seq %d", i+1, e.Seq)
+		}
+	}
 }
