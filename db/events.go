@@ -39,7 +39,7 @@ func (tx *Tx) writeEvents(ctx context.Context) error {
 	}
 	evs := tx.unwritten
 	tx.unwritten = nil
-	tx.writeErr = tx.insertEvents(ctx, evs)
+	tx.writeErr = tx.insertEvents(ctx, evs, eventInserts)
 	return tx.writeErr
 }
 
@@ -136,16 +136,24 @@ func (tx *Tx) nextSeq(ctx context.Context, runID string) (*seqState, error) {
 // maxEventChunk is the most rows one event insert writes.
 const maxEventChunk = 128
 
-// insertEventsQueries holds the multi-row event insert of each power-of-two
-// chunk size, built once: the writer runs one on every append.
-var insertEventsQueries = func() map[int]string {
+// eventInserts and groupInserts hold the multi-row event insert of each
+// power-of-two chunk size, built once: the writer runs one on every append.
+// A failing eventInserts statement undoes its own rows, and its transaction
+// goes on (to fail its commit, see writeEvents); a failing groupInserts
+// statement rolls back its whole transaction, a group commit's, which fails
+// with it anyway. So only the first needs a statement journal, into which
+// SQLite copies every page a multi-row statement is about to change, to
+// undo the statement alone: a sixth of inserting the rows.
+var eventInserts, groupInserts = chunkInserts("INSERT"), chunkInserts("INSERT OR ROLLBACK")
+
+func chunkInserts(verb string) map[int]string {
 	out := map[int]string{}
 	for n := 1; n <= maxEventChunk; n *= 2 {
-		out[n] = `INSERT INTO events (run_id, user_id, seq, type, data, created_at) VALUES (?,?,?,?,?,?)` +
+		out[n] = verb + ` INTO events (run_id, user_id, seq, type, data, created_at) VALUES (?,?,?,?,?,?)` +
 			strings.Repeat(",(?,?,?,?,?,?)", n-1)
 	}
 	return out
-}()
+}
 
 // takeSeqs gives evs, in order, their runs' next seqs and their user ids.
 // A missing run is ENOTFOUND, with no seq taken.
@@ -162,15 +170,16 @@ func (tx *Tx) takeSeqs(ctx context.Context, evs []*spec.Event) error {
 }
 
 // insertEvents inserts evs, which have their seqs, filling in their ids,
-// with as few statements as possible: multi-row inserts in power-of-two
-// chunks, so a handful of prepared statements serve every batch size.
+// with as few statements as possible: multi-row inserts (of inserts, one of
+// eventInserts and groupInserts) in power-of-two chunks, so a handful of
+// prepared statements serve every batch size.
 //
 // The ids are not read back (RETURNING made SQLite produce, and the driver
 // convert, a row per event: half an append's cost under load). With the
 // writer held, one INSERT's rows take consecutive AUTOINCREMENT ids in the
 // order of its VALUES, the last of them last_insert_rowid(); a statement
 // that did not insert every row fails the append.
-func (tx *Tx) insertEvents(ctx context.Context, evs []*spec.Event) error {
+func (tx *Tx) insertEvents(ctx context.Context, evs []*spec.Event, inserts map[int]string) error {
 	for len(evs) > 0 {
 		n := 1
 		for n*2 <= len(evs) && n < maxEventChunk {
@@ -182,7 +191,7 @@ func (tx *Tx) insertEvents(ctx context.Context, evs []*spec.Event) error {
 		for _, e := range chunk {
 			args = append(args, e.RunID, e.UserID, e.Seq, e.Type, string(e.Data), e.CreatedAt.UnixMilli())
 		}
-		res, err := tx.SQL.ExecContext(ctx, insertEventsQueries[n], args...)
+		res, err := tx.SQL.ExecContext(ctx, inserts[n], args...)
 		if err != nil {
 			return fmt.Errorf("append events: %w", err)
 		}
@@ -385,7 +394,7 @@ func (d *DB) commitPending(ctx context.Context) ([]*appendReq, []error) {
 					// The appends before it first, and its own events
 					// before those after it: ids follow seqs.
 					writes = true
-					if err := tx.insertEvents(ctx, evs); err != nil {
+					if err := tx.insertEvents(ctx, evs, groupInserts); err != nil {
 						return err
 					}
 					tx.events = append(tx.events, evs...)
@@ -408,7 +417,7 @@ func (d *DB) commitPending(ctx context.Context) ([]*appendReq, []error) {
 				}
 				evs = append(evs, r.ev)
 			}
-			if err := tx.insertEvents(ctx, evs); err != nil {
+			if err := tx.insertEvents(ctx, evs, groupInserts); err != nil {
 				return err
 			}
 			tx.events = append(tx.events, evs...)
