@@ -180,6 +180,12 @@ func (tx *Tx) takeSeqs(ctx context.Context, evs []*spec.Event) error {
 // order of its VALUES, the last of them last_insert_rowid(); a statement
 // that did not insert every row fails the append.
 func (tx *Tx) insertEvents(ctx context.Context, evs []*spec.Event, inserts map[int]string) error {
+	// The arguments, boxed: a user id and a time are boxed once for the
+	// rows they repeat in (a group's rows mostly share both), and the type
+	// is passed as a plain string, which database/sql takes as it is
+	// instead of converting it by reflection.
+	args := make([]any, 0, 6*min(len(evs), maxEventChunk))
+	var userID, createdAt any
 	for len(evs) > 0 {
 		n := 1
 		for n*2 <= len(evs) && n < maxEventChunk {
@@ -187,9 +193,15 @@ func (tx *Tx) insertEvents(ctx context.Context, evs []*spec.Event, inserts map[i
 		}
 		chunk := evs[:n]
 		evs = evs[n:]
-		args := make([]any, 0, 6*n)
+		args = args[:0]
 		for _, e := range chunk {
-			args = append(args, e.RunID, e.UserID, e.Seq, e.Type, string(e.Data), e.CreatedAt.UnixMilli())
+			if id, ok := userID.(int64); !ok || id != e.UserID {
+				userID = e.UserID
+			}
+			if ms, ok := createdAt.(int64); !ok || ms != e.CreatedAt.UnixMilli() {
+				createdAt = e.CreatedAt.UnixMilli()
+			}
+			args = append(args, e.RunID, userID, e.Seq, string(e.Type), string(e.Data), createdAt)
 		}
 		res, err := tx.SQL.ExecContext(ctx, inserts[n], args...)
 		if err != nil {
