@@ -170,8 +170,8 @@ func (tx *Tx) takeSeqs(ctx context.Context, evs []*spec.Event) error {
 }
 
 // insertEvents inserts evs, which have their seqs, filling in their ids,
-// with as few statements as possible: multi-row inserts (of inserts, one of
-// eventInserts and groupInserts) in power-of-two chunks, so a handful of
+// with as few statements as possible: multi-row inserts from inserts
+// (eventInserts or groupInserts) in power-of-two chunks, so a handful of
 // prepared statements serve every batch size.
 //
 // The ids are not read back (RETURNING made SQLite produce, and the driver
@@ -368,15 +368,16 @@ func (d *DB) takePending() []*appendReq {
 // the pages it writes (every run's index page, however few rows each got),
 // so the appends that arrive while the first rows go in share that cost
 // instead of paying it again in the next commit. When nothing is pending
-// it yields once before committing: the callers the last commit woke are
-// mostly still waiting to run (on two cores the leader's processor holds
-// most of them), and their next appends then join this commit instead of
-// each paying for the next one; with nothing else to run the yield returns
-// at once, so a lone append still commits at once. An append to an unknown run is reported to its caller alone;
-// the others still commit. GroupWriteTx writes run in their place in the
-// queue; when the transaction fails with one among them, every caller is
-// told errAlone. It returns the requests it took and each one's result,
-// for the leader to tell their callers. The caller holds writeMu.
+// it yields once before committing: the callers the last commit woke were
+// made ready on the processor their leader ran on and mostly still wait
+// there, and their next appends then join this commit instead of paying
+// for the next one. With nothing else to run the yield returns at once, so
+// a lone append still commits at once. An append to an unknown run is
+// reported to its caller alone; the others still commit. GroupWriteTx
+// writes run in their place in the queue; when the transaction fails with
+// one among them, every caller is told errAlone. It returns the requests it
+// took and each one's result, for the leader to tell their callers. The
+// caller holds writeMu.
 func (d *DB) commitPending(ctx context.Context) ([]*appendReq, []error) {
 	// The batch commits even if the leader's own context ends: the other
 	// callers are waiting on it.
