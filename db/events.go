@@ -39,7 +39,7 @@ func (tx *Tx) writeEvents(ctx context.Context) error {
 	}
 	evs := tx.unwritten
 	tx.unwritten = nil
-	tx.writeErr = tx.insertEvents(ctx, evs)
+	tx.writeErr = tx.insertEvents(ctx, evs, eventInserts)
 	return tx.writeErr
 }
 
@@ -136,16 +136,24 @@ func (tx *Tx) nextSeq(ctx context.Context, runID string) (*seqState, error) {
 // maxEventChunk is the most rows one event insert writes.
 const maxEventChunk = 128
 
-// insertEventsQueries holds the multi-row event insert of each power-of-two
-// chunk size, built once: the writer runs one on every append.
-var insertEventsQueries = func() map[int]string {
+// eventInserts and groupInserts hold the multi-row event insert of each
+// power-of-two chunk size, built once: the writer runs one on every append.
+// A failing eventInserts statement undoes its own rows, and its transaction
+// goes on (to fail its commit, see writeEvents); a failing groupInserts
+// statement rolls back its whole transaction, a group commit's, which fails
+// with it anyway. So only the first needs a statement journal, into which
+// SQLite copies every page a multi-row statement is about to change, to
+// undo the statement alone: a sixth of inserting the rows.
+var eventInserts, groupInserts = chunkInserts("INSERT"), chunkInserts("INSERT OR ROLLBACK")
+
+func chunkInserts(verb string) map[int]string {
 	out := map[int]string{}
 	for n := 1; n <= maxEventChunk; n *= 2 {
-		out[n] = `INSERT INTO events (run_id, user_id, seq, type, data, created_at) VALUES (?,?,?,?,?,?)` +
+		out[n] = verb + ` INTO events (run_id, user_id, seq, type, data, created_at) VALUES (?,?,?,?,?,?)` +
 			strings.Repeat(",(?,?,?,?,?,?)", n-1)
 	}
 	return out
-}()
+}
 
 // takeSeqs gives evs, in order, their runs' next seqs and their user ids.
 // A missing run is ENOTFOUND, with no seq taken.
@@ -162,15 +170,22 @@ func (tx *Tx) takeSeqs(ctx context.Context, evs []*spec.Event) error {
 }
 
 // insertEvents inserts evs, which have their seqs, filling in their ids,
-// with as few statements as possible: multi-row inserts in power-of-two
-// chunks, so a handful of prepared statements serve every batch size.
+// with as few statements as possible: multi-row inserts from inserts
+// (eventInserts or groupInserts) in power-of-two chunks, so a handful of
+// prepared statements serve every batch size.
 //
 // The ids are not read back (RETURNING made SQLite produce, and the driver
 // convert, a row per event: half an append's cost under load). With the
 // writer held, one INSERT's rows take consecutive AUTOINCREMENT ids in the
 // order of its VALUES, the last of them last_insert_rowid(); a statement
 // that did not insert every row fails the append.
-func (tx *Tx) insertEvents(ctx context.Context, evs []*spec.Event) error {
+func (tx *Tx) insertEvents(ctx context.Context, evs []*spec.Event, inserts map[int]string) error {
+	// The arguments, boxed: a user id and a time are boxed once for the
+	// rows they repeat in (a group's rows mostly share both), and the type
+	// is passed as a plain string, which database/sql takes as it is
+	// instead of converting it by reflection.
+	args := make([]any, 0, 6*min(len(evs), maxEventChunk))
+	var userID, createdAt any
 	for len(evs) > 0 {
 		n := 1
 		for n*2 <= len(evs) && n < maxEventChunk {
@@ -178,11 +193,17 @@ func (tx *Tx) insertEvents(ctx context.Context, evs []*spec.Event) error {
 		}
 		chunk := evs[:n]
 		evs = evs[n:]
-		args := make([]any, 0, 6*n)
+		args = args[:0]
 		for _, e := range chunk {
-			args = append(args, e.RunID, e.UserID, e.Seq, e.Type, string(e.Data), e.CreatedAt.UnixMilli())
+			if id, ok := userID.(int64); !ok || id != e.UserID {
+				userID = e.UserID
+			}
+			if ms, ok := createdAt.(int64); !ok || ms != e.CreatedAt.UnixMilli() {
+				createdAt = e.CreatedAt.UnixMilli()
+			}
+			args = append(args, e.RunID, userID, e.Seq, string(e.Type), string(e.Data), createdAt)
 		}
-		res, err := tx.SQL.ExecContext(ctx, insertEventsQueries[n], args...)
+		res, err := tx.SQL.ExecContext(ctx, inserts[n], args...)
 		if err != nil {
 			return fmt.Errorf("append events: %w", err)
 		}
@@ -346,12 +367,17 @@ func (d *DB) takePending() []*appendReq {
 // maxGroupCommit is reached), and commits once: a commit costs mostly by
 // the pages it writes (every run's index page, however few rows each got),
 // so the appends that arrive while the first rows go in share that cost
-// instead of paying it again in the next commit, and a lone append commits
-// at once. An append to an unknown run is reported to its caller alone;
-// the others still commit. GroupWriteTx writes run in their place in the
-// queue; when the transaction fails with one among them, every caller is
-// told errAlone. It returns the requests it took and each one's result,
-// for the leader to tell their callers. The caller holds writeMu.
+// instead of paying it again in the next commit. When nothing is pending
+// it yields once before committing: the callers the last commit woke were
+// made ready on the processor their leader ran on and mostly still wait
+// there, and their next appends then join this commit instead of paying
+// for the next one. With nothing else to run the yield returns at once, so
+// a lone append still commits at once. An append to an unknown run is
+// reported to its caller alone; the others still commit. GroupWriteTx
+// writes run in their place in the queue; when the transaction fails with
+// one among them, every caller is told errAlone. It returns the requests it
+// took and each one's result, for the leader to tell their callers. The
+// caller holds writeMu.
 func (d *DB) commitPending(ctx context.Context) ([]*appendReq, []error) {
 	// The batch commits even if the leader's own context ends: the other
 	// callers are waiting on it.
@@ -360,11 +386,18 @@ func (d *DB) commitPending(ctx context.Context) ([]*appendReq, []error) {
 	var results []error
 	writes := false
 	err := d.writeTxLocked(ctx, func(tx *Tx) error {
+		yielded := false
 		for len(batch) < maxGroupCommit {
 			more := d.takePending()
 			if len(more) == 0 {
-				return nil
+				if yielded {
+					return nil
+				}
+				runtime.Gosched()
+				yielded = true
+				continue
 			}
+			yielded = false
 			first := len(batch)
 			batch = append(batch, more...)
 			results = append(results, make([]error, len(more))...)
@@ -374,7 +407,7 @@ func (d *DB) commitPending(ctx context.Context) ([]*appendReq, []error) {
 					// The appends before it first, and its own events
 					// before those after it: ids follow seqs.
 					writes = true
-					if err := tx.insertEvents(ctx, evs); err != nil {
+					if err := tx.insertEvents(ctx, evs, groupInserts); err != nil {
 						return err
 					}
 					tx.events = append(tx.events, evs...)
@@ -397,7 +430,7 @@ func (d *DB) commitPending(ctx context.Context) ([]*appendReq, []error) {
 				}
 				evs = append(evs, r.ev)
 			}
-			if err := tx.insertEvents(ctx, evs); err != nil {
+			if err := tx.insertEvents(ctx, evs, groupInserts); err != nil {
 				return err
 			}
 			tx.events = append(tx.events, evs...)

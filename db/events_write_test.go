@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"testing"
 
@@ -280,4 +281,175 @@ func storeWithRuns(t *testing.T, n int) (*DB, int64, []string) {
 		runs[i] = newRun(t, d, u.ID, fmt.Sprint("r", i)).ID
 	}
 	return d, u.ID, runs
+}
+
+// TestAppendsReadiedWhileTheLeaderWritesJoinItsCommit: callers that become
+// ready to append while a group commit's rows go in (as the callers the
+// last commit woke do) get to append before it commits, and their events
+// commit with it, once, in order. One processor makes "ready but not yet
+// run" last until the leader yields; a round whose yield happens to run
+// the leader first (the scheduler polls its global queue now and then) is
+// tried again.
+func TestAppendsReadiedWhileTheLeaderWritesJoinItsCommit(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	ctx := context.Background()
+	var mu sync.Mutex
+	var commits [][]*spec.Event
+	d := openTest(t, filepath.Join(t.TempDir(), "h.db"), func(o *Options) {
+		o.OnEvents = func(evs []*spec.Event) {
+			mu.Lock()
+			commits = append(commits, evs)
+			mu.Unlock()
+		}
+	})
+	u, err := d.CreateUser(ctx, "events@example.com", "h", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := newRun(t, d, u.ID, "r").ID
+	const late = 8
+	joined := false
+	for round := 0; round < 5 && !joined; round++ {
+		mu.Lock()
+		commits = nil
+		mu.Unlock()
+		var wg sync.WaitGroup
+		started := false
+		err := d.GroupWriteTx(ctx, func(tx spec.Tx) error {
+			if !started {
+				// Ready to run, but not running while this goroutine
+				// holds the one processor.
+				started = true
+				for i := range late {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						if _, err := d.AppendEvent(ctx, run, spec.EventToolCall, map[string]int{"i": i}); err != nil {
+							t.Error(err)
+						}
+					}()
+				}
+			}
+			_, err := tx.AppendEvent(ctx, run, spec.EventLLMCall, nil)
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Wait()
+		mu.Lock()
+		joined = len(commits) == 1 && len(commits[0]) == late+1
+		mu.Unlock()
+	}
+	if !joined {
+		t.Errorf("appends readied during the commit were committed apart from it in every round (last: %d commits)", len(commits))
+	}
+	evs, err := d.ListRunEvents(ctx, u.ID, run, 0, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, e := range evs {
+		if e.Seq != int64(i+1) {
+			t.Fatalf("event %d has seq %d", i+1, e.Seq)
+		}
+	}
+}
+
+// TestAGroupWhoseInsertFailsIsRetriedAlone: a group commit's event insert
+// that fails (here on a seq another writer took behind the store's seq
+// cache) fails that group's transaction, rolled back whole, and nothing
+// else: a lone append reports the failure, a group holding a GroupWriteTx
+// write is made again caller by caller (the append then reloading its
+// run's seq), and the writer goes on with gap-free seqs.
+func TestAGroupWhoseInsertFailsIsRetriedAlone(t *testing.T) {
+	ctx := context.Background()
+	d, userID, runs := storeWithRuns(t, 2)
+	run, other := runs[0], runs[1]
+	// takeBehindTheCache writes run's next event straight into the table,
+	// so the store's cached next seq for run is taken.
+	takeBehindTheCache := func() {
+		t.Helper()
+		if _, err := d.AppendEvent(ctx, run, spec.EventToolCall, nil); err != nil {
+			t.Fatal(err)
+		}
+		err := d.WriteTx(ctx, func(tx spec.Tx) error {
+			_, err := tx.(*Tx).SQL.ExecContext(ctx, `INSERT INTO events (run_id, user_id, seq, type, data, created_at)
+				SELECT run_id, user_id, MAX(seq) + 1, 'tool_call', '{}', 0 FROM events WHERE run_id = ?`, run)
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	takeBehindTheCache()
+	if _, err := d.AppendEvent(ctx, run, spec.EventToolResult, nil); err == nil {
+		t.Fatal("an append on a taken seq succeeded")
+	}
+	if _, err := d.AppendEvent(ctx, run, spec.EventToolResult, nil); err != nil {
+		t.Fatalf("the append after the failed one: %v", err)
+	}
+
+	// A group of a write and an append on a taken seq: the leader takes
+	// both once they are pending (it waits for the writer held here).
+	takeBehindTheCache()
+	d.writeMu.Lock()
+	var wg sync.WaitGroup
+	wg.Add(2)
+	writes := 0
+	go func() {
+		defer wg.Done()
+		err := d.GroupWriteTx(ctx, func(tx spec.Tx) error {
+			writes++
+			_, err := tx.AppendEvent(ctx, other, spec.EventLLMCall, nil)
+			return err
+		})
+		if err != nil {
+			t.Errorf("the group write: %v", err)
+		}
+	}()
+	for pending := 0; pending < 1; {
+		runtime.Gosched()
+		d.pendingMu.Lock()
+		pending = len(d.pending)
+		d.pendingMu.Unlock()
+	}
+	go func() {
+		defer wg.Done()
+		if _, err := d.AppendEvent(ctx, run, spec.EventToolResult, nil); err != nil {
+			t.Errorf("the grouped append, made again alone: %v", err)
+		}
+	}()
+	for pending := 0; pending < 2; {
+		runtime.Gosched()
+		d.pendingMu.Lock()
+		pending = len(d.pending)
+		d.pendingMu.Unlock()
+	}
+	d.writeMu.Unlock()
+	wg.Wait()
+	if writes != 2 {
+		t.Errorf("the group write ran %d times, want 2 (in the group, then alone)", writes)
+	}
+
+	if err := d.WriteTx(ctx, func(tx spec.Tx) error {
+		_, err := tx.AppendEvent(ctx, other, spec.EventToolCall, nil)
+		return err
+	}); err != nil {
+		t.Fatalf("a write transaction after the failed groups: %v", err)
+	}
+	evs, err := d.ListUserEvents(ctx, userID, 0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := map[string]int64{}
+	for _, e := range evs {
+		if e.Seq != last[e.RunID]+1 {
+			t.Fatalf("run %s: event id %d has seq %d after seq %d", e.RunID, e.ID, e.Seq, last[e.RunID])
+		}
+		last[e.RunID] = e.Seq
+	}
+	if last[run] != 6 || last[other] != 2 {
+		t.Errorf("runs' last seqs = %d and %d, want 6 (two appends, two written behind the cache, two retried) and 2", last[run], last[other])
+	}
 }
