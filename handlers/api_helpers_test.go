@@ -167,7 +167,9 @@ func newTestServerWith(t testing.TB, extra func(d *db.DB, eng func() *engine.Eng
 	if err := e.Register(reg); err != nil {
 		t.Fatal(err)
 	}
-	opts := Options{DB: store, Engine: e, Registry: reg, InsecureCookies: true, Heartbeat: 50 * time.Millisecond}
+	// The server gets the store as the binary gives it (bind.Store), so
+	// what the handlers ask of it beyond spec.Store is asked of the wrapper.
+	opts := Options{DB: &bind.Store{Store: store}, Engine: e, Registry: reg, InsecureCookies: true, Heartbeat: 50 * time.Millisecond}
 	if mod != nil {
 		mod(&opts)
 	}

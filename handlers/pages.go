@@ -1,7 +1,6 @@
 package handlers
 
 import (
-	"context"
 	"errors"
 	"strconv"
 	"strings"
@@ -88,9 +87,11 @@ func (s *Server) runListData(c *fiber.Ctx) (views.RunListData, error) {
 		// A query matches documents too, and the SQLite store indexes
 		// iteration summaries later than it writes them: what waits is
 		// indexed first, so the search finds every summary written before it.
-		if ip, ok := s.db.(interface{ IndexPending(context.Context) error }); ok {
-			if err := ip.IndexPending(ctx); err != nil {
-				return d, err
+		// Indexing needs the writer; when it cannot have it, the list
+		// searches what is indexed rather than fail.
+		if ip, ok := s.db.(spec.SearchIndexer); ok {
+			if err := ip.IndexPending(ctx); err != nil && ctx.Err() == nil {
+				s.log.Warn("index waiting summaries before a search", "err", err)
 			}
 		}
 	}

@@ -53,6 +53,16 @@ type Store struct {
 	Backend engine.Backend
 }
 
+// IndexPending implements spec.SearchIndexer for the store it wraps, when
+// that store indexes documents later than it writes them; otherwise
+// nothing waits.
+func (s *Store) IndexPending(ctx context.Context) error {
+	if ip, ok := s.Store.(spec.SearchIndexer); ok {
+		return ip.IndexPending(ctx)
+	}
+	return nil
+}
+
 // ErrLocked is returned by Open when another server uses the SQLite file.
 var ErrLocked = db.ErrLocked
 

@@ -70,6 +70,16 @@ type GroupWriter interface {
 	GroupWriteTx(ctx context.Context, fn func(tx Tx) error) error
 }
 
+// SearchIndexer is implemented by a store that indexes some documents for
+// full-text search later than it writes them (the SQLite store's iteration
+// summaries). IndexPending indexes what waits, so that a search made after
+// it finds every document committed before it. The store's own searches
+// (SearchDocuments, ListRuns with a query) do so first; a caller that
+// searches inside a ReadTx calls it before.
+type SearchIndexer interface {
+	IndexPending(ctx context.Context) error
+}
+
 // Webhooks are a user's webhook endpoints and their deliveries (the
 // listing reads are ReadStore's).
 type Webhooks interface {
