@@ -24,6 +24,24 @@ func open(t *testing.T, url string, onEvents func([]*spec.Event)) *pg.DB {
 	return d
 }
 
+// testRun is a queued script run of the user, with id.
+func testRun(id string, userID int64) *spec.Run {
+	return &spec.Run{ID: id, UserID: userID, Objective: "o", Mode: spec.ModeAuto, Executor: spec.ExecutorScript,
+		Config: []byte(`{}`), Status: spec.StatusQueued}
+}
+
+// insertRuns inserts a testRun of the user for each id, each in a
+// transaction of its own.
+func insertRuns(t *testing.T, d *pg.DB, userID int64, ids ...string) {
+	t.Helper()
+	for _, id := range ids {
+		run := testRun(id, userID)
+		if err := d.WriteTx(context.Background(), func(tx spec.Tx) error { return tx.InsertRun(context.Background(), run) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // TestConformance runs the store conformance suite against PostgreSQL.
 func TestConformance(t *testing.T) {
 	pgtest.ServerURL(t)
@@ -61,11 +79,7 @@ func TestTwoStoresShareSeqsAndEvents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	run := &spec.Run{ID: "r", UserID: u.ID, Objective: "o", Mode: spec.ModeAuto, Executor: spec.ExecutorScript,
-		Config: []byte(`{}`), Status: spec.StatusQueued}
-	if err := a.WriteTx(ctx, func(tx spec.Tx) error { return tx.InsertRun(ctx, run) }); err != nil {
-		t.Fatal(err)
-	}
+	insertRuns(t, a, u.ID, "r")
 	const n = 40
 	var wg sync.WaitGroup
 	for i := range n {
@@ -110,13 +124,7 @@ func TestTransactionsOfSeveralEventsKeepSeqsGapFree(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, id := range []string{"r1", "r2"} {
-		run := &spec.Run{ID: id, UserID: u.ID, Objective: "o", Mode: spec.ModeAuto, Executor: spec.ExecutorScript,
-			Config: []byte(`{}`), Status: spec.StatusQueued}
-		if err := a.WriteTx(ctx, func(tx spec.Tx) error { return tx.InsertRun(ctx, run) }); err != nil {
-			t.Fatal(err)
-		}
-	}
+	insertRuns(t, a, u.ID, "r1", "r2")
 	errRollBack := errors.New("roll back")
 	const txs = 20
 	var wg sync.WaitGroup
@@ -203,12 +211,8 @@ func TestAnAppendToAMissingRunCommitsNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	newRun := func(id string) *spec.Run {
-		return &spec.Run{ID: id, UserID: u.ID, Objective: "o", Mode: spec.ModeAuto, Executor: spec.ExecutorScript,
-			Config: []byte(`{}`), Status: spec.StatusQueued}
-	}
 	if err := d.WriteTx(ctx, func(tx spec.Tx) error {
-		if err := tx.InsertRun(ctx, newRun("gone")); err != nil {
+		if err := tx.InsertRun(ctx, testRun("gone", u.ID)); err != nil {
 			return err
 		}
 		_, err := tx.AppendEvent(ctx, "gone", spec.EventToolCall, nil)
@@ -223,7 +227,7 @@ func TestAnAppendToAMissingRunCommitsNothing(t *testing.T) {
 		err := d.WriteTx(ctx, func(tx spec.Tx) error {
 			// Only the missing run has events: its user known ("gone"),
 			// the whole transaction goes in one round trip.
-			if err := tx.InsertRun(ctx, newRun("with-"+missing)); err != nil {
+			if err := tx.InsertRun(ctx, testRun("with-"+missing, u.ID)); err != nil {
 				return err
 			}
 			_, err := tx.AppendEvent(ctx, missing, spec.EventToolCall, nil)
@@ -238,7 +242,7 @@ func TestAnAppendToAMissingRunCommitsNothing(t *testing.T) {
 	}
 	// The connection is usable after each: the next write commits.
 	if err := d.WriteTx(ctx, func(tx spec.Tx) error {
-		if err := tx.InsertRun(ctx, newRun("after")); err != nil {
+		if err := tx.InsertRun(ctx, testRun("after", u.ID)); err != nil {
 			return err
 		}
 		_, err := tx.AppendEvent(ctx, "after", spec.EventToolCall, nil)
@@ -347,13 +351,7 @@ func TestFeedSkipsNoEventCommittedOutOfAppendOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, id := range []string{"r1", "r2"} {
-		run := &spec.Run{ID: id, UserID: u.ID, Objective: "o", Mode: spec.ModeAuto, Executor: spec.ExecutorScript,
-			Config: []byte(`{}`), Status: spec.StatusQueued}
-		if err := a.WriteTx(ctx, func(tx spec.Tx) error { return tx.InsertRun(ctx, run) }); err != nil {
-			t.Fatal(err)
-		}
-	}
+	insertRuns(t, a, u.ID, "r1", "r2")
 	// The first transaction appends and then waits, uncommitted.
 	appended, commit, firstDone := make(chan struct{}), make(chan struct{}), make(chan error)
 	go func() {
@@ -438,11 +436,7 @@ func TestAnnouncedEventsCarryTheirFinalIDs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	run := &spec.Run{ID: "r", UserID: u.ID, Objective: "o", Mode: spec.ModeAuto, Executor: spec.ExecutorScript,
-		Config: []byte(`{}`), Status: spec.StatusQueued}
-	if err := d.WriteTx(ctx, func(tx spec.Tx) error { return tx.InsertRun(ctx, run) }); err != nil {
-		t.Fatal(err)
-	}
+	insertRuns(t, d, u.ID, "r")
 	big := strings.Repeat("x", 10_000)
 	var appended []*spec.Event
 	for _, data := range []any{map[string]int{"n": 1}, map[string]string{"big": big}} {
@@ -484,8 +478,7 @@ func TestATransactionOfManyEventsIsAnnouncedWhole(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	run := &spec.Run{ID: "r", UserID: u.ID, Objective: "o", Mode: spec.ModeAuto, Executor: spec.ExecutorScript,
-		Config: []byte(`{}`), Status: spec.StatusQueued}
+	run := testRun("r", u.ID)
 	var appended []*spec.Event
 	err = d.WriteTx(ctx, func(tx spec.Tx) error {
 		if err := tx.InsertRun(ctx, run); err != nil {
@@ -540,11 +533,7 @@ func TestTheListenerCatchesUpAfterALostConnection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	run := &spec.Run{ID: "r", UserID: u.ID, Objective: "o", Mode: spec.ModeAuto, Executor: spec.ExecutorScript,
-		Config: []byte(`{}`), Status: spec.StatusQueued}
-	if err := writer.WriteTx(ctx, func(tx spec.Tx) error { return tx.InsertRun(ctx, run) }); err != nil {
-		t.Fatal(err)
-	}
+	insertRuns(t, writer, u.ID, "r")
 	proxy.Cut()
 	<-lost // the listener knows its connection is gone
 	for i := range 3 {
