@@ -258,6 +258,19 @@ func TestAGroupWriteThatPanicsPanicsItsOwnCaller(t *testing.T) {
 	}
 }
 
+// waitPending yields until n appends or group writes wait for the leader.
+func waitPending(d *DB, n int) {
+	for {
+		d.pendingMu.Lock()
+		pending := len(d.pending)
+		d.pendingMu.Unlock()
+		if pending >= n {
+			return
+		}
+		runtime.Gosched()
+	}
+}
+
 func countType(evs []*spec.Event, typ spec.EventType) int {
 	n := 0
 	for _, e := range evs {
@@ -408,24 +421,14 @@ func TestAGroupWhoseInsertFailsIsRetriedAlone(t *testing.T) {
 			t.Errorf("the group write: %v", err)
 		}
 	}()
-	for pending := 0; pending < 1; {
-		runtime.Gosched()
-		d.pendingMu.Lock()
-		pending = len(d.pending)
-		d.pendingMu.Unlock()
-	}
+	waitPending(d, 1)
 	go func() {
 		defer wg.Done()
 		if _, err := d.AppendEvent(ctx, run, spec.EventToolResult, nil); err != nil {
 			t.Errorf("the grouped append, made again alone: %v", err)
 		}
 	}()
-	for pending := 0; pending < 2; {
-		runtime.Gosched()
-		d.pendingMu.Lock()
-		pending = len(d.pending)
-		d.pendingMu.Unlock()
-	}
+	waitPending(d, 2)
 	d.writeMu.Unlock()
 	wg.Wait()
 	if writes != 2 {
