@@ -473,11 +473,7 @@ func TestShutdownLeavesInFlightRunsRecoverable(t *testing.T) {
 		// A new engine on the same database recovers it: at start on SQLite
 		// (the only process), on PostgreSQL as soon as it sees the stopped
 		// process's liveness gone.
-		e2, err := New(Options{Backend: h.backend(), Bus: h.bus, Executors: h.e.opts.Executors, FetchPollInterval: 20 * time.Millisecond,
-			SharedStore: store == postgresStore})
-		if err != nil {
-			t.Fatal(err)
-		}
+		e2 := h.successor(store)
 		if store == sqliteStore {
 			n, err := e2.recoverAtStart(h.ctx)
 			if err != nil || n != 1 {
@@ -497,11 +493,6 @@ func TestShutdownLeavesInFlightRunsRecoverable(t *testing.T) {
 		if err := e2.Start(h.ctx); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			e2.Stop(ctx)
-		})
 		got = h.waitStatus(u, r.ID, spec.StatusStopped)
 		if got.StopReason.Type != spec.StopMaxIterations || got.Metrics.Iterations != 2 || got.Attempt < 1 {
 			t.Fatalf("after recovery: %+v, %d iterations", got.StopReason, got.Metrics.Iterations)

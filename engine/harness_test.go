@@ -109,6 +109,24 @@ func newHarnessOn(t *testing.T, store string, mod func(*Options)) *harness {
 	return h
 }
 
+// successor returns a new engine on h's store and bus with h's executors,
+// as the next process on the database would be; it is not started, and is
+// stopped when the test ends.
+func (h *harness) successor(store string) *Engine {
+	h.t.Helper()
+	e, err := New(Options{Backend: h.backend(), Bus: h.bus, Executors: h.e.opts.Executors, FetchPollInterval: 20 * time.Millisecond,
+		SharedStore: store == postgresStore})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		e.Stop(ctx)
+	})
+	return e
+}
+
 func (h *harness) user(email string) *spec.User {
 	h.t.Helper()
 	u, err := h.db.CreateUser(h.ctx, email, "x", false)

@@ -56,11 +56,7 @@ func TestAnIterationsUsageCountsEveryAttemptsCalls(t *testing.T) {
 		if err := h.e.Stop(stopCtx); err != nil {
 			t.Fatalf("stop: %v", err)
 		}
-		e2, err := New(Options{Backend: h.backend(), Bus: h.bus, Executors: h.e.opts.Executors, FetchPollInterval: 20 * time.Millisecond,
-			SharedStore: store == postgresStore})
-		if err != nil {
-			t.Fatal(err)
-		}
+		e2 := h.successor(store)
 		if store == sqliteStore {
 			if n, err := e2.recoverAtStart(h.ctx); err != nil || n != 1 {
 				t.Fatalf("recovered %d: %v", n, err)
@@ -69,11 +65,6 @@ func TestAnIterationsUsageCountsEveryAttemptsCalls(t *testing.T) {
 		if err := e2.Start(h.ctx); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			e2.Stop(ctx)
-		})
 		h.waitStatus(u, r.ID, spec.StatusStopped)
 		var got []string
 		for _, e := range h.events(u, r.ID) {
