@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -16,63 +16,32 @@ import (
 	"homework/engine/spec"
 )
 
-// NOTIFY channels: committed events, and runs whose iteration must stop.
+// NOTIFY channels: the feed horizon's advances (see feedHorizon), and runs
+// whose iteration must stop.
 const (
 	eventsChannel    = "homework_events"
 	interruptChannel = "homework_interrupts"
 )
 
-// maxPayload keeps a notification under PostgreSQL's 8000-byte limit; a
-// transaction whose events do not fit announces only their ids.
-const maxPayload = 7000
-
 // seqSQL takes n seqs of the run at once, for a committing transaction's
-// events (notifyEvents). The UPDATE row-locks the run until the
-// transaction ends, so appends to one run from any process are serialised
-// and gap-free.
-const seqSQL = `UPDATE runs SET last_seq = last_seq + $2 WHERE id = $1 RETURNING user_id`
+// events (writeEvents). The UPDATE row-locks the run until the transaction
+// ends, so appends to one run from any process are serialised and
+// gap-free.
+const seqSQL = `UPDATE runs SET last_seq = last_seq + $2 WHERE id = $1`
 
 // AppendEvent appends an event of typ with data (marshalled to JSON) to the
-// run's log inside tx. Nothing is sent yet: the event takes its seq and id
-// and is written when tx commits (notifyEvents), and then announced to
-// every process. Until then its Seq (and its UserID, unless this process
-// knows the run's user) is zero.
+// run's log inside tx. Nothing is sent yet: the event takes its seq, id and
+// user and is written when tx commits (writeEvents); every process's
+// listener hands it on once the feed horizon passes it. Until then its Seq,
+// ID and UserID are zero.
 func (tx *Tx) AppendEvent(ctx context.Context, runID string, typ spec.EventType, data any) (*spec.Event, error) {
 	b, err := sqlstore.MarshalEventData(data)
 	if err != nil {
 		return nil, err
 	}
 	e := &spec.Event{RunID: runID, Type: typ, Data: b, CreatedAt: tx.Now()}
-	e.UserID, _ = tx.db.runUsers.user(runID)
 	tx.events = append(tx.events, e)
 	return e, nil
-}
-
-// runUsers keeps the user of the runs this process appended to: a run's
-// user never changes, and a committing transaction takes its users' feed
-// locks in the same round trip as the rest when it knows them.
-type runUsers struct {
-	mu sync.Mutex
-	m  map[string]int64
-}
-
-// maxRunUsers bounds runUsers; past it, it starts over.
-var maxRunUsers = 100_000
-
-func (r *runUsers) user(runID string) (int64, bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	u, ok := r.m[runID]
-	return u, ok
-}
-
-func (r *runUsers) learn(runID string, user int64) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.m == nil || len(r.m) >= maxRunUsers {
-		r.m = map[string]int64{}
-	}
-	r.m[runID] = user
 }
 
 // Interrupt tells every process, through NOTIFY, to stop the run's
@@ -94,8 +63,251 @@ func (d *DB) AppendEvent(ctx context.Context, runID string, typ spec.EventType, 
 	return e, err
 }
 
-// wireEvent is an event in a notification; unlike spec.Event's JSON it
-// carries the user id.
+// insertSQL writes a transaction's events, given column by column in
+// append order in $1..$4, with fresh ids from the sequence in that same
+// order. An event's seq is its place among the transaction's events of its
+// run, counted back from the run's last_seq, which the transaction has
+// just advanced by their number (seqSQL); its user is the run's. An event
+// of a run that is not there fails the statement (its user and seq are
+// null, which the table refuses). It returns the new ids in append order
+// (id order too, as they are drawn in that order), with their users and
+// seqs, and keeps the first id in the session's homework.first_event, for
+// the announcement that follows in the same round trip (tryAnnounceSQL).
+// The ids are drawn in a materialised CTE and matched by rank, so their
+// order does not depend on how the planner evaluates nextval.
+const insertSQL = `WITH n AS MATERIALIZED (SELECT nextval(pg_get_serial_sequence('events', 'id')) AS new
+		FROM generate_series(1, cardinality($1::text[]))),
+	s AS (SELECT new, row_number() OVER (ORDER BY new) AS ord FROM n),
+	a AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[])
+		WITH ORDINALITY AS a(run_id, type, data, created_at, ord)),
+	u AS (SELECT a.*, runs.user_id, runs.last_seq - count(*) OVER (PARTITION BY a.run_id)
+			+ row_number() OVER (PARTITION BY a.run_id ORDER BY a.ord) AS seq
+		FROM a LEFT JOIN runs ON runs.id = a.run_id),
+	r AS (INSERT INTO events (id, run_id, user_id, seq, type, data, created_at)
+		SELECT s.new, u.run_id, u.user_id, u.seq, u.type, u.data, u.created_at FROM u JOIN s USING (ord)
+		RETURNING id, user_id, seq)
+	SELECT array_agg(id ORDER BY id), array_agg(user_id ORDER BY id), array_agg(seq ORDER BY id),
+		set_config('homework.first_event', min(id)::text, false) FROM r`
+
+// writeEvents takes the seqs of the transaction's events, writes them and
+// commits, in one round trip, when the transaction has events (committed is
+// then true).
+//
+// First each run's counter is advanced by its events (seqSQL, in run
+// order), which row-locks the run until the transaction ends. Then the
+// transaction takes the feed lock shared (feedLock), and only then draws
+// its events' ids, so that the feed horizon (feedHorizon) can wait for
+// every id drawn so far to commit or roll back; writers do not wait on one
+// another for it. It runs nothing else before COMMIT, so the lock is short
+// and cannot close a cycle with the row locks others wait on (the events'
+// runs are locked by then; the insert's key checks wait on nothing else).
+//
+// Nothing is announced in the transaction: a NOTIFY there would make its
+// commit wait for every other announcing transaction's, WAL flush
+// included, as PostgreSQL queues notifications in commit order under one
+// cluster-wide lock. Right after COMMIT, in the same round trip, the
+// horizon is announced if no other writer is in its commit
+// (tryAnnounceSQL); else the process's announcer announces it once the
+// writers in their commit are done (announcer.poke).
+//
+// Each event is written once, here: appending sent nothing. Any error in
+// the round trip skips what follows it, COMMIT included.
+func (tx *Tx) writeEvents(ctx context.Context) (committed bool, err error) {
+	if len(tx.events) == 0 {
+		return false, nil
+	}
+	n := len(tx.events)
+	counts := map[string]int64{}
+	for _, e := range tx.events {
+		counts[e.RunID]++
+	}
+	b := &pgx.Batch{}
+	for _, id := range slices.Sorted(maps.Keys(counts)) {
+		b.Queue(seqSQL, id, counts[id])
+	}
+	runs, types, data, created := make([]string, n), make([]string, n), make([]string, n), make([]int64, n)
+	for i, e := range tx.events {
+		runs[i], types[i], data[i], created[i] = e.RunID, string(e.Type), string(e.Data), e.CreatedAt.UnixMilli()
+	}
+	b.Queue(`SELECT pg_advisory_xact_lock_shared($1::int4, 0)`, int32(feedLock))
+	// PostgreSQL plans insertSQL afresh for every call by default (its
+	// estimate for a plan made for any array is worse than for the arrays
+	// it is given), which cost more than running it; the plan it makes
+	// once does as well.
+	b.Queue(`SET LOCAL plan_cache_mode = force_generic_plan`)
+	b.Queue(insertSQL, runs, types, data, created)
+	b.Queue(`COMMIT`)
+	b.Queue(tryLockSQL, int32(feedLock))
+	b.Queue(tryAnnounceSQL, eventsChannel, maxPayload)
+	br := tx.PG.SendBatch(ctx, b)
+	defer br.Close()
+	for range counts {
+		tag, err := br.Exec()
+		if err != nil {
+			return false, fmt.Errorf("take event seqs: %w", err)
+		}
+		if tag.RowsAffected() != 1 {
+			return false, spec.Errorf(spec.ENOTFOUND, "Run not found.")
+		}
+	}
+	if _, err := br.Exec(); err != nil {
+		return false, fmt.Errorf("lock the feed: %w", err)
+	}
+	if _, err := br.Exec(); err != nil {
+		return false, fmt.Errorf("plan event writes: %w", err)
+	}
+	var ids, users, seqs []int64
+	var first string
+	if err := br.QueryRow().Scan(&ids, &users, &seqs, &first); err != nil {
+		return false, fmt.Errorf("write events: %w", err)
+	}
+	if len(ids) != n || len(users) != n || len(seqs) != n {
+		// Not with commit: insertSQL fails rather than write fewer.
+		return false, fmt.Errorf("write events: %d of %d events written", len(ids), n)
+	}
+	if _, err := br.Exec(); err != nil {
+		return false, fmt.Errorf("commit: %w", err)
+	}
+	for i, e := range tx.events {
+		e.ID, e.UserID, e.Seq = ids[i], users[i], seqs[i]
+	}
+	// Committed: what follows cannot fail the transaction. When the
+	// announcement was not made (other writers were in their commit, or
+	// it failed), the announcer makes it.
+	var h int64
+	if _, err := br.Exec(); err == nil {
+		if err := br.QueryRow().Scan(&h, nil); err == nil {
+			tx.db.announcer.saw(h)
+		}
+	}
+	br.Close()
+	tx.db.announcer.poke(ids[n-1])
+	return true, nil
+}
+
+// feedLock is the first key of the advisory lock that orders the user
+// feed: every transaction that writes events holds it shared while it
+// draws their ids and until its commit is visible (writeEvents), and
+// feedHorizon takes it exclusively for a moment.
+const feedLock = 0x46656564 // "Feed"
+
+// horizonSQL waits for every transaction that has drawn event ids to end
+// (it takes the feed lock exclusively, which waits for the shared holders,
+// and is released when the statement ends) and then reads the last id the
+// sequence handed out. The materialised CTE takes the lock before the
+// sequence is read.
+const horizonSQL = `WITH l AS MATERIALIZED (SELECT pg_advisory_xact_lock($1::int4, 0))
+	SELECT COALESCE(pg_sequence_last_value(pg_get_serial_sequence('events', 'id')::regclass), 0) FROM l`
+
+// feedHorizon returns the feed horizon: an event id such that every event
+// with an id up to it that will ever commit has committed and is visible.
+// The user feed follows global event ids, and ids are drawn from a
+// sequence as transactions commit, in any order across processes; so a
+// reader that read past an id still in flight would never see it. Readers
+// of the feed read no further than the horizon (ListUserEvents, the
+// listener), and so skip nothing.
+//
+// Transactions draw ids only while holding the feed lock shared, and the
+// horizon takes it exclusively before reading the sequence: by then every
+// transaction that drew an id up to the value read has ended (PostgreSQL
+// releases locks after a commit is visible), and any later one draws a
+// larger id. Writers share the lock, so they do not wait on one another;
+// a horizon waits for the writers already in their commit, and the
+// writers that come meanwhile wait for it, a moment. The sequence hands
+// out one id at a time (BIGSERIAL's CACHE 1), so the last value it handed
+// out is the largest id drawn.
+func (d *DB) feedHorizon(ctx context.Context) (int64, error) {
+	var h int64
+	if err := d.pool.QueryRow(ctx, horizonSQL, int32(feedLock)).Scan(&h); err != nil {
+		return 0, fmt.Errorf("pg: feed horizon: %w", err)
+	}
+	return h, nil
+}
+
+// ListUserEvents returns up to limit of the user's events with ids after
+// afterID and up to the feed horizon, in id order: following the feed by
+// id skips nothing.
+func (d *DB) ListUserEvents(ctx context.Context, userID, afterID int64, limit int) ([]*spec.Event, error) {
+	h, err := d.feedHorizon(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return listUserEvents(ctx, pgConn{d.pool}, userID, afterID, h, limit)
+}
+
+// LastUserEventID returns the id of the newest event of the user's runs up
+// to the feed horizon, or 0: a feed started after it misses no event still
+// in flight.
+func (d *DB) LastUserEventID(ctx context.Context, userID int64) (int64, error) {
+	h, err := d.feedHorizon(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return lastUserEventID(ctx, pgConn{d.pool}, userID, h)
+}
+
+// listUserEvents reads the user's events after afterID up to the horizon h
+// through c.
+func listUserEvents(ctx context.Context, c pgConn, userID, afterID, h int64, limit int) ([]*spec.Event, error) {
+	if limit <= 0 {
+		limit = 1000
+	}
+	return sqlstore.ScanEvents(c.Query(ctx, `SELECT `+sqlstore.EventColumns+` FROM events
+		WHERE user_id = ? AND id > ? AND id <= ? ORDER BY id LIMIT ?`, userID, afterID, h, limit))
+}
+
+// lastUserEventID reads the id of the user's newest event up to the
+// horizon h through c.
+func lastUserEventID(ctx context.Context, c pgConn, userID, h int64) (int64, error) {
+	var id int64
+	err := c.QueryRow(ctx, `SELECT COALESCE(MAX(id), 0) FROM events WHERE user_id = ? AND id <= ?`, userID, h).Scan(&id)
+	return id, err
+}
+
+// maxPayload keeps a notification under PostgreSQL's 8000-byte limit; an
+// announcement whose events do not fit names only the horizon.
+const maxPayload = 7000
+
+// announceTail announces the horizon h of the CTE h (with from, f), unless
+// it is not past f: a notice with the events in (f, h], or only f and h
+// when they do not fit in $2 bytes (or would not, at 20 bytes an event at
+// least: their ids are not read then), on channel $1. The statement runs
+// after the one that took the feed lock exclusively, in the same implicit
+// transaction, so that what it reads is a snapshot taken once every id up
+// to h is in. Its transaction commits without waiting for its WAL flush:
+// a notification is lost in a crash anyway, and the horizon is announced
+// again; so the lock is held for a moment.
+const announceTail = `,
+	e AS (SELECT h, json_build_object('f', f, 'h', h, 'e', CASE WHEN h - f <= $2 / 20 THEN (SELECT COALESCE(json_agg(
+			json_build_object('i', id, 'r', run_id, 'u', user_id, 's', seq, 't', type, 'd', data::json, 'c', created_at)
+			ORDER BY id), '[]') FROM events WHERE id > f AND id <= h) END)::text AS whole,
+			json_build_object('f', f, 'h', h)::text AS short
+		FROM h WHERE h > f),
+	s AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true) FROM e)
+	SELECT h, pg_notify($1, CASE WHEN octet_length(whole) <= $2 THEN whole ELSE short END) FROM e, s`
+
+// lastDrawn is the last id the events' sequence handed out.
+const lastDrawn = `COALESCE(pg_sequence_last_value(pg_get_serial_sequence('events', 'id')::regclass), 0)`
+
+// announceSQL announces the horizon from $3 on, after
+// `SELECT pg_advisory_xact_lock(feedLock, 0)` in the same implicit
+// transaction (as feedHorizon).
+const announceSQL = `WITH h AS MATERIALIZED (SELECT ` + lastDrawn + ` AS h, $3::bigint AS f)` + announceTail
+
+// tryLockSQL takes the feed lock exclusively if no writer is in its
+// commit, and says whether it did in homework.feed_locked, until the end of
+// the (implicit) transaction.
+const tryLockSQL = `SELECT set_config('homework.feed_locked', pg_try_advisory_xact_lock($1::int4, 0)::text, true)`
+
+// tryAnnounceSQL announces the horizon after a writer's commit, from the
+// writer's first event (homework.first_event), when tryLockSQL took the
+// feed lock before it: the last id drawn is then the horizon. It returns
+// no row when it announced nothing.
+const tryAnnounceSQL = `WITH h AS MATERIALIZED (SELECT ` + lastDrawn + ` AS h,
+		current_setting('homework.first_event')::bigint - 1 AS f WHERE current_setting('homework.feed_locked') = 'true')` + announceTail
+
+// wireEvent is an event in a notice; unlike spec.Event's JSON it carries
+// the user id.
 type wireEvent struct {
 	ID        int64           `json:"i"`
 	RunID     string          `json:"r"`
@@ -106,209 +318,140 @@ type wireEvent struct {
 	CreatedAt int64           `json:"c"`
 }
 
-// notice is one transaction's announcement: its events, or only their ids
-// when they are too large for a notification.
-type notice struct {
-	Events []wireEvent `json:"e,omitempty"`
-	IDs    []int64     `json:"ids,omitempty"`
+// horizonNotice is a notification on eventsChannel: the feed horizon has
+// reached H, and E, when present, are the events after F up to it.
+type horizonNotice struct {
+	F int64        `json:"f"`
+	H int64        `json:"h"`
+	E *[]wireEvent `json:"e"`
 }
 
-// feedLock is the first key of the per-user advisory lock under which a
-// committing transaction draws its events' ids and writes them, for the
-// user feed.
-const feedLock = 0x46656564 // "Feed"
+// announcer tells every process, through NOTIFY, where the feed horizon
+// is, after this process commits events (poke) and, in case a process
+// committed events and died before it could tell, every announceEvery.
+// One announcement covers the commits before it: pokes that come while
+// one is made are folded into the next.
+type announcer struct {
+	d      *DB
+	kick   chan struct{}
+	cancel context.CancelFunc
+	done   chan struct{}
+	// told is the highest horizon announced, by this process or, as its
+	// listener heard, any other: a horizon not beyond it is not announced
+	// again.
+	told atomic.Int64
+	// mine is the largest id of the events this process committed.
+	mine atomic.Int64
+	// unsent is set when this process committed events that may not have
+	// been announced yet.
+	unsent atomic.Bool
+	// onErr is told a failed announcement (the next poke or tick tries
+	// again). It may be nil.
+	onErr func(error)
+}
 
-// announceSQL writes a transaction's events, given column by column in
-// append order in $1..$4, with fresh ids from the sequence in that same
-// order, and announces them on channel $5: the events themselves, or only
-// their ids when the payload would exceed $6 bytes. An event's seq is its
-// place among the transaction's events of its run, counted back from the
-// run's last_seq, which the transaction has just advanced by their number
-// (seqSQL); its user is the run's. An event of a run that is not there
-// fails the statement (its user and seq are null). It returns the new ids in append order (id order too, as they
-// are drawn in that order), their seqs, and whether it announced them;
-// when even the ids exceed $6 bytes (a transaction of many hundreds of
-// events) the caller announces them in chunks.
-// The ids are drawn in a materialised CTE and matched by rank, so their
-// order does not depend on how the planner evaluates nextval. The payload
-// has the shape of notice (wireEvent's keys).
-const announceSQL = `WITH n AS MATERIALIZED (SELECT nextval(pg_get_serial_sequence('events', 'id')) AS new
-		FROM generate_series(1, cardinality($1::text[]))),
-	s AS (SELECT new, row_number() OVER (ORDER BY new) AS ord FROM n),
-	a AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[])
-		WITH ORDINALITY AS a(run_id, type, data, created_at, ord)),
-	u AS (SELECT a.*, runs.user_id, runs.last_seq - count(*) OVER (PARTITION BY a.run_id)
-			+ row_number() OVER (PARTITION BY a.run_id ORDER BY a.ord) AS seq
-		FROM a LEFT JOIN runs ON runs.id = a.run_id),
-	r AS (INSERT INTO events (id, run_id, user_id, seq, type, data, created_at)
-		SELECT s.new, u.run_id, u.user_id, u.seq, u.type, u.data, u.created_at FROM u JOIN s USING (ord)
-		RETURNING id, run_id, user_id, seq, type, data, created_at),
-	p AS (SELECT array_agg(id ORDER BY id) AS ids, array_agg(seq ORDER BY id) AS seqs,
-		json_build_object('e', json_agg(json_build_object('i', id, 'r', run_id, 'u', user_id, 's', seq, 't', type,
-			'd', data::json, 'c', created_at) ORDER BY id))::text AS whole,
-		json_build_object('ids', json_agg(id ORDER BY id))::text AS short FROM r)
-	SELECT ids, seqs, CASE WHEN octet_length(whole) <= $6 THEN pg_notify($5, whole) WHEN octet_length(short) <= $6 THEN pg_notify($5, short) END,
-		octet_length(whole) <= $6 OR octet_length(short) <= $6 FROM p`
+// announceEvery is how often an announcer looks at the horizon without
+// being poked.
+var announceEvery = time.Second
 
-// idsPerNotice bounds the ids of one chunked notice well under maxPayload.
-const idsPerNotice = 400
+func startAnnouncer(d *DB, onErr func(error)) *announcer {
+	ctx, cancel := context.WithCancel(context.Background())
+	a := &announcer{d: d, kick: make(chan struct{}, 1), cancel: cancel, done: make(chan struct{}), onErr: onErr}
+	go a.loop(ctx)
+	return a
+}
 
-// commitWithEvents is the most events whose ids announceSQL is sure to
-// announce in one notification (at most 20 digits and a comma each, under
-// maxPayload), so that the transaction may commit in the same round trip.
-const commitWithEvents = 300
-
-// notifyEvents takes the seqs of the transaction's events, writes them and
-// announces them, just before commit, in the user feed's order, which is
-// the commit order; NOTIFY is delivered at commit, in commit order, and not
-// at all on rollback.
-//
-// First each run's counter is advanced by its events (seqSQL, in run
-// order), which row-locks the run until the transaction ends.
-//
-// An event's id comes from a sequence, so had it been drawn when the event
-// was appended, two transactions of one user could commit out of id order,
-// and a feed reader that had already passed the later id would never see
-// the earlier one. So the transaction takes a transaction-scoped advisory
-// lock per user of its events (in user order, so two holders never wait on
-// each other), and only then draws its events' ids, in append order, and
-// writes them. The lock is held until the commit is visible (PostgreSQL
-// releases locks after that), so of two transactions of one user the one
-// that numbers second draws larger ids and becomes visible later: whenever
-// a reader sees a user's event, it sees every event of that user with a
-// smaller id that will ever commit, and the bus gets a user's events in id
-// order. The counters, the locks and announceSQL go in one round trip (two
-// when this process does not know a run's user yet: the counters' answer
-// says it) and the holder runs nothing else before COMMIT, so the lock is
-// short and cannot close a cycle with the row locks others wait on (the
-// events' runs are locked by then; the insert's key checks wait on nothing
-// else).
-//
-// Each event is written once, here: appending sent nothing.
-//
-// When the ids of the transaction's events fit in one notification, which
-// announceSQL then sends at least, COMMIT goes in the same round trip
-// (committed is true): the feed locks are held for no round trip of their
-// own, and the transaction takes one fewer. Any error in the round trip
-// skips what follows it, COMMIT included.
-func (tx *Tx) notifyEvents(ctx context.Context) (committed bool, err error) {
-	if len(tx.events) == 0 {
-		return false, nil
+// poke asks for an announcement of the events this process committed, up
+// to id last; one already asked for covers it.
+func (a *announcer) poke(last int64) {
+	if a == nil {
+		return
 	}
-	n := len(tx.events)
-	counts := map[string]int64{}
-	for _, e := range tx.events {
-		counts[e.RunID]++
+	maxInto(&a.mine, last)
+	a.unsent.Store(true)
+	select {
+	case a.kick <- struct{}{}:
+	default:
 	}
-	runIDs := slices.Sorted(maps.Keys(counts))
-	// The runs' users, as this process knows them; the counters' answer
-	// says the others. Kept here, not read again: the shared map may start
-	// over meanwhile.
-	userOf := make(map[string]int64, len(runIDs))
-	known := true
-	for _, id := range runIDs {
-		u, ok := tx.db.runUsers.user(id)
-		known = known && ok
-		userOf[id] = u
+}
+
+// stop ends the announcer, making a last announcement when events this
+// process committed may not have been announced yet.
+func (a *announcer) stop() {
+	a.cancel()
+	<-a.done
+}
+
+func (a *announcer) loop(ctx context.Context) {
+	defer close(a.done)
+	tick := time.NewTicker(announceEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			if a.unsent.Load() {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				a.announce(ctx)
+				cancel()
+			}
+			return
+		case <-a.kick:
+			if a.mine.Load() <= a.told.Load() {
+				// Another process announced a horizon past this
+				// process's events meanwhile.
+				a.unsent.Store(false)
+				continue
+			}
+		case <-tick.C:
+		}
+		a.announce(ctx)
 	}
+}
+
+// announce waits for the horizon and announces it unless it is known
+// already. A failure leaves the events it would have covered to the next
+// one.
+func (a *announcer) announce(ctx context.Context) {
+	a.unsent.Store(false)
 	b := &pgx.Batch{}
-	for _, id := range runIDs {
-		b.Queue(seqSQL, id, counts[id])
+	b.Queue(`SELECT pg_advisory_xact_lock($1::int4, 0)`, int32(feedLock))
+	b.Queue(announceSQL, eventsChannel, maxPayload, a.told.Load())
+	br := a.d.pool.SendBatch(ctx, b)
+	var h int64
+	_, err := br.Exec()
+	if err == nil {
+		err = br.QueryRow().Scan(&h, nil)
 	}
-	if !known {
-		// The counters first, for the runs' users; then the rest.
-		br := tx.PG.SendBatch(ctx, b)
-		err := tx.advanceCounters(br, runIDs, userOf)
-		if cerr := br.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			return false, err
-		}
-		b = &pgx.Batch{}
+	if cerr := br.Close(); err == nil || errors.Is(err, pgx.ErrNoRows) && cerr != nil {
+		err = cerr
 	}
-	users := make([]int64, 0, 1)
-	for _, u := range userOf {
-		if !slices.Contains(users, u) {
-			users = append(users, u)
-		}
-	}
-	slices.Sort(users)
-	runs, types, data, created := make([]string, n), make([]string, n), make([]string, n), make([]int64, n)
-	for i, e := range tx.events {
-		runs[i], types[i], data[i], created[i] = e.RunID, string(e.Type), string(e.Data), e.CreatedAt.UnixMilli()
-	}
-	for _, u := range users {
-		b.Queue(`SELECT pg_advisory_xact_lock($1::int4, $2::int4)`, int32(feedLock), int32(u))
-	}
-	// PostgreSQL plans announceSQL afresh for every call by default (its
-	// estimate for a plan made for any array is worse than for the arrays
-	// it is given), which cost more than running it; the plan it makes
-	// once does as well.
-	b.Queue(`SET LOCAL plan_cache_mode = force_generic_plan`)
-	b.Queue(announceSQL, runs, types, data, created, eventsChannel, maxPayload)
-	commit := n <= commitWithEvents
-	if commit {
-		b.Queue(`COMMIT`)
-	}
-	br := tx.PG.SendBatch(ctx, b)
-	defer br.Close()
-	if known {
-		if err := tx.advanceCounters(br, runIDs, nil); err != nil {
-			return false, err
+	switch {
+	case err == nil:
+		a.saw(h)
+	case errors.Is(err, pgx.ErrNoRows): // nothing past what was told
+	default:
+		a.unsent.Store(true)
+		if ctx.Err() == nil && a.onErr != nil {
+			a.onErr(fmt.Errorf("pg: announce events: %w", err))
 		}
 	}
-	for _, e := range tx.events {
-		e.UserID = userOf[e.RunID]
-	}
-	for range users {
-		if _, err := br.Exec(); err != nil {
-			return false, fmt.Errorf("lock user feed: %w", err)
-		}
-	}
-	if _, err := br.Exec(); err != nil {
-		return false, fmt.Errorf("plan event writes: %w", err)
-	}
-	var ids, seqs []int64
-	var void any
-	var announced bool
-	if err := br.QueryRow().Scan(&ids, &seqs, &void, &announced); err != nil {
-		return false, fmt.Errorf("write and announce events: %w", err)
-	}
-	if len(ids) != n || len(seqs) != n {
-		// Not with commit: announceSQL fails rather than write fewer.
-		return false, fmt.Errorf("write events: %d of %d events written", len(ids), n)
-	}
-	for i, id := range ids {
-		tx.events[i].ID, tx.events[i].Seq = id, seqs[i]
-	}
-	if commit {
-		if _, err := br.Exec(); err != nil {
-			return false, fmt.Errorf("commit: %w", err)
-		}
-	}
-	if err := br.Close(); err != nil {
-		return false, err
-	}
-	if announced {
-		return commit, nil
-	}
-	// Too many for one notification: their ids in order, a chunk per
-	// notification, sent one after another so they arrive in that order.
-	for chunk := range slices.Chunk(ids, idsPerNotice) {
-		payload, err := json.Marshal(notice{IDs: chunk})
-		if err != nil {
-			return false, err
-		}
-		if _, err := tx.PG.Exec(ctx, `SELECT pg_notify($1, $2)`, eventsChannel, string(payload)); err != nil {
-			return false, fmt.Errorf("announce events: %w", err)
-		}
-	}
-	return false, nil
 }
 
-// listener holds one connection that LISTENs for committed events and hands
-// them to OnEvents in the order they were committed.
+// saw records that horizon h was announced.
+func (a *announcer) saw(h int64) { maxInto(&a.told, h) }
+
+// maxInto raises v to x unless it is larger already.
+func maxInto(v *atomic.Int64, x int64) {
+	for {
+		old := v.Load()
+		if x <= old || v.CompareAndSwap(old, x) {
+			return
+		}
+	}
+}
+
+// listener holds one connection that LISTENs for the feed horizon's
+// advances and hands the events up to it to OnEvents, in id order.
 type listener struct {
 	d           *DB
 	publish     func([]*spec.Event)
@@ -316,9 +459,9 @@ type listener struct {
 	onErr       func(error)
 	cancel      context.CancelFunc
 	done        chan struct{}
-	// last is the highest event id known to be delivered: at a
-	// reconnection, the events committed after it while the connection
-	// was lost are read back and handed on (catchUp).
+	// last is the horizon up to which events were handed on: at a
+	// notification, and at a reconnection, the events after it up to the
+	// horizon are read and handed on.
 	last int64
 }
 
@@ -327,8 +470,8 @@ func startListener(ctx context.Context, d *DB, opts Options) (*listener, error) 
 	if err != nil {
 		return nil, err
 	}
-	var last int64
-	if err := d.pool.QueryRow(ctx, `SELECT COALESCE(MAX(id), 0) FROM events`).Scan(&last); err != nil {
+	last, err := d.feedHorizon(ctx)
+	if err != nil {
 		conn.Close(ctx)
 		return nil, fmt.Errorf("pg: listener start: %w", err)
 	}
@@ -403,90 +546,80 @@ func (l *listener) loop(ctx context.Context, conn *pgx.Conn) {
 			}
 			continue
 		}
-		if l.publish == nil {
-			continue
-		}
-		evs, err := l.decode(ctx, n.Payload)
-		if err != nil {
+		var hn horizonNotice
+		if err := json.Unmarshal([]byte(n.Payload), &hn); err != nil {
 			if l.onErr != nil {
-				l.onErr(err)
+				l.onErr(fmt.Errorf("pg: bad event notice: %w", err))
 			}
 			continue
 		}
-		l.deliver(evs)
+		l.d.announcer.saw(hn.H)
+		if hn.E != nil && hn.F <= l.last && l.publish != nil {
+			// The notice carries every event after what was handed on.
+			l.deliverNotice(hn)
+			continue
+		}
+		if err := l.deliverUpTo(ctx, hn.H); err != nil && ctx.Err() == nil && l.onErr != nil {
+			l.onErr(err)
+		}
 	}
 }
 
-// deliver hands evs on and remembers the highest id.
-func (l *listener) deliver(evs []*spec.Event) {
-	if len(evs) == 0 {
-		return
+// deliverUpTo hands on the events after the last horizon handed on, up to
+// h, in id order.
+func (l *listener) deliverUpTo(ctx context.Context, h int64) error {
+	if h <= l.last {
+		return nil
 	}
-	for _, e := range evs {
-		l.last = max(l.last, e.ID)
-	}
-	l.publish(evs)
-}
-
-// catchUp hands on, after a reconnection, the events committed since the
-// last one delivered, which no notification announced while the
-// connection was lost: a subscriber following a run would otherwise not
-// hear of them until the run's next event (and never, after its last).
-// Events committed since the LISTEN may come again by their notification;
-// subscribers skip what they have.
-func (l *listener) catchUp(ctx context.Context) error {
 	if l.publish == nil {
+		l.last = h
 		return nil
 	}
 	for {
-		evs, err := sqlstore.ScanEvents(pgConn{l.d.pool}.Query(ctx, `SELECT `+sqlstore.EventColumns+` FROM events WHERE id > ? ORDER BY id LIMIT 1000`, l.last))
+		evs, err := sqlstore.ScanEvents(pgConn{l.d.pool}.Query(ctx, `SELECT `+sqlstore.EventColumns+` FROM events
+			WHERE id > ? AND id <= ? ORDER BY id LIMIT 1000`, l.last, h))
 		if err != nil {
-			return fmt.Errorf("pg: catch up on events: %w", err)
+			return fmt.Errorf("pg: read announced events: %w", err)
 		}
-		l.deliver(evs)
+		if len(evs) > 0 {
+			l.last = evs[len(evs)-1].ID
+			l.publish(evs)
+		}
 		if len(evs) < 1000 {
+			l.last = h
 			return nil
 		}
 	}
 }
 
-func (l *listener) decode(ctx context.Context, payload string) ([]*spec.Event, error) {
-	var n notice
-	if err := json.Unmarshal([]byte(payload), &n); err != nil {
-		return nil, fmt.Errorf("pg: bad event notice: %w", err)
+// deliverNotice hands on the events of a notice that carries every event
+// after the last horizon handed on, up to its own.
+func (l *listener) deliverNotice(hn horizonNotice) {
+	if hn.H <= l.last {
+		return
 	}
-	if len(n.IDs) > 0 {
-		return l.d.eventsByID(ctx, n.IDs)
-	}
-	out := make([]*spec.Event, len(n.Events))
-	for i, w := range n.Events {
-		out[i] = &spec.Event{ID: w.ID, RunID: w.RunID, UserID: w.UserID, Seq: w.Seq, Type: w.Type, Data: w.Data,
-			CreatedAt: time.UnixMilli(w.CreatedAt).UTC()}
-	}
-	return out, nil
-}
-
-func (d *DB) eventsByID(ctx context.Context, ids []int64) ([]*spec.Event, error) {
-	return sqlstore.ScanEvents(pgConn{d.pool}.Query(ctx, `SELECT `+sqlstore.EventColumns+` FROM events WHERE id = ANY(?) ORDER BY id`, ids))
-}
-
-// advanceCounters reads the answers of seqSQL for runIDs from br, and
-// learns each run's user, into userOf too when it is not nil. A run that
-// is not there is ENOTFOUND. A run's user never changes and run ids are
-// never used again, so a user this process knew is the one it reads.
-func (tx *Tx) advanceCounters(br pgx.BatchResults, runIDs []string, userOf map[string]int64) error {
-	for _, id := range runIDs {
-		var user int64
-		if err := br.QueryRow().Scan(&user); err != nil {
-			if errors.Is(err, pgx.ErrNoRows) {
-				return spec.Errorf(spec.ENOTFOUND, "Run not found.")
-			}
-			return fmt.Errorf("take event seqs: %w", err)
-		}
-		tx.db.runUsers.learn(id, user)
-		if userOf != nil {
-			userOf[id] = user
+	var out []*spec.Event
+	for _, w := range *hn.E {
+		if w.ID > l.last {
+			out = append(out, &spec.Event{ID: w.ID, RunID: w.RunID, UserID: w.UserID, Seq: w.Seq, Type: w.Type, Data: w.Data,
+				CreatedAt: time.UnixMilli(w.CreatedAt).UTC()})
 		}
 	}
-	return nil
+	l.last = hn.H
+	if len(out) > 0 {
+		l.publish(out)
+	}
+}
+
+// catchUp hands on, after a reconnection, the events committed since the
+// last horizon handed on, which no notification announced while the
+// connection was lost: a subscriber following a run would otherwise not
+// hear of them until the next announcement (and the run's last event has
+// none after it).
+func (l *listener) catchUp(ctx context.Context) error {
+	h, err := l.d.feedHorizon(ctx)
+	if err != nil {
+		return fmt.Errorf("pg: catch up on events: %w", err)
+	}
+	return l.deliverUpTo(ctx, h)
 }

@@ -2,53 +2,221 @@ package pg
 
 import (
 	"context"
-	"fmt"
-	"sync"
 	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"homework/db/pg/pgtest"
 	"homework/engine/spec"
 )
 
-// TestEventsKeepTheirUserWhenTheRunUsersMapStartsOver: a committing
-// transaction keeps the users it read or learnt for its feed locks and its
-// events, so another transaction making the process-wide map start over
-// meanwhile (here every third run) changes nothing.
-func TestEventsKeepTheirUserWhenTheRunUsersMapStartsOver(t *testing.T) {
-	defer func(n int) { maxRunUsers = n }(maxRunUsers)
-	maxRunUsers = 2
+// openInternal opens a store on url whose listener sends the events it
+// hands on to the returned channel.
+func openInternal(t *testing.T, url string) (*DB, chan *spec.Event) {
+	t.Helper()
+	got := make(chan *spec.Event, 100)
+	d, err := Open(context.Background(), Options{URL: url, OnEvents: func(evs []*spec.Event) {
+		for _, e := range evs {
+			got <- e
+		}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d, got
+}
+
+// userWithRuns creates a user and queued runs with the given ids.
+func userWithRuns(t *testing.T, d *DB, ids ...string) *spec.User {
+	t.Helper()
 	ctx := context.Background()
-	d, err := Open(ctx, Options{URL: pgtest.NewDatabase(t)})
+	u, err := d.CreateUser(ctx, "feed@example.com", "h", false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer d.Close()
-	u, err := d.CreateUser(ctx, "starts-over@example.com", "h", false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	const runs = 200
-	for i := range runs {
-		run := &spec.Run{ID: fmt.Sprint("r", i), UserID: u.ID, Objective: "o", Mode: spec.ModeAuto, Executor: spec.ExecutorScript,
+	for _, id := range ids {
+		run := &spec.Run{ID: id, UserID: u.ID, Objective: "o", Mode: spec.ModeAuto, Executor: spec.ExecutorScript,
 			Config: []byte(`{}`), Status: spec.StatusQueued}
 		if err := d.WriteTx(ctx, func(tx spec.Tx) error { return tx.InsertRun(ctx, run) }); err != nil {
 			t.Fatal(err)
 		}
 	}
-	var wg sync.WaitGroup
-	for i := range 2 * runs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			e, err := d.AppendEvent(ctx, fmt.Sprint("r", i%runs), spec.EventToolCall, nil)
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			if e.UserID != u.ID {
-				t.Errorf("event %d of %s has user %d, want %d", e.Seq, e.RunID, e.UserID, u.ID)
-			}
-		}()
+	return u
+}
+
+// drawInFlight begins a transaction on conn that does what writeEvents
+// does for one event of runID, up to its commit: the event has its id and
+// is written, uncommitted. It returns the transaction and the id.
+func drawInFlight(t *testing.T, conn *pgx.Conn, runID string) (pgx.Tx, int64) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
 	}
-	wg.Wait()
+	if _, err := tx.Exec(ctx, seqSQL, runID, 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock_shared($1::int4, 0)`, int32(feedLock)); err != nil {
+		t.Fatal(err)
+	}
+	var ids, users, seqs []int64
+	if err := tx.QueryRow(ctx, insertSQL, []string{runID}, []string{string(spec.EventToolCall)}, []string{"{}"},
+		[]int64{time.Now().UnixMilli()}).Scan(&ids, &users, &seqs, nil); err != nil || len(ids) != 1 {
+		t.Fatalf("write the event in flight: %v (%d ids)", err, len(ids))
+	}
+	return tx, ids[0]
+}
+
+// TestTheFeedWaitsForAnIDStillInFlight: a transaction (another process's,
+// here by hand) has drawn its event's id and not yet committed when a
+// later transaction commits an event with a larger id. A feed reader
+// waits for the first to end instead of passing its id, and then gets
+// both in id order (and a read transaction, as a page's, finds the newest
+// only then); the listener hands on neither before the first
+// commits, and then both in id order. Before the horizon, a reader that
+// read the second event first never saw the first.
+func TestTheFeedWaitsForAnIDStillInFlight(t *testing.T) {
+	url := pgtest.NewDatabase(t)
+	ctx := context.Background()
+	d, got := openInternal(t, url)
+	u := userWithRuns(t, d, "r1", "r2")
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	inFlight, first := drawInFlight(t, conn, "r1")
+	defer inFlight.Rollback(ctx)
+
+	later, err := d.AppendEvent(ctx, "r2", spec.EventToolCall, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if later.ID <= first {
+		t.Fatalf("the later event has id %d, not after %d", later.ID, first)
+	}
+	listed, newest := make(chan []*spec.Event, 1), make(chan int64, 1)
+	go func() {
+		evs, err := d.ListUserEvents(ctx, u.ID, 0, 10)
+		if err != nil {
+			t.Error(err)
+		}
+		listed <- evs
+	}()
+	go func() { // as a page does, for where its feed starts
+		var id int64
+		err := d.ReadTx(ctx, func(r spec.ReadStore) (err error) {
+			id, err = r.LastUserEventID(ctx, u.ID)
+			return err
+		})
+		if err != nil {
+			t.Error(err)
+		}
+		newest <- id
+	}()
+	// Both readers wait on the feed lock, behind the transaction in
+	// flight.
+	deadline := time.Now().Add(30 * time.Second) // a guard, not a measurement
+	for {
+		var waiting int
+		if err := d.pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'
+			AND classid = $1 AND objid = 0 AND objsubid = 2 AND NOT granted`, int64(feedLock)).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting >= 2 {
+			break
+		}
+		select {
+		case evs := <-listed:
+			t.Fatalf("the feed was read past an id in flight: %d events", len(evs))
+		case id := <-newest:
+			t.Fatalf("a read transaction found the newest event %d past an id in flight", id)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no reader waits for the id in flight")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	select {
+	case e := <-got:
+		t.Fatalf("the listener handed on event %d while %d was in flight", e.ID, first)
+	default:
+	}
+	if err := inFlight.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	evs := <-listed
+	if len(evs) != 2 || evs[0].ID != first || evs[1].ID != later.ID {
+		t.Fatalf("feed: %v, want ids %d then %d", ids(evs), first, later.ID)
+	}
+	if id := <-newest; id != later.ID {
+		t.Fatalf("the newest event in the read transaction: %d, want %d", id, later.ID)
+	}
+	for _, want := range []int64{first, later.ID} {
+		select {
+		case e := <-got:
+			if e.ID != want {
+				t.Fatalf("the listener handed on %d, want %d", e.ID, want)
+			}
+		case <-time.After(30 * time.Second): // a guard
+			t.Fatalf("the listener never handed on %d", want)
+		}
+	}
+}
+
+func ids(evs []*spec.Event) []int64 {
+	out := make([]int64, len(evs))
+	for i, e := range evs {
+		out[i] = e.ID
+	}
+	return out
+}
+
+// TestEventsNoProcessAnnouncedAreHandedOn: a process that commits events
+// and dies before it announces them (here a transaction by hand, which
+// announces nothing) leaves them to the other processes, whose announcers
+// look at the horizon unpoked too.
+func TestEventsNoProcessAnnouncedAreHandedOn(t *testing.T) {
+	defer func(d time.Duration) { announceEvery = d }(announceEvery)
+	announceEvery = 50 * time.Millisecond
+	url := pgtest.NewDatabase(t)
+	ctx := context.Background()
+	d, got := openInternal(t, url)
+	userWithRuns(t, d, "r")
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	tx, id := drawInFlight(t, conn, "r")
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case e := <-got:
+		if e.ID != id || e.Seq != 1 {
+			t.Fatalf("handed on id %d seq %d, want id %d seq 1", e.ID, e.Seq, id)
+		}
+	case <-time.After(30 * time.Second): // a guard
+		t.Fatal("an event no process announced was never handed on")
+	}
+}
+
+// TestTheEventSequenceHandsOutOneIDAtATime: the horizon reads the last id
+// the sequence handed out as the largest drawn, which holds only while no
+// session caches ids ahead (CACHE 1).
+func TestTheEventSequenceHandsOutOneIDAtATime(t *testing.T) {
+	d, _ := openInternal(t, pgtest.NewDatabase(t))
+	var cache int64
+	if err := d.pool.QueryRow(context.Background(), `SELECT seqcache FROM pg_sequence
+		WHERE seqrelid = pg_get_serial_sequence('events', 'id')::regclass`).Scan(&cache); err != nil {
+		t.Fatal(err)
+	}
+	if cache != 1 {
+		t.Fatalf("the events' id sequence caches %d ids per session: the feed horizon would pass ids not yet drawn", cache)
+	}
 }

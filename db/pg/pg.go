@@ -10,15 +10,17 @@
 //     events as the appending transaction commits; the row lock that takes
 //     orders every writer of the run, in any process, until commit. Seqs
 //     are gap-free, and a run's event ids grow with its seqs.
-//   - The user feed follows global event ids, so ids are numbered in commit
-//     order per user: a committing transaction takes a per-user advisory
-//     lock and only then writes its events, with ids drawn then
-//     (notifyEvents).
+//   - The user feed follows global event ids, drawn as transactions commit
+//     (writeEvents), and its readers read no further than the feed horizon
+//     (feedHorizon), up to which every id drawn has committed or never
+//     will: no reader passes an id still in flight.
 //   - Slot promotion takes a transaction-scoped advisory lock per user
 //     (LockUserSlots), so two processes cannot both take the last slot.
-//   - Committed events are announced with NOTIFY in the writing transaction.
-//     Every process LISTENs and hands them to OnEvents in commit order,
-//     this process's own events included, so one path feeds every bus.
+//   - Committed events are announced by the horizon, with NOTIFY, outside
+//     the transactions that write them (announcer). Every process LISTENs
+//     and hands the events up to each announced horizon to OnEvents in id
+//     order, this process's own events included, so one path feeds every
+//     bus.
 package pg
 
 import (
@@ -68,9 +70,10 @@ type Options struct {
 	// it. It must not block.
 	OnInterrupt func(runID string)
 	// OnListenError is told when the event listener lost its connection
-	// (or failed to catch up after it): events committed meanwhile are
-	// handed to OnEvents, read from the database, once it is back. It may
-	// be nil.
+	// (or failed to catch up after it, or to read announced events), or an
+	// announcement failed: events committed meanwhile are handed to
+	// OnEvents, read from the database, once the connection is back or at
+	// the next announcement. It may be nil.
 	OnListenError func(error)
 }
 
@@ -80,8 +83,7 @@ type DB struct {
 	pool           *pgxpool.Pool
 	now            func() time.Time
 	listener       *listener
-
-	runUsers runUsers // the user of each run this process appended to
+	announcer      *announcer
 
 	mu    sync.Mutex
 	lives []*liveness // HoldLiveness sessions, ended by Close
@@ -113,9 +115,11 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 		pool.Close()
 		return nil, err
 	}
+	d.announcer = startAnnouncer(d, opts.OnListenError)
 	if opts.OnEvents != nil || opts.OnInterrupt != nil {
 		l, err := startListener(ctx, d, opts)
 		if err != nil {
+			d.announcer.stop()
 			pool.Close()
 			return nil, err
 		}
@@ -133,9 +137,11 @@ func Redact(u string) string {
 	return p.Redacted()
 }
 
-// Close stops the listener and closes the pool.
+// Close announces what this process committed since its last
+// announcement, stops the announcer and the listener and closes the pool.
 func (d *DB) Close() error {
 	d.stopLiveness()
+	d.announcer.stop()
 	if d.listener != nil {
 		d.listener.stop()
 	}
@@ -205,7 +211,7 @@ func (d *DB) WriteTx(ctx context.Context, fn func(tx spec.Tx) error) error {
 }
 
 // write runs fn in one write transaction, as WriteTx. A transaction with
-// events commits in the round trip that writes them (notifyEvents).
+// events commits in the round trip that writes them (writeEvents).
 func (d *DB) write(ctx context.Context, fn func(tx *Tx) error) error {
 	conn, err := d.pool.Acquire(ctx)
 	if err != nil {
@@ -228,7 +234,7 @@ func (d *DB) write(ctx context.Context, fn func(tx *Tx) error) error {
 		rollback()
 		return err
 	}
-	committed, err := tx.notifyEvents(ctx)
+	committed, err := tx.writeEvents(ctx)
 	if err != nil {
 		rollback()
 		return err

@@ -343,7 +343,9 @@ func TestFeedSkipsNoEventCommittedOutOfAppendOrder(t *testing.T) {
 				live[name] = append(live[name], e.ID)
 			}
 			mu.Unlock()
-			got <- struct{}{}
+			for range evs {
+				got <- struct{}{}
+			}
 		}
 	}
 	a, b := open(t, url, sink("a")), open(t, url, sink("b"))
@@ -409,7 +411,7 @@ func TestFeedSkipsNoEventCommittedOutOfAppendOrder(t *testing.T) {
 	if len(feed) != 2 || feed[1] != "r1" {
 		t.Fatalf("feed after both commits: %v, want [r2 r1]: the event committed last was skipped", feed)
 	}
-	for range 4 { // two notices on each of two listeners
+	for range 4 { // two events on each of two listeners
 		<-got
 	}
 	mu.Lock()

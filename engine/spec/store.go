@@ -164,9 +164,10 @@ type RunReads interface {
 	// contains q (case-insensitive), oldest first.
 	SearchTranscripts(ctx context.Context, userID int64, runID, q string, limit int) ([]*TranscriptLine, error)
 	// ListUserEvents returns the user's events after afterID in id order
-	// (the dashboard feed). A user's event ids become visible in increasing
-	// order, and the bus gets them in that order, so following the feed by
-	// id skips nothing.
+	// (the dashboard feed). It returns no event while one with a smaller id
+	// may still commit (SQLite: its one writer commits ids in order;
+	// PostgreSQL: it reads up to the feed horizon), and the bus gets events
+	// in id order, so following the feed by id skips nothing.
 	ListUserEvents(ctx context.Context, userID, afterID int64, limit int) ([]*Event, error)
 	ListLLMCalls(ctx context.Context, userID int64, runID string) ([]*LLMCall, error)
 	ListInbox(ctx context.Context, userID int64, runID string) ([]*InboxItem, error)
