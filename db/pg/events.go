@@ -69,7 +69,9 @@ func (d *DB) AppendEvent(ctx context.Context, runID string, typ spec.EventType, 
 // run, counted back from the run's last_seq, which the transaction has
 // just advanced by their number (seqSQL); its user is the run's. An event
 // of a run that is not there fails the statement (its user and seq are
-// null, which the table refuses). It returns the new ids in append order
+// null, which the table refuses), and so does data that is not JSON (the
+// cast, which keeps the text as it is), which announcements could not
+// carry. It returns the new ids in append order
 // (id order too, as they are drawn in that order), with their users and
 // seqs, and keeps the first id in the session's homework.first_event, for
 // the announcement that follows in the same round trip (tryAnnounceSQL).
@@ -84,7 +86,7 @@ const insertSQL = `WITH n AS MATERIALIZED (SELECT nextval(pg_get_serial_sequence
 			+ row_number() OVER (PARTITION BY a.run_id ORDER BY a.ord) AS seq
 		FROM a LEFT JOIN runs ON runs.id = a.run_id),
 	r AS (INSERT INTO events (id, run_id, user_id, seq, type, data, created_at)
-		SELECT s.new, u.run_id, u.user_id, u.seq, u.type, u.data, u.created_at FROM u JOIN s USING (ord)
+		SELECT s.new, u.run_id, u.user_id, u.seq, u.type, u.data::json::text, u.created_at FROM u JOIN s USING (ord)
 		RETURNING id, user_id, seq)
 	SELECT array_agg(id ORDER BY id), array_agg(user_id ORDER BY id), array_agg(seq ORDER BY id),
 		set_config('homework.first_event', min(id)::text, false) FROM r`
@@ -175,12 +177,15 @@ func (tx *Tx) writeEvents(ctx context.Context) (committed bool, err error) {
 	// announcement was not made (other writers were in their commit, or
 	// it failed), the announcer makes it.
 	var h int64
+	announced := false
 	if _, err := br.Exec(); err == nil {
-		if err := br.QueryRow().Scan(&h, nil); err == nil {
-			tx.db.announcer.saw(h)
-		}
+		announced = br.QueryRow().Scan(&h, nil) == nil
 	}
-	br.Close()
+	// The notification goes out when its transaction commits, which only
+	// Close reports.
+	if br.Close() == nil && announced {
+		tx.db.announcer.saw(h)
+	}
 	tx.db.announcer.poke(ids[n-1])
 	return true, nil
 }
@@ -336,9 +341,10 @@ type announcer struct {
 	kick   chan struct{}
 	cancel context.CancelFunc
 	done   chan struct{}
-	// told is the highest horizon announced, by this process or, as its
-	// listener heard, any other: a horizon not beyond it is not announced
-	// again.
+	// told is the highest horizon known: read when the store opened, or
+	// announced, by this process or, as its listener heard, any other. A
+	// horizon not beyond it is not announced again, and a read
+	// transaction reads the feed up to it (ReadTx).
 	told atomic.Int64
 	// mine is the largest id of the events this process committed.
 	mine atomic.Int64
@@ -403,6 +409,12 @@ func (a *announcer) loop(ctx context.Context) {
 				continue
 			}
 		case <-tick.C:
+			// Nothing drawn since the last horizon announced: nothing
+			// to wait for the lock for.
+			var drawn int64
+			if err := a.d.pool.QueryRow(ctx, `SELECT `+lastDrawn).Scan(&drawn); err == nil && drawn <= a.told.Load() && !a.unsent.Load() {
+				continue
+			}
 		}
 		a.announce(ctx)
 	}
@@ -475,6 +487,7 @@ func startListener(ctx context.Context, d *DB, opts Options) (*listener, error) 
 		conn.Close(ctx)
 		return nil, fmt.Errorf("pg: listener start: %w", err)
 	}
+	d.announcer.saw(last)
 	lctx, cancel := context.WithCancel(context.Background())
 	l := &listener{d: d, publish: opts.OnEvents, onInterrupt: opts.OnInterrupt, onErr: opts.OnListenError,
 		cancel: cancel, done: make(chan struct{}), last: last}
@@ -522,8 +535,12 @@ func (l *listener) loop(ctx context.Context, conn *pgx.Conn) {
 				continue
 			}
 			conn = c
-			if err := l.catchUp(ctx); err != nil && ctx.Err() == nil && l.onErr != nil {
-				l.onErr(err)
+			if err := l.catchUp(ctx); err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				conn = l.again(ctx, conn, err)
+				continue
 			}
 		}
 		n, err := conn.WaitForNotification(ctx)
@@ -559,10 +576,30 @@ func (l *listener) loop(ctx context.Context, conn *pgx.Conn) {
 			l.deliverNotice(hn)
 			continue
 		}
-		if err := l.deliverUpTo(ctx, hn.H); err != nil && ctx.Err() == nil && l.onErr != nil {
-			l.onErr(err)
+		if err := l.deliverUpTo(ctx, hn.H); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			// Read them again after reconnecting (catchUp): no later
+			// notice need come.
+			conn = l.again(ctx, conn, err)
 		}
 	}
+}
+
+// again reports err, a failed read of announced events, closes conn and
+// waits a moment, so that the loop reconnects and reads them again
+// (catchUp). It returns the nil connection.
+func (l *listener) again(ctx context.Context, conn *pgx.Conn, err error) *pgx.Conn {
+	if l.onErr != nil {
+		l.onErr(err)
+	}
+	conn.Close(context.Background())
+	select {
+	case <-ctx.Done():
+	case <-time.After(250 * time.Millisecond):
+	}
+	return nil
 }
 
 // deliverUpTo hands on the events after the last horizon handed on, up to

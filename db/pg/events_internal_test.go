@@ -2,6 +2,7 @@ package pg
 
 import (
 	"context"
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -75,10 +76,14 @@ func drawInFlight(t *testing.T, conn *pgx.Conn, runID string) (pgx.Tx, int64) {
 // later transaction commits an event with a larger id. A feed reader
 // waits for the first to end instead of passing its id, and then gets
 // both in id order (and a read transaction, as a page's, finds the newest
-// only then); the listener hands on neither before the first
+// only then, without waiting); the listener hands on neither before the first
 // commits, and then both in id order. Before the horizon, a reader that
 // read the second event first never saw the first.
 func TestTheFeedWaitsForAnIDStillInFlight(t *testing.T) {
+	// No unpoked look: its lock request would queue behind the
+	// transaction in flight, and the append below behind it.
+	defer func(d time.Duration) { announceEvery = d }(announceEvery)
+	announceEvery = time.Hour
 	url := pgtest.NewDatabase(t)
 	ctx := context.Background()
 	d, got := openInternal(t, url)
@@ -91,14 +96,31 @@ func TestTheFeedWaitsForAnIDStillInFlight(t *testing.T) {
 	inFlight, first := drawInFlight(t, conn, "r1")
 	defer inFlight.Rollback(ctx)
 
-	later, err := d.AppendEvent(ctx, "r2", spec.EventToolCall, nil)
+	actx, cancel := context.WithTimeout(ctx, 30*time.Second) // a guard
+	defer cancel()
+	later, err := d.AppendEvent(actx, "r2", spec.EventToolCall, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if later.ID <= first {
 		t.Fatalf("the later event has id %d, not after %d", later.ID, first)
 	}
-	listed, newest := make(chan []*spec.Event, 1), make(chan int64, 1)
+	// A read transaction, as a page's, starts its feed before the id in
+	// flight: at the last horizon known, without waiting.
+	newest := func() int64 {
+		var id int64
+		if err := d.ReadTx(ctx, func(r spec.ReadStore) (err error) {
+			id, err = r.LastUserEventID(ctx, u.ID)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	if id := newest(); id >= first {
+		t.Fatalf("a read transaction found the newest event %d, past the id %d in flight", id, first)
+	}
+	listed := make(chan []*spec.Event, 1)
 	go func() {
 		evs, err := d.ListUserEvents(ctx, u.ID, 0, 10)
 		if err != nil {
@@ -106,34 +128,23 @@ func TestTheFeedWaitsForAnIDStillInFlight(t *testing.T) {
 		}
 		listed <- evs
 	}()
-	go func() { // as a page does, for where its feed starts
-		var id int64
-		err := d.ReadTx(ctx, func(r spec.ReadStore) (err error) {
-			id, err = r.LastUserEventID(ctx, u.ID)
-			return err
-		})
-		if err != nil {
-			t.Error(err)
-		}
-		newest <- id
-	}()
-	// Both readers wait on the feed lock, behind the transaction in
-	// flight.
+	// The reader waits on the feed lock, behind the transaction in
+	// flight (the announcer the append poked waits too; it is not
+	// counted).
 	deadline := time.Now().Add(30 * time.Second) // a guard, not a measurement
 	for {
 		var waiting int
-		if err := d.pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'
-			AND classid = $1 AND objid = 0 AND objsubid = 2 AND NOT granted`, int64(feedLock)).Scan(&waiting); err != nil {
+		if err := d.pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a USING (pid)
+			WHERE l.locktype = 'advisory' AND l.classid = $1 AND l.objid = 0 AND l.objsubid = 2 AND NOT l.granted
+			AND a.query LIKE 'WITH l AS MATERIALIZED%'`, int64(feedLock)).Scan(&waiting); err != nil {
 			t.Fatal(err)
 		}
-		if waiting >= 2 {
+		if waiting > 0 {
 			break
 		}
 		select {
 		case evs := <-listed:
 			t.Fatalf("the feed was read past an id in flight: %d events", len(evs))
-		case id := <-newest:
-			t.Fatalf("a read transaction found the newest event %d past an id in flight", id)
 		default:
 		}
 		if time.Now().After(deadline) {
@@ -153,9 +164,6 @@ func TestTheFeedWaitsForAnIDStillInFlight(t *testing.T) {
 	if len(evs) != 2 || evs[0].ID != first || evs[1].ID != later.ID {
 		t.Fatalf("feed: %v, want ids %d then %d", ids(evs), first, later.ID)
 	}
-	if id := <-newest; id != later.ID {
-		t.Fatalf("the newest event in the read transaction: %d, want %d", id, later.ID)
-	}
 	for _, want := range []int64{first, later.ID} {
 		select {
 		case e := <-got:
@@ -165,6 +173,10 @@ func TestTheFeedWaitsForAnIDStillInFlight(t *testing.T) {
 		case <-time.After(30 * time.Second): // a guard
 			t.Fatalf("the listener never handed on %d", want)
 		}
+	}
+	// The listener heard the horizon before handing the events on.
+	if id := newest(); id != later.ID {
+		t.Fatalf("the newest event in a read transaction: %d, want %d", id, later.ID)
 	}
 }
 
@@ -218,5 +230,20 @@ func TestTheEventSequenceHandsOutOneIDAtATime(t *testing.T) {
 	}
 	if cache != 1 {
 		t.Fatalf("the events' id sequence caches %d ids per session: the feed horizon would pass ids not yet drawn", cache)
+	}
+}
+
+// TestAnAppendOfDataThatIsNotJSONFails: event data that is not JSON fails
+// its write, as before announcements left the writing transaction; had it
+// been written, every announcement reading it would fail.
+func TestAnAppendOfDataThatIsNotJSONFails(t *testing.T) {
+	d, _ := openInternal(t, pgtest.NewDatabase(t))
+	userWithRuns(t, d, "r")
+	ctx := context.Background()
+	if _, err := d.AppendEvent(ctx, "r", spec.EventToolCall, json.RawMessage("not json")); err == nil {
+		t.Fatal("an append of data that is not JSON was written")
+	}
+	if e, err := d.AppendEvent(ctx, "r", spec.EventToolCall, json.RawMessage(`{"a": 1}`)); err != nil || e.Seq != 1 {
+		t.Fatalf("the next append: %v, %v", e, err)
 	}
 }

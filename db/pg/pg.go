@@ -124,6 +124,12 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 			return nil, err
 		}
 		d.listener = l
+	} else if h, err := d.feedHorizon(ctx); err == nil {
+		d.announcer.saw(h)
+	} else {
+		d.announcer.stop()
+		pool.Close()
+		return nil, err
 	}
 	return d, nil
 }

@@ -411,8 +411,12 @@ func TestFeedSkipsNoEventCommittedOutOfAppendOrder(t *testing.T) {
 	if len(feed) != 2 || feed[1] != "r1" {
 		t.Fatalf("feed after both commits: %v, want [r2 r1]: the event committed last was skipped", feed)
 	}
-	for range 4 { // two events on each of two listeners
-		<-got
+	for i := range 4 { // two events on each of two listeners
+		select {
+		case <-got:
+		case <-time.After(30 * time.Second): // a guard
+			t.Fatalf("the listeners handed on %d of 4 events", i)
+		}
 	}
 	mu.Lock()
 	defer mu.Unlock()
@@ -425,7 +429,7 @@ func TestFeedSkipsNoEventCommittedOutOfAppendOrder(t *testing.T) {
 
 // TestAnnouncedEventsCarryTheirFinalIDs appends a small event and one too
 // large for a notification: the listener gets both, the large one read
-// back by id, with the ids the appends returned and the store lists.
+// from the table up to the announced horizon, with the ids the appends returned and the store lists.
 func TestAnnouncedEventsCarryTheirFinalIDs(t *testing.T) {
 	ctx := context.Background()
 	got := make(chan *spec.Event, 4)

@@ -28,12 +28,11 @@ func (d *DB) beginRead(ctx context.Context) (sqlstore.Conn, func(), error) {
 // REPEATABLE READ, READ ONLY transaction, whose snapshot the first
 // statement takes. fn must read only through r: the transaction holds one
 // of the pool's connections until fn returns. The user feed is read no
-// further than the feed horizon taken just before (feedReads).
+// further than the last feed horizon this process knows of, announced
+// before the snapshot (feedReads): a page's feed starts there, and a read
+// waits for no horizon.
 func (d *DB) ReadTx(ctx context.Context, fn func(r spec.ReadStore) error) error {
-	h, err := d.feedHorizon(ctx)
-	if err != nil {
-		return err
-	}
+	h := d.announcer.told.Load()
 	tx, err := d.pool.BeginTx(ctx, readTxOptions)
 	if err != nil {
 		return fmt.Errorf("begin read: %w", err)
@@ -47,7 +46,7 @@ func (d *DB) ReadTx(ctx context.Context, fn func(r spec.ReadStore) error) error 
 }
 
 // feedReads are a read transaction's reads, with the user feed read no
-// further than h, a feed horizon taken before the transaction's snapshot:
+// further than h, a feed horizon known before the transaction's snapshot:
 // every event up to it that will ever commit is in the snapshot, and an
 // event after it that is there may have one before it that is not.
 type feedReads struct {
