@@ -76,9 +76,13 @@ func (d *DB) AppendEvent(ctx context.Context, runID string, typ spec.EventType, 
 // seqs, and keeps the first id in the session's homework.first_event, for
 // the announcement that follows in the same round trip (tryAnnounceSQL).
 // The ids are drawn in a materialised CTE and matched by rank, so their
-// order does not depend on how the planner evaluates nextval.
-const insertSQL = `WITH n AS MATERIALIZED (SELECT nextval(pg_get_serial_sequence('events', 'id')) AS new
-		FROM generate_series(1, cardinality($1::text[]))),
+// order does not depend on how the planner evaluates nextval; they are
+// drawn holding the feed lock shared ($5, feedLock), taken in this
+// statement (a row of l precedes every draw) so that it is held only
+// once the statement and its arguments have reached the server.
+const insertSQL = `WITH l AS MATERIALIZED (SELECT pg_advisory_xact_lock_shared($5::int4, 0)),
+	n AS MATERIALIZED (SELECT nextval(pg_get_serial_sequence('events', 'id')) AS new
+		FROM l, generate_series(1, cardinality($1::text[]))),
 	s AS (SELECT new, row_number() OVER (ORDER BY new) AS ord FROM n),
 	a AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[])
 		WITH ORDINALITY AS a(run_id, type, data, created_at, ord)),
@@ -97,8 +101,8 @@ const insertSQL = `WITH n AS MATERIALIZED (SELECT nextval(pg_get_serial_sequence
 //
 // First each run's counter is advanced by its events (seqSQL, in run
 // order), which row-locks the run until the transaction ends. Then the
-// transaction takes the feed lock shared (feedLock), and only then draws
-// its events' ids, so that the feed horizon (feedHorizon) can wait for
+// insert takes the feed lock shared (feedLock), and only then draws its
+// events' ids, so that the feed horizon (feedHorizon) can wait for
 // every id drawn so far to commit or roll back; writers do not wait on one
 // another for it. It runs nothing else before COMMIT, so the lock is short
 // and cannot close a cycle with the row locks others wait on (the events'
@@ -131,13 +135,12 @@ func (tx *Tx) writeEvents(ctx context.Context) (committed bool, err error) {
 	for i, e := range tx.events {
 		runs[i], types[i], data[i], created[i] = e.RunID, string(e.Type), string(e.Data), e.CreatedAt.UnixMilli()
 	}
-	b.Queue(`SELECT pg_advisory_xact_lock_shared($1::int4, 0)`, int32(feedLock))
 	// PostgreSQL plans insertSQL afresh for every call by default (its
 	// estimate for a plan made for any array is worse than for the arrays
 	// it is given), which cost more than running it; the plan it makes
 	// once does as well.
 	b.Queue(`SET LOCAL plan_cache_mode = force_generic_plan`)
-	b.Queue(insertSQL, runs, types, data, created)
+	b.Queue(insertSQL, runs, types, data, created, int32(feedLock))
 	b.Queue(`COMMIT`)
 	b.Queue(tryLockSQL, int32(feedLock))
 	b.Queue(tryAnnounceSQL, eventsChannel, maxPayload)
@@ -151,9 +154,6 @@ func (tx *Tx) writeEvents(ctx context.Context) (committed bool, err error) {
 		if tag.RowsAffected() != 1 {
 			return false, spec.Errorf(spec.ENOTFOUND, "Run not found.")
 		}
-	}
-	if _, err := br.Exec(); err != nil {
-		return false, fmt.Errorf("lock the feed: %w", err)
 	}
 	if _, err := br.Exec(); err != nil {
 		return false, fmt.Errorf("plan event writes: %w", err)
@@ -370,9 +370,6 @@ func startAnnouncer(d *DB, onErr func(error)) *announcer {
 // poke asks for an announcement of the events this process committed, up
 // to id last; one already asked for covers it.
 func (a *announcer) poke(last int64) {
-	if a == nil {
-		return
-	}
 	maxInto(&a.mine, last)
 	a.unsent.Store(true)
 	select {

@@ -60,12 +60,9 @@ func drawInFlight(t *testing.T, conn *pgx.Conn, runID string) (pgx.Tx, int64) {
 	if _, err := tx.Exec(ctx, seqSQL, runID, 1); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock_shared($1::int4, 0)`, int32(feedLock)); err != nil {
-		t.Fatal(err)
-	}
 	var ids, users, seqs []int64
 	if err := tx.QueryRow(ctx, insertSQL, []string{runID}, []string{string(spec.EventToolCall)}, []string{"{}"},
-		[]int64{time.Now().UnixMilli()}).Scan(&ids, &users, &seqs, nil); err != nil || len(ids) != 1 {
+		[]int64{time.Now().UnixMilli()}, int32(feedLock)).Scan(&ids, &users, &seqs, nil); err != nil || len(ids) != 1 {
 		t.Fatalf("write the event in flight: %v (%d ids)", err, len(ids))
 	}
 	return tx, ids[0]
