@@ -124,13 +124,18 @@ func TestBrowserRunPageReadsLikeALogViewer(t *testing.T) {
 	// hitShown is true when line id is the one highlighted line, its match
 	// marked, inside its log's box and the window.
 	hitShown := func(line, text string) string {
+		// window.__why says what is not so yet, for until's failure.
 		return fmt.Sprintf(`(() => {
+			const why = s => { window.__why = s; return false; };
 			const l = document.getElementById(%q), box = l && l.closest(".log-lines");
-			if (!l || !l.classList.contains("hl") || document.querySelectorAll(".ll.hl").length !== 1 || !l.closest("details.log").open) return false;
+			if (!l) return why("no such line; logs loaded: " + Array.from(document.querySelectorAll("details.log")).map(d => d.id + (d.open ? " open " : " closed ") + d.querySelectorAll(".ll").length + " lines").join(", "));
+			if (!l.classList.contains("hl") || document.querySelectorAll(".ll.hl").length !== 1 || !l.closest("details.log").open) return why("not the one highlighted line in an open log: " + document.querySelectorAll(".ll.hl").length + " highlighted");
 			const m = l.querySelectorAll("mark.hit");
-			if (m.length !== 1 || m[0].textContent !== "Needle" || document.querySelectorAll("mark.hit").length !== 1) return false;
+			if (m.length !== 1 || m[0].textContent !== "Needle" || document.querySelectorAll("mark.hit").length !== 1) return why("marks: " + m.length + " in the line, " + document.querySelectorAll("mark.hit").length + " on the page");
 			const r = l.getBoundingClientRect(), b = box.getBoundingClientRect();
-			return l.textContent === %q && r.top >= b.top && r.bottom <= b.bottom && r.top >= 0 && r.bottom <= innerHeight;
+			if (l.textContent !== %q) return why("text: " + l.textContent);
+			if (!(r.top >= b.top && r.bottom <= b.bottom && r.top >= 0 && r.bottom <= innerHeight)) return why("out of view: line " + r.top + "-" + r.bottom + ", its box " + b.top + "-" + b.bottom + ", window 0-" + innerHeight + ", box scrollTop " + box.scrollTop + ", window scrollY " + scrollY);
+			return true;
 		})()`, line, text)
 	}
 	t.Run("Next and Previous land on each hit's line, across pages of a log, and cycle", func(t *testing.T) {

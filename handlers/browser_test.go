@@ -75,9 +75,12 @@ func until(t *testing.T, ctx context.Context, what, expr string) {
 	t.Helper()
 	start := time.Now()
 	defer func() { t.Logf("%s: %v", what, time.Since(start)) }()
+	chromedp.Run(ctx, chromedp.Evaluate[chromedp.Void](`window.__why = ""`))
 	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](expr, chromedp.WithPollingTimeout(40*time.Second), chromedp.WithPollingInterval(50*time.Millisecond))); err != nil {
 		body, _ := chromedp.Run(context.WithoutCancel(ctx), chromedp.Evaluate[string](`document.body ? document.body.innerText.slice(0, 3000) : ""`))
-		t.Fatalf("waiting for %s: %v\npage text:\n%s", what, err, body)
+		// A condition may leave in window.__why what was not so yet.
+		why, _ := chromedp.Run(context.WithoutCancel(ctx), chromedp.Evaluate[string](`String(window.__why || "")`))
+		t.Fatalf("waiting for %s: %v\nlast reason: %s\npage text:\n%s", what, err, why, body)
 	}
 }
 
