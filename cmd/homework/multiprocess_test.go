@@ -1,9 +1,12 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -244,14 +247,12 @@ func BenchmarkIterationsPerSecondByProcesses(b *testing.B) {
 			serversBefore += procCPU(b, s.cmd.Process.Pid)
 		}
 		start := time.Now()
-		for i := range runs {
-			if code := servers[i%procs].api(b, token, "POST", "/api/runs", map[string]any{"objective": fmt.Sprint("bench ", i),
-				"executor": "script", "script": slowScript(iters, stepMS)}, nil); code != 201 {
-				b.Fatalf("create: %d", code)
-			}
-		}
+		created := createRuns(b, servers, token, runs, func(i int) any {
+			return map[string]any{"objective": fmt.Sprint("bench ", i), "executor": "script", "script": slowScript(iters, stepMS)}
+		})
 		waitCompleted(b, servers[0], token, runs)
 		elapsed := time.Since(start)
+		b.ReportMetric(float64(created.Microseconds())/1000, fmt.Sprintf("create-all-ms-%dproc", procs))
 		rate := float64(runs*iters) / elapsed.Seconds()
 		limit := float64(workers*procs) / (stepMS / 1000.0)
 		if procs == 1 {
@@ -295,17 +296,45 @@ func BenchmarkIterationsPerSecondByProcesses(b *testing.B) {
 	s := startServer(b, bin, path, "--workers", fmt.Sprint(workers), "--max-runs-per-user", fmt.Sprint(runs))
 	token := userAndToken(b, bin, path)
 	start := time.Now()
-	for i := range runs {
-		if code := s.api(b, token, "POST", "/api/runs", map[string]any{"objective": fmt.Sprint("bench ", i),
-			"executor": "script", "script": slowScript(iters, stepMS)}, nil); code != 201 {
-			b.Fatalf("create: %d", code)
-		}
-	}
+	createRuns(b, []*server{s}, token, runs, func(i int) any {
+		return map[string]any{"objective": fmt.Sprint("bench ", i), "executor": "script", "script": slowScript(iters, stepMS)}
+	})
 	waitCompleted(b, s, token, runs)
 	rate := float64(runs*iters) / time.Since(start).Seconds()
 	b.ReportMetric(rate, "iter/s-sqlite")
 	b.Logf("SQLite, 1 process: %.1f iterations/s (raw limit %.0f; PostgreSQL 1 process is %.2fx of it)", rate,
 		float64(workers)/(stepMS/1000.0), one/rate)
+}
+
+// createRuns creates n runs at once, as n clients would, run i on server
+// i mod len(servers) with body(i), and returns how long it took until the
+// last was created.
+func createRuns(b *testing.B, servers []*server, token string, n int, body func(i int) any) time.Duration {
+	start := time.Now()
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			buf, _ := json.Marshal(body(i))
+			req, _ := http.NewRequest("POST", servers[i%len(servers)].base+"/api/runs", bytes.NewReader(buf))
+			req.Header.Set("Authorization", "Bearer "+token)
+			req.Header.Set("Content-Type", "application/json")
+			resp, err := http.DefaultClient.Do(req)
+			if err == nil {
+				out, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 201 {
+					err = fmt.Errorf("create run %d: %d %s", i, resp.StatusCode, out)
+				}
+			}
+			errs <- err
+		}()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			b.Fatal(err)
+		}
+	}
+	return time.Since(start)
 }
 
 // postgresCPU returns the CPU time each of the local PostgreSQL's
