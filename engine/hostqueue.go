@@ -95,8 +95,12 @@ func (e *Engine) bindHost(ctx context.Context, tx spec.Tx, run *spec.Run) error 
 }
 
 // runHost returns the host, root and queue the run is bound to ("" for the
-// default queue).
-func (e *Engine) runHost(ctx context.Context, tx spec.Tx, runID string) (host, root, queue string, err error) {
+// default queue). Only a command run is ever bound (bindHost, as it is
+// created; a run's executor never changes), so no other is looked up.
+func (e *Engine) runHost(ctx context.Context, tx spec.Tx, run *spec.Run) (host, root, queue string, err error) {
+	if run.Executor != spec.ExecutorCommand {
+		return "", "", "", nil
+	}
 	if _, ok := e.cluster(); !ok {
 		return "", "", "", nil
 	}
@@ -104,7 +108,7 @@ func (e *Engine) runHost(ctx context.Context, tx spec.Tx, runID string) (host, r
 	if !ok {
 		return "", "", "", nil
 	}
-	return htx.RunHost(ctx, runID)
+	return htx.RunHost(ctx, run.ID)
 }
 
 // liveQueues returns the command queues some live process serves.
@@ -201,7 +205,7 @@ func (e *Engine) resumeHostRuns(ctx context.Context) error {
 				return err
 			}
 			resumed = true
-			return e.insertJob(ctx, tx, run.ID, run.Iteration, run.Attempt, 0, nil)
+			return e.insertJob(ctx, tx, run, 0, nil)
 		})
 		if err != nil {
 			return err

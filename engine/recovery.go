@@ -224,7 +224,7 @@ func (e *Engine) recoverRun(ctx context.Context, runID, owner string, atStart, f
 		if err != nil {
 			return err
 		}
-		if host, root, queue, err := e.runHost(ctx, tx, runID); err != nil {
+		if host, root, queue, err := e.runHost(ctx, tx, run); err != nil {
 			return err
 		} else if queue != "" && !liveQueues[queue] {
 			parked = true
@@ -259,7 +259,7 @@ func (e *Engine) recoverRun(ctx context.Context, runID, owner string, atStart, f
 			return err
 		}
 		recovered = true
-		return e.insertJob(ctx, tx, runID, run.Iteration, run.Attempt, 0, nil)
+		return e.insertJob(ctx, tx, run, 0, nil)
 	})
 	if recovered {
 		e.log.Info("recovered run", "run", runID, "at_start", atStart)

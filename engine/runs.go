@@ -171,7 +171,7 @@ func (e *Engine) advance(ctx context.Context, tx spec.Tx, run *spec.Run, cfg *sp
 			return nil, err
 		}
 	}
-	return nil, e.insertJob(ctx, tx, run.ID, run.Iteration, run.Attempt, delay, forecast)
+	return nil, e.insertJob(ctx, tx, run, delay, forecast)
 }
 
 // beginHere begins the run's current iteration (advance set it, and its
@@ -195,14 +195,15 @@ func (e *Engine) beginHere(ctx context.Context, tx spec.Tx, run *spec.Run, cfg *
 	return &iteration{run: run, cfg: cfg, row: row, forecast: forecast, inbox: inbox, fresh: true}, nil
 }
 
-// insertJob enqueues the iterate job of (iteration, attempt), with the
+// insertJob enqueues the iterate job of the run's (iteration, attempt), with the
 // forecast made for the iteration when there is one.
-func (e *Engine) insertJob(ctx context.Context, tx spec.Tx, runID string, iteration, attempt int, delay time.Duration, forecast *spec.Forecast) error {
+func (e *Engine) insertJob(ctx context.Context, tx spec.Tx, run *spec.Run, delay time.Duration, forecast *spec.Forecast) error {
+	runID, iteration, attempt := run.ID, run.Iteration, run.Attempt
 	var at time.Time
 	if delay > 0 {
 		at = time.Now().Add(delay)
 	}
-	_, _, queue, err := e.runHost(ctx, tx, runID)
+	_, _, queue, err := e.runHost(ctx, tx, run)
 	if err != nil {
 		return fmt.Errorf("enqueue iteration: %w", err)
 	}
