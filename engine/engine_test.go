@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"homework/db/pg"
 	"strings"
 	"sync"
 	"testing"
@@ -503,4 +504,58 @@ func TestShutdownLeavesInFlightRunsRecoverable(t *testing.T) {
 		h.checkMetricsAddUp(u, r.ID)
 		h.events(u, r.ID)
 	})
+}
+
+// TestAnsweringARunWaitsForTheUsersSlotLock: on a store several processes
+// share, a run that an answer resumes counts the user's running runs
+// holding the user's slot lock, as a promotion does; while another
+// transaction holds it (a promotion in another process), the answer waits
+// for it, so that the two cannot both take the user's last slot.
+func TestAnsweringARunWaitsForTheUsersSlotLock(t *testing.T) {
+	h := newHarnessOn(t, postgresStore, func(o *Options) { o.MaxConcurrentPerUser = 1 })
+	u := h.user("a@example.com")
+	r := h.create(u, spec.Config{Script: script(scripted.Step{Status: &spec.Status{NeedsUserInput: true, BlockingQuestions: []string{"?"}}}, done("x"))})
+	h.waitStatus(u, r.ID, spec.StatusWaiting)
+
+	locked, release, held := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+	go func() {
+		held <- h.db.WriteTx(h.ctx, func(tx spec.Tx) error {
+			if err := tx.LockUserSlots(h.ctx, u.ID); err != nil {
+				return err
+			}
+			close(locked)
+			<-release
+			return nil
+		})
+	}()
+	select {
+	case <-locked:
+	case err := <-held:
+		t.Fatalf("the slot lock was not taken: %v", err)
+	}
+	answered := make(chan error, 1)
+	go func() {
+		_, err := h.e.Respond(h.ctx, u.ID, r.ID, []string{"yes"})
+		answered <- err
+	}()
+	pool := h.db.(*pg.DB).Pool()
+	for waiting := 0; waiting != 1; {
+		if err := pool.QueryRow(h.ctx, `SELECT COUNT(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-answered:
+			close(release)
+			t.Fatalf("the answer resumed the run while another transaction held the user's slot lock (%v)", err)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	close(release)
+	if err := <-held; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-answered; err != nil {
+		t.Fatal(err)
+	}
+	h.waitStatus(u, r.ID, spec.StatusCompleted)
 }

@@ -353,8 +353,13 @@ func (e *Engine) Continue(ctx context.Context, userID int64, runID string, raise
 }
 
 // requeue puts a resumed run back: running at once when the user has a free
-// slot, else queued (FIFO by creation).
+// slot, else queued (FIFO by creation). It counts the running runs holding
+// the user's slot lock, as promote does, so that a promotion in another
+// process cannot take the same last slot.
 func (e *Engine) requeue(ctx context.Context, tx spec.Tx, run *spec.Run) error {
+	if err := tx.LockUserSlots(ctx, run.UserID); err != nil {
+		return err
+	}
 	running, err := tx.CountRunning(ctx, run.UserID)
 	if err != nil {
 		return err
