@@ -135,6 +135,7 @@ func TestBrowserRunPageReadsLikeALogViewer(t *testing.T) {
 			const r = l.getBoundingClientRect(), b = box.getBoundingClientRect();
 			if (l.textContent !== %q) return why("text: " + l.textContent);
 			if (!(r.top >= b.top && r.bottom <= b.bottom && r.top >= 0 && r.bottom <= innerHeight)) return why("out of view: line " + r.top + "-" + r.bottom + ", its box " + b.top + "-" + b.bottom + ", window 0-" + innerHeight + ", box scrollTop " + box.scrollTop + ", window scrollY " + scrollY);
+			window.__why = "the hit is shown; what the condition adds to it is not so yet";
 			return true;
 		})()`, line, text)
 	}
