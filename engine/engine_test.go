@@ -518,6 +518,9 @@ func TestAnsweringARunWaitsForTheUsersSlotLock(t *testing.T) {
 	h.waitStatus(u, r.ID, spec.StatusWaiting)
 
 	locked, release, held := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+	var releaseOnce sync.Once
+	free := func() { releaseOnce.Do(func() { close(release) }) }
+	defer free() // a failing test lets the holder end before the store closes
 	go func() {
 		held <- h.db.WriteTx(h.ctx, func(tx spec.Tx) error {
 			if err := tx.LockUserSlots(h.ctx, u.ID); err != nil {
@@ -545,12 +548,11 @@ func TestAnsweringARunWaitsForTheUsersSlotLock(t *testing.T) {
 		}
 		select {
 		case err := <-answered:
-			close(release)
 			t.Fatalf("the answer resumed the run while another transaction held the user's slot lock (%v)", err)
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
-	close(release)
+	free()
 	if err := <-held; err != nil {
 		t.Fatal(err)
 	}
@@ -558,4 +560,77 @@ func TestAnsweringARunWaitsForTheUsersSlotLock(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.waitStatus(u, r.ID, spec.StatusCompleted)
+}
+
+// TestAPromotionDoesNotStartARunCanceledMeanwhile: on a store several
+// processes share, a promotion that finds a queued run while another
+// transaction (a cancel in another process) holds it waits for that
+// transaction, and does not start the run it canceled.
+func TestAPromotionDoesNotStartARunCanceledMeanwhile(t *testing.T) {
+	h := newHarnessOn(t, postgresStore, func(o *Options) { o.MaxConcurrentPerUser = 1 })
+	u := h.user("a@example.com")
+	first := h.create(u, spec.Config{Script: script(scripted.Step{SleepMS: 60_000})})
+	h.waitStatus(u, first.ID, spec.StatusRunning)
+	queued := h.create(u, spec.Config{Script: script(done("x"))})
+	if queued.Status != spec.StatusQueued {
+		t.Fatalf("second run = %s, want queued", queued.Status)
+	}
+
+	// Another process cancels the queued run: its transaction holds it...
+	held, release, canceled := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+	var releaseOnce sync.Once
+	free := func() { releaseOnce.Do(func() { close(release) }) }
+	defer free()     // a failing test lets the holder end before the store closes
+	var holder int32 // its backend
+	go func() {
+		canceled <- h.db.WriteTx(h.ctx, func(tx spec.Tx) error {
+			r, err := tx.FindRun(h.ctx, queued.ID)
+			if err != nil {
+				return err
+			}
+			if err := tx.(*pg.Tx).PG.QueryRow(h.ctx, `SELECT pg_backend_pid()`).Scan(&holder); err != nil {
+				return err
+			}
+			close(held)
+			<-release
+			r.Status = spec.StatusCanceled
+			return tx.UpdateRun(h.ctx, r)
+		})
+	}()
+	select {
+	case <-held:
+	case err := <-canceled:
+		t.Fatalf("the queued run was not locked: %v", err)
+	}
+	// ...while canceling the first run frees the slot and promotes.
+	promoted := make(chan error, 1)
+	go func() {
+		_, err := h.e.Cancel(h.ctx, u.ID, first.ID)
+		promoted <- err
+	}()
+	pool := h.db.(*pg.DB).Pool()
+	for waiting := 0; waiting == 0; {
+		if err := pool.QueryRow(h.ctx, `SELECT COUNT(*) FROM pg_stat_activity WHERE $1::int4 = ANY(pg_blocking_pids(pid))`, holder).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-promoted:
+			t.Fatalf("the promotion did not wait for the transaction holding the queued run (%v)", err)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	free()
+	if err := <-canceled; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-promoted; err != nil {
+		t.Fatal(err)
+	}
+	got, err := h.db.FindRun(h.ctx, u.ID, queued.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Status != spec.StatusCanceled {
+		t.Fatalf("the run canceled while the promotion waited is %s, want canceled", got.Status)
+	}
 }

@@ -508,9 +508,14 @@ func (tx *Tx) QueuedUsers(ctx context.Context) ([]int64, error) {
 }
 
 // OldestQueued returns up to n of the user's queued runs, oldest first.
+// Where several processes write, it locks them for the rest of the
+// transaction (as FindRun): a run that another transaction holds is read
+// once that one ends, and only if it is still queued then, so a promotion
+// never starts a run canceled (or started) meanwhile by writing back the
+// copy it read before. It may then return fewer than n.
 func (tx *Tx) OldestQueued(ctx context.Context, userID int64, n int) ([]*spec.Run, error) {
 	return scanRuns(tx.c.Query(ctx, `SELECT `+RunColumns+` FROM runs WHERE user_id = ? AND status = 'queued'
-		ORDER BY created_at, id LIMIT ?`, userID, n))
+		ORDER BY created_at, id LIMIT ?`+tx.d.ForUpdate, userID, n))
 }
 
 // RenewLease extends the lease of a running run held by owner. It reports
