@@ -313,11 +313,17 @@ func createRuns(b *testing.B, servers []*server, token string, n int, body func(
 	start := time.Now()
 	errs := make(chan error, n)
 	for i := range n {
+		buf, err := json.Marshal(body(i))
+		if err != nil {
+			b.Fatal(err)
+		}
+		req, err := http.NewRequest("POST", servers[i%len(servers)].base+"/api/runs", bytes.NewReader(buf))
+		if err != nil {
+			b.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+token)
+		req.Header.Set("Content-Type", "application/json")
 		go func() {
-			buf, _ := json.Marshal(body(i))
-			req, _ := http.NewRequest("POST", servers[i%len(servers)].base+"/api/runs", bytes.NewReader(buf))
-			req.Header.Set("Authorization", "Bearer "+token)
-			req.Header.Set("Content-Type", "application/json")
 			resp, err := http.DefaultClient.Do(req)
 			if err == nil {
 				out, _ := io.ReadAll(resp.Body)
