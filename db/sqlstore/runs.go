@@ -518,13 +518,6 @@ func (tx *Tx) OldestQueued(ctx context.Context, userID int64, n int) ([]*spec.Ru
 		ORDER BY created_at, id LIMIT ?`+tx.d.ForUpdate, userID, n))
 }
 
-// RenewLease extends the lease of a running run held by owner. It reports
-// false when the run is no longer running under that owner.
-func (s Store) RenewLease(ctx context.Context, runID, owner string, until time.Time) (bool, error) {
-	return s.changedOne(ctx, `UPDATE runs SET lease_until = ? WHERE id = ? AND lease_owner = ? AND status = 'running'`,
-		until.UnixMilli(), runID, owner)
-}
-
 // RenewAttemptLease extends the lease of a running run held by owner while
 // (iteration, attempt) is still the run's current attempt. It reports
 // false when the run moved on (recovered, canceled, finished): an attempt
