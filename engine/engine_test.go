@@ -4,12 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"homework/db/pg"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"homework/db/pg"
 	"homework/engine/scripted"
 	"homework/engine/spec"
 )
@@ -520,10 +520,14 @@ func TestAnsweringARunWaitsForTheUsersSlotLock(t *testing.T) {
 	locked, release, held := make(chan struct{}), make(chan struct{}), make(chan error, 1)
 	var releaseOnce sync.Once
 	free := func() { releaseOnce.Do(func() { close(release) }) }
-	defer free() // a failing test lets the holder end before the store closes
+	defer free()     // a failing test lets the holder end before the store closes
+	var holder int32 // its backend
 	go func() {
 		held <- h.db.WriteTx(h.ctx, func(tx spec.Tx) error {
 			if err := tx.LockUserSlots(h.ctx, u.ID); err != nil {
+				return err
+			}
+			if err := tx.(*pg.Tx).PG.QueryRow(h.ctx, `SELECT pg_backend_pid()`).Scan(&holder); err != nil {
 				return err
 			}
 			close(locked)
@@ -542,8 +546,8 @@ func TestAnsweringARunWaitsForTheUsersSlotLock(t *testing.T) {
 		answered <- err
 	}()
 	pool := h.db.(*pg.DB).Pool()
-	for waiting := 0; waiting != 1; {
-		if err := pool.QueryRow(h.ctx, `SELECT COUNT(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted`).Scan(&waiting); err != nil {
+	for waiting := 0; waiting == 0; {
+		if err := pool.QueryRow(h.ctx, `SELECT COUNT(*) FROM pg_stat_activity WHERE $1::int4 = ANY(pg_blocking_pids(pid))`, holder).Scan(&waiting); err != nil {
 			t.Fatal(err)
 		}
 		select {
