@@ -517,47 +517,15 @@ func TestAnsweringARunWaitsForTheUsersSlotLock(t *testing.T) {
 	r := h.create(u, spec.Config{Script: script(scripted.Step{Status: &spec.Status{NeedsUserInput: true, BlockingQuestions: []string{"?"}}}, done("x"))})
 	h.waitStatus(u, r.ID, spec.StatusWaiting)
 
-	locked, release, held := make(chan struct{}), make(chan struct{}), make(chan error, 1)
-	var releaseOnce sync.Once
-	free := func() { releaseOnce.Do(func() { close(release) }) }
-	defer free()     // a failing test lets the holder end before the store closes
-	var holder int32 // its backend
-	go func() {
-		held <- h.db.WriteTx(h.ctx, func(tx spec.Tx) error {
-			if err := tx.LockUserSlots(h.ctx, u.ID); err != nil {
-				return err
-			}
-			if err := tx.(*pg.Tx).PG.QueryRow(h.ctx, `SELECT pg_backend_pid()`).Scan(&holder); err != nil {
-				return err
-			}
-			close(locked)
-			<-release
-			return nil
-		})
-	}()
-	select {
-	case <-locked:
-	case err := <-held:
-		t.Fatalf("the slot lock was not taken: %v", err)
-	}
+	held := h.holdTx(t, func(tx spec.Tx) error { return tx.LockUserSlots(h.ctx, u.ID) }, nil)
 	answered := make(chan error, 1)
 	go func() {
 		_, err := h.e.Respond(h.ctx, u.ID, r.ID, []string{"yes"})
 		answered <- err
 	}()
-	pool := h.db.(*pg.DB).Pool()
-	for waiting := 0; waiting == 0; {
-		if err := pool.QueryRow(h.ctx, `SELECT COUNT(*) FROM pg_stat_activity WHERE $1::int4 = ANY(pg_blocking_pids(pid))`, holder).Scan(&waiting); err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case err := <-answered:
-			t.Fatalf("the answer resumed the run while another transaction held the user's slot lock (%v)", err)
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
-	free()
-	if err := <-held; err != nil {
+	held.waitBlocking(t, answered, "the answer resumed the run while another transaction held the user's slot lock")
+	held.release()
+	if err := <-held.done; err != nil {
 		t.Fatal(err)
 	}
 	if err := <-answered; err != nil {
@@ -581,50 +549,23 @@ func TestAPromotionDoesNotStartARunCanceledMeanwhile(t *testing.T) {
 	}
 
 	// Another process cancels the queued run: its transaction holds it...
-	held, release, canceled := make(chan struct{}), make(chan struct{}), make(chan error, 1)
-	var releaseOnce sync.Once
-	free := func() { releaseOnce.Do(func() { close(release) }) }
-	defer free()     // a failing test lets the holder end before the store closes
-	var holder int32 // its backend
-	go func() {
-		canceled <- h.db.WriteTx(h.ctx, func(tx spec.Tx) error {
-			r, err := tx.FindRun(h.ctx, queued.ID)
-			if err != nil {
-				return err
-			}
-			if err := tx.(*pg.Tx).PG.QueryRow(h.ctx, `SELECT pg_backend_pid()`).Scan(&holder); err != nil {
-				return err
-			}
-			close(held)
-			<-release
-			r.Status = spec.StatusCanceled
-			return tx.UpdateRun(h.ctx, r)
-		})
-	}()
-	select {
-	case <-held:
-	case err := <-canceled:
-		t.Fatalf("the queued run was not locked: %v", err)
-	}
+	var r *spec.Run
+	held := h.holdTx(t, func(tx spec.Tx) (err error) {
+		r, err = tx.FindRun(h.ctx, queued.ID)
+		return err
+	}, func(tx spec.Tx) error {
+		r.Status = spec.StatusCanceled
+		return tx.UpdateRun(h.ctx, r)
+	})
 	// ...while canceling the first run frees the slot and promotes.
 	promoted := make(chan error, 1)
 	go func() {
 		_, err := h.e.Cancel(h.ctx, u.ID, first.ID)
 		promoted <- err
 	}()
-	pool := h.db.(*pg.DB).Pool()
-	for waiting := 0; waiting == 0; {
-		if err := pool.QueryRow(h.ctx, `SELECT COUNT(*) FROM pg_stat_activity WHERE $1::int4 = ANY(pg_blocking_pids(pid))`, holder).Scan(&waiting); err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case err := <-promoted:
-			t.Fatalf("the promotion did not wait for the transaction holding the queued run (%v)", err)
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
-	free()
-	if err := <-canceled; err != nil {
+	held.waitBlocking(t, promoted, "the promotion did not wait for the transaction holding the queued run")
+	held.release()
+	if err := <-held.done; err != nil {
 		t.Fatal(err)
 	}
 	if err := <-promoted; err != nil {
@@ -636,5 +577,65 @@ func TestAPromotionDoesNotStartARunCanceledMeanwhile(t *testing.T) {
 	}
 	if got.Status != spec.StatusCanceled {
 		t.Fatalf("the run canceled while the promotion waited is %s, want canceled", got.Status)
+	}
+}
+
+// heldTx is a write transaction on a harness's PostgreSQL store that holds
+// what it took until released, standing for another process's.
+type heldTx struct {
+	h       *harness
+	backend int32      // its PostgreSQL backend
+	release func()     // lets it go on (then) and end; idempotent
+	done    chan error // its result, once it ended
+}
+
+// holdTx runs hold in a write transaction and returns once it has, with the
+// transaction still open; released, the transaction runs then (when not
+// nil) and commits. A test that fails releases it before the store closes.
+func (h *harness) holdTx(t *testing.T, hold, then func(tx spec.Tx) error) *heldTx {
+	t.Helper()
+	x := &heldTx{h: h, done: make(chan error, 1)}
+	held, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	x.release = func() { once.Do(func() { close(release) }) }
+	t.Cleanup(x.release) // before the harness's: cleanups run last first
+	go func() {
+		x.done <- h.db.WriteTx(h.ctx, func(tx spec.Tx) error {
+			if err := hold(tx); err != nil {
+				return err
+			}
+			if err := tx.(*pg.Tx).PG.QueryRow(h.ctx, `SELECT pg_backend_pid()`).Scan(&x.backend); err != nil {
+				return err
+			}
+			close(held)
+			<-release
+			if then == nil {
+				return nil
+			}
+			return then(tx)
+		})
+	}()
+	select {
+	case <-held:
+	case err := <-x.done:
+		t.Fatalf("the transaction to hold failed: %v", err)
+	}
+	return x
+}
+
+// waitBlocking waits until some backend waits for the held transaction,
+// failing with failure when step, the work expected to wait, ends first.
+func (x *heldTx) waitBlocking(t *testing.T, step <-chan error, failure string) {
+	t.Helper()
+	pool := x.h.db.(*pg.DB).Pool()
+	for waiting := 0; waiting == 0; {
+		if err := pool.QueryRow(x.h.ctx, `SELECT COUNT(*) FROM pg_stat_activity WHERE $1::int4 = ANY(pg_blocking_pids(pid))`, x.backend).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-step:
+			t.Fatalf("%s (%v)", failure, err)
+		case <-time.After(5 * time.Millisecond):
+		}
 	}
 }

@@ -429,7 +429,8 @@ func TestFeedSkipsNoEventCommittedOutOfAppendOrder(t *testing.T) {
 
 // TestAnnouncedEventsCarryTheirFinalIDs appends a small event and one too
 // large for a notification: the listener gets both, the large one read
-// from the table up to the announced horizon, with the ids the appends returned and the store lists.
+// from the table up to the announced horizon, with the ids the appends
+// returned and the store lists.
 func TestAnnouncedEventsCarryTheirFinalIDs(t *testing.T) {
 	ctx := context.Background()
 	got := make(chan *spec.Event, 4)
