@@ -180,10 +180,7 @@ func (e *Engine) resumeHostRuns(ctx context.Context) error {
 			if run.Status != spec.StatusWaiting || run.Waiting == nil || run.Waiting.Reason != spec.WaitHostUnavailable {
 				return nil // moved on meanwhile
 			}
-			if err := tx.LockUserSlots(ctx, run.UserID); err != nil {
-				return err
-			}
-			running, err := tx.CountRunning(ctx, run.UserID)
+			running, err := tx.LockedRunningCount(ctx, run.UserID)
 			if err != nil || running >= e.opts.MaxConcurrentPerUser {
 				return err
 			}

@@ -78,18 +78,7 @@ func (e *Engine) CreateRun(ctx context.Context, user *spec.User, cfg spec.Config
 // promote starts the user's oldest queued runs while they have free slots.
 // It runs inside the transaction that freed a slot or queued a run.
 func (e *Engine) promote(ctx context.Context, tx spec.Tx, userID int64) error {
-	if err := tx.LockUserSlots(ctx, userID); err != nil {
-		return err
-	}
-	running, err := tx.CountRunning(ctx, userID)
-	if err != nil {
-		return err
-	}
-	free := e.opts.MaxConcurrentPerUser - running
-	if free <= 0 {
-		return nil
-	}
-	queued, err := tx.OldestQueued(ctx, userID, free)
+	queued, err := tx.LockedStartable(ctx, userID, e.opts.MaxConcurrentPerUser)
 	if err != nil {
 		return err
 	}
@@ -357,10 +346,7 @@ func (e *Engine) Continue(ctx context.Context, userID int64, runID string, raise
 // the user's slot lock, as promote does, so that a promotion in another
 // process cannot take the same last slot.
 func (e *Engine) requeue(ctx context.Context, tx spec.Tx, run *spec.Run) error {
-	if err := tx.LockUserSlots(ctx, run.UserID); err != nil {
-		return err
-	}
-	running, err := tx.CountRunning(ctx, run.UserID)
+	running, err := tx.LockedRunningCount(ctx, run.UserID)
 	if err != nil {
 		return err
 	}

@@ -3,6 +3,7 @@ package pg_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -298,6 +299,104 @@ func TestLockUserSlotsSerialisesPromotions(t *testing.T) {
 	}
 	close(release)
 	<-second
+}
+
+// TestSlotReadsSeeWhatCommittedWhileTheyWaited checks the reads a
+// promotion makes under the user's slot lock, sent in the lock's round
+// trip: each waits for the lock's holder, and then sees what it committed
+// (a run it started), as a read sent after the lock would.
+func TestSlotReadsSeeWhatCommittedWhileTheyWaited(t *testing.T) {
+	d := open(t, pgtest.NewDatabase(t), nil)
+	ctx := context.Background()
+	u, err := d.CreateUser(ctx, "slots@example.com", "h", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	insertRuns(t, d, u.ID, "started", "queued")
+	for _, read := range []struct {
+		name string
+		do   func(tx spec.Tx) (string, error)
+		want string
+	}{
+		{"running count", func(tx spec.Tx) (string, error) {
+			n, err := tx.LockedRunningCount(ctx, u.ID)
+			return fmt.Sprint(n), err
+		}, "1"},
+		{"startable runs", func(tx spec.Tx) (string, error) {
+			// One slot, which the holder took: none, although a stale
+			// count would leave it free for "queued".
+			runs, err := tx.LockedStartable(ctx, u.ID, 1)
+			var ids []string
+			for _, r := range runs {
+				ids = append(ids, r.ID)
+			}
+			return fmt.Sprint(ids), err
+		}, "[]"},
+	} {
+		// The holder moves "started" to running under the lock; the read
+		// must wait for its commit and count it.
+		setStatus := func(status string) func(tx spec.Tx) error {
+			return func(tx spec.Tx) error {
+				run, err := tx.FindRun(ctx, "started")
+				if err != nil {
+					return err
+				}
+				run.Status = status
+				return tx.UpdateRun(ctx, run)
+			}
+		}
+		if err := d.WriteTx(ctx, setStatus(spec.StatusQueued)); err != nil {
+			t.Fatal(err)
+		}
+		locked, release, holderDone := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+		var releaseOnce sync.Once
+		letGo := func() { releaseOnce.Do(func() { close(release) }) }
+		// On a failure too, before the store closes: the holder waits.
+		t.Cleanup(letGo)
+		go func() {
+			holderDone <- d.WriteTx(ctx, func(tx spec.Tx) error {
+				if err := tx.LockUserSlots(ctx, u.ID); err != nil {
+					return err
+				}
+				close(locked)
+				<-release
+				return setStatus(spec.StatusRunning)(tx)
+			})
+		}()
+		<-locked
+		got := make(chan string, 1)
+		go func() {
+			var out string
+			err := d.WriteTx(ctx, func(tx spec.Tx) (err error) {
+				out, err = read.do(tx)
+				return err
+			})
+			if err != nil {
+				out = err.Error()
+			}
+			got <- out
+		}()
+		// The read is queued on the holder's lock before the holder writes.
+		for blocked := false; !blocked; {
+			if err := d.Pool().QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity a
+				JOIN pg_stat_activity h ON h.pid = ANY (pg_blocking_pids(a.pid))
+				WHERE a.datname = current_database() AND h.query LIKE '%pg_advisory_xact_lock%')`).Scan(&blocked); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case out := <-got:
+				t.Fatalf("%s: read %s while another transaction held the user's slot lock", read.name, out)
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+		letGo()
+		if err := <-holderDone; err != nil {
+			t.Fatal(err)
+		}
+		if out := <-got; out != read.want {
+			t.Errorf("%s after the holder committed = %s, want %s", read.name, out, read.want)
+		}
+	}
 }
 
 // TestHeartbeatsNameLiveProcesses checks that a process is live while its

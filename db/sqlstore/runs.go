@@ -474,17 +474,50 @@ func (r Reads) countByStatus(ctx context.Context, query string, args ...any) (ma
 // two promotions cannot both take the last free slot. Where write
 // transactions are serialised anyway (SQLite) it does nothing.
 func (tx *Tx) LockUserSlots(ctx context.Context, userID int64) error {
-	if tx.d.LockUserSlots == nil {
+	if tx.d.SlotsLock == nil {
 		return nil
 	}
-	return tx.d.LockUserSlots(ctx, tx.c, userID)
+	q, args := tx.d.SlotsLock(userID)
+	_, err := tx.c.Exec(ctx, q, args...)
+	return err
 }
 
-// CountRunning returns how many of the user's runs are running, inside tx.
-func (tx *Tx) CountRunning(ctx context.Context, userID int64) (int, error) {
+// afterSlotsLock runs query once it holds the user's slot lock
+// (LockUserSlots), in the same round trip where the connection pipelines:
+// the lock is held until the transaction commits, and every round trip it
+// waits through is one more that the user's other promotions wait for.
+func (tx *Tx) afterSlotsLock(ctx context.Context, userID int64, query string, args ...any) (Rows, error) {
+	if tx.d.SlotsLock != nil {
+		lock, lockArgs := tx.d.SlotsLock(userID)
+		if p, ok := tx.c.(Pipeliner); ok {
+			return p.QueryAfter(ctx, lock, lockArgs, query, args...)
+		}
+		if _, err := tx.c.Exec(ctx, lock, lockArgs...); err != nil {
+			return nil, err
+		}
+	}
+	return tx.c.Query(ctx, query, args...)
+}
+
+// LockedRunningCount locks the user's run slots (LockUserSlots) and then
+// returns how many of the user's runs are running.
+func (tx *Tx) LockedRunningCount(ctx context.Context, userID int64) (int, error) {
+	rows, err := tx.afterSlotsLock(ctx, userID, `SELECT COUNT(*) FROM runs WHERE user_id = ? AND status = 'running'`, userID)
+	if err != nil {
+		return 0, err
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return 0, err
+		}
+		return 0, sql.ErrNoRows
+	}
 	var n int
-	err := tx.c.QueryRow(ctx, `SELECT COUNT(*) FROM runs WHERE user_id = ? AND status = 'running'`, userID).Scan(&n)
-	return n, err
+	if err := rows.Scan(&n); err != nil {
+		return 0, err
+	}
+	return n, rows.Err()
 }
 
 // QueuedUsers returns the ids of users with queued runs, in the order of
@@ -507,15 +540,19 @@ func (tx *Tx) QueuedUsers(ctx context.Context) ([]int64, error) {
 	return out, rows.Err()
 }
 
-// OldestQueued returns up to n of the user's queued runs, oldest first.
-// Where several processes write, it locks them for the rest of the
-// transaction (as FindRun): a run that another transaction holds is read
-// once that one ends, and only if it is still queued then, so a promotion
-// never starts a run canceled (or started) meanwhile by writing back the
-// copy it read before. It may then return fewer than n.
-func (tx *Tx) OldestQueued(ctx context.Context, userID int64, n int) ([]*spec.Run, error) {
-	return scanRuns(tx.c.Query(ctx, `SELECT `+RunColumns+` FROM runs WHERE user_id = ? AND status = 'queued'
-		ORDER BY created_at, id LIMIT ?`+tx.d.ForUpdate, userID, n))
+// LockedStartable locks the user's run slots (LockUserSlots) and then
+// returns the user's oldest queued runs, as many as the user has free
+// slots (max less the runs running), oldest first: the count and the read
+// are one statement. Where several processes write, it locks the runs for
+// the rest of the transaction (as FindRun): a run that another transaction
+// holds is read once that one ends, and only if it is still queued then,
+// so a promotion never starts a run canceled (or started) meanwhile by
+// writing back the copy it read before. It may then return fewer.
+func (tx *Tx) LockedStartable(ctx context.Context, userID int64, max int) ([]*spec.Run, error) {
+	return scanRuns(tx.afterSlotsLock(ctx, userID, `SELECT `+RunColumns+` FROM runs WHERE user_id = ? AND status = 'queued'
+		ORDER BY created_at, id
+		LIMIT (SELECT CASE WHEN COUNT(*) < ? THEN ? - COUNT(*) ELSE 0 END FROM runs WHERE user_id = ? AND status = 'running')`+tx.d.ForUpdate,
+		userID, max, max, userID))
 }
 
 // RenewAttemptLease extends the lease of a running run held by owner while

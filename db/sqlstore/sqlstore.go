@@ -77,10 +77,19 @@ type Dialect struct {
 	// Search is the database's full-text search (documents, transcripts,
 	// run objectives).
 	Search Search
-	// LockUserSlots takes, for the rest of tx, the lock that serialises the
-	// user's slot promotions across processes; nil where transactions are
+	// SlotsLock is the statement that takes, for the rest of a
+	// transaction, the lock that serialises a user's slot promotions
+	// across processes, and its arguments; nil where transactions are
 	// serialised anyway.
-	LockUserSlots func(ctx context.Context, tx Conn, userID int64) error
+	SlotsLock func(userID int64) (string, []any)
+}
+
+// Pipeliner is a Conn that can send a statement and a query to run after
+// it in one round trip, each with its own snapshot as if sent one after
+// the other: the query sees what committed while the statement waited for
+// a lock.
+type Pipeliner interface {
+	QueryAfter(ctx context.Context, first string, firstArgs []any, query string, args ...any) (Rows, error)
 }
 
 // Search is a database's full-text search: every word of a query

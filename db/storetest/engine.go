@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -26,16 +27,17 @@ func (s suite) slots(t *testing.T) {
 		f.tx(func(tx spec.Tx) error { return tx.UpdateRun(f.ctx, r) })
 	}
 	f.tx(func(tx spec.Tx) error {
-		if err := tx.LockUserSlots(f.ctx, u.ID); err != nil {
-			return err
-		}
-		n, err := tx.CountRunning(f.ctx, u.ID)
+		n, err := tx.LockedRunningCount(f.ctx, u.ID)
 		if err != nil || n != 2 {
 			t.Errorf("running = %d, %v; want 2", n, err)
 		}
-		q, err := tx.OldestQueued(f.ctx, u.ID, 2)
-		if err != nil || len(q) != 2 || q[0].ID != "q1" || q[1].ID != "q2" {
-			t.Errorf("oldest queued = %v, %v; want q1, q2", runIDs(q), err)
+		// max less the two running: as many of the oldest queued runs as
+		// there are free slots, and none when there are none.
+		for max, want := range map[int][]string{1: nil, 2: nil, 3: {"q1"}, 4: {"q1", "q2"}, 9: {"q1", "q2", "q3"}} {
+			q, err := tx.LockedStartable(f.ctx, u.ID, max)
+			if err != nil || !slices.Equal(runIDs(q), want) {
+				t.Errorf("startable out of %d slots = %v, %v; want %v", max, runIDs(q), err, want)
+			}
 		}
 		return nil
 	})

@@ -208,12 +208,14 @@ type Tx interface {
 	UpdateRun(ctx context.Context, r *Run) error
 	SetRunMetrics(ctx context.Context, r *Run) error
 	SetLease(ctx context.Context, r *Run, owner string, until time.Time) error
-	// LockUserSlots, CountRunning and OldestQueued serve slot promotion:
-	// lock the user's slots for the rest of the transaction, count the runs
-	// holding one, and read the user's oldest queued runs.
+	// LockUserSlots, LockedRunningCount and LockedStartable serve slot
+	// promotion. Each locks the user's slots for the rest of the
+	// transaction; then the second counts the runs holding one, and the
+	// third reads the user's oldest queued runs, as many as there are free
+	// slots out of max.
 	LockUserSlots(ctx context.Context, userID int64) error
-	CountRunning(ctx context.Context, userID int64) (int, error)
-	OldestQueued(ctx context.Context, userID int64, n int) ([]*Run, error)
+	LockedRunningCount(ctx context.Context, userID int64) (int, error)
+	LockedStartable(ctx context.Context, userID int64, max int) ([]*Run, error)
 
 	FindIteration(ctx context.Context, runID string, iteration int) (*Iteration, error)
 	UpsertIteration(ctx context.Context, it *Iteration) error
