@@ -21,7 +21,6 @@ type querier interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 }
 
 // conn is a sqlstore.Conn over the pool or a transaction.
@@ -38,38 +37,6 @@ func (c pgConn) Query(ctx context.Context, query string, args ...any) (sqlstore.
 
 func (c pgConn) QueryRow(ctx context.Context, query string, args ...any) sqlstore.Row {
 	return row{c.q.QueryRow(ctx, rebinder.Rebind(query), textArgs(args)...)}
-}
-
-// QueryAfter runs first and then query in one round trip (a pipeline of
-// two statements): query's snapshot is taken once first is done, as if it
-// were sent after it. The rows' Close ends the round trip.
-func (c pgConn) QueryAfter(ctx context.Context, first string, firstArgs []any, query string, args ...any) (sqlstore.Rows, error) {
-	b := &pgx.Batch{}
-	b.Queue(rebinder.Rebind(first), textArgs(firstArgs)...)
-	b.Queue(rebinder.Rebind(query), textArgs(args)...)
-	br := c.q.SendBatch(ctx, b)
-	if _, err := br.Exec(); err != nil {
-		br.Close()
-		return nil, err
-	}
-	rows, err := br.Query()
-	if err != nil {
-		br.Close()
-		return nil, err
-	}
-	return batchRows{rows, br}, nil
-}
-
-// batchRows are the rows of a pipeline's last query; closing them closes
-// the pipeline.
-type batchRows struct {
-	pgx.Rows
-	br pgx.BatchResults
-}
-
-func (r batchRows) Close() {
-	r.Rows.Close()
-	r.br.Close()
 }
 
 // textArgs makes every string argument storable as PostgreSQL text, which

@@ -127,24 +127,29 @@ func (tx *Tx) writeEvents(ctx context.Context) (committed bool, err error) {
 	for _, e := range tx.events {
 		counts[e.RunID]++
 	}
-	b := &pgx.Batch{}
-	for _, id := range slices.Sorted(maps.Keys(counts)) {
-		b.Queue(seqSQL, id, counts[id])
-	}
 	runs, types, data, created := make([]string, n), make([]string, n), make([]string, n), make([]int64, n)
 	for i, e := range tx.events {
 		runs[i], types[i], data[i], created[i] = e.RunID, string(e.Type), string(e.Data), e.CreatedAt.UnixMilli()
 	}
-	// PostgreSQL plans insertSQL afresh for every call by default (its
-	// estimate for a plan made for any array is worse than for the arrays
-	// it is given), which cost more than running it; the plan it makes
-	// once does as well.
-	b.Queue(`SET LOCAL plan_cache_mode = force_generic_plan`)
-	b.Queue(insertSQL, runs, types, data, created, int32(feedLock))
-	b.Queue(`COMMIT`)
-	b.Queue(tryLockSQL, int32(feedLock))
-	b.Queue(tryAnnounceSQL, eventsChannel, maxPayload)
-	br := tx.PG.SendBatch(ctx, b)
+	// After the writes the transaction held back (txConn), in the same
+	// round trip.
+	br, err := tx.conn.send(ctx, func(b *pgx.Batch) {
+		for _, id := range slices.Sorted(maps.Keys(counts)) {
+			b.Queue(seqSQL, id, counts[id])
+		}
+		// PostgreSQL plans insertSQL afresh for every call by default
+		// (its estimate for a plan made for any array is worse than for
+		// the arrays it is given), which cost more than running it; the
+		// plan it makes once does as well.
+		b.Queue(`SET LOCAL plan_cache_mode = force_generic_plan`)
+		b.Queue(insertSQL, runs, types, data, created, int32(feedLock))
+		b.Queue(`COMMIT`)
+		b.Queue(tryLockSQL, int32(feedLock))
+		b.Queue(tryAnnounceSQL, eventsChannel, maxPayload)
+	})
+	if err != nil {
+		return false, err
+	}
 	defer br.Close()
 	for range counts {
 		tag, err := br.Exec()

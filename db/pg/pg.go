@@ -203,10 +203,13 @@ func (d *DB) migrate(ctx context.Context) error {
 // Tx is a write transaction. Events appended through it are announced to
 // every process when it commits.
 type Tx struct {
-	*sqlstore.Tx        // the shared methods
-	PG           pgx.Tx // the transaction itself, for River's driver
-	db           *DB
-	events       []*spec.Event
+	*sqlstore.Tx // the shared methods
+	// PG is the transaction itself, for River's driver: its statements go
+	// out after the writes the shared methods held back (txConn).
+	PG     pgx.Tx
+	conn   *txConn
+	db     *DB
+	events []*spec.Event
 }
 
 // WriteTx runs fn in one transaction and commits it when fn returns nil.
@@ -235,7 +238,8 @@ func (d *DB) write(ctx context.Context, fn func(tx *Tx) error) error {
 			ptx.Rollback(context.WithoutCancel(ctx))
 		}
 	}
-	tx := &Tx{Tx: sqlstore.NewTx(pgConn{ptx}, dialect, d.now()), PG: ptx, db: d}
+	c := &txConn{tx: ptx}
+	tx := &Tx{Tx: sqlstore.NewTx(c, dialect, d.now()), PG: flushingTx{ptx, c}, conn: c, db: d}
 	if err := fn(tx); err != nil {
 		rollback()
 		return err
@@ -248,7 +252,8 @@ func (d *DB) write(ctx context.Context, fn func(tx *Tx) error) error {
 	if committed {
 		return nil
 	}
-	if err := ptx.Commit(ctx); err != nil {
+	if err := c.commit(ctx); err != nil {
+		rollback()
 		return fmt.Errorf("commit: %w", err)
 	}
 	return nil

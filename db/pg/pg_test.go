@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"homework/db/pg"
 	"homework/db/pg/pgtest"
 	"homework/db/storetest"
@@ -395,6 +397,64 @@ func TestSlotReadsSeeWhatCommittedWhileTheyWaited(t *testing.T) {
 		}
 		if out := <-got; out != read.want {
 			t.Errorf("%s after the holder committed = %s, want %s", read.name, out, read.want)
+		}
+	}
+}
+
+// TestStatementsOnTheTransactionSeeItsHeldWrites checks that what River's
+// driver (and this package) runs on a write transaction's pgx.Tx goes out
+// after the writes the store held back: each way of sending a statement
+// sees the run's update made just before it.
+func TestStatementsOnTheTransactionSeeItsHeldWrites(t *testing.T) {
+	d := open(t, pgtest.NewDatabase(t), nil)
+	ctx := context.Background()
+	u, err := d.CreateUser(ctx, "held@example.com", "h", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	insertRuns(t, d, u.ID, "r")
+	const q = `SELECT objective FROM runs WHERE id = 'r'`
+	for name, read := range map[string]func(tx pgx.Tx) (string, error){
+		"QueryRow": func(tx pgx.Tx) (s string, err error) { return s, tx.QueryRow(ctx, q).Scan(&s) },
+		"Query": func(tx pgx.Tx) (string, error) {
+			rows, err := tx.Query(ctx, q)
+			if err != nil {
+				return "", err
+			}
+			s, err := pgx.CollectExactlyOneRow(rows, pgx.RowTo[string])
+			return s, err
+		},
+		"Exec": func(tx pgx.Tx) (string, error) {
+			tag, err := tx.Exec(ctx, `UPDATE runs SET mode = mode WHERE id = 'r' AND objective = 'held Exec'`)
+			return fmt.Sprint(tag.RowsAffected(), " row"), err
+		},
+		"SendBatch": func(tx pgx.Tx) (s string, err error) {
+			b := &pgx.Batch{}
+			b.Queue(q)
+			br := tx.SendBatch(ctx, b)
+			defer br.Close()
+			return s, br.QueryRow().Scan(&s)
+		},
+	} {
+		var got string
+		err := d.WriteTx(ctx, func(stx spec.Tx) error {
+			run, err := stx.FindRun(ctx, "r")
+			if err != nil {
+				return err
+			}
+			run.Objective = "held " + name
+			if err := stx.UpdateRun(ctx, run); err != nil {
+				return err
+			}
+			got, err = read(stx.(*pg.Tx).PG)
+			return err
+		})
+		want := "held " + name
+		if name == "Exec" {
+			want = "1 row"
+		}
+		if err != nil || got != want {
+			t.Errorf("%s after a held update: %q, %v; want %q", name, got, err, want)
 		}
 	}
 }

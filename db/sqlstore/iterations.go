@@ -93,17 +93,13 @@ func (tx *Tx) UpsertIteration(ctx context.Context, it *spec.Iteration) error {
 	if err != nil {
 		return fmt.Errorf("upsert iteration: %w", err)
 	}
-	_, err = tx.c.Exec(ctx, `INSERT INTO iterations (`+iterCols+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)
+	return tx.execHeld(ctx, -1, nil, "upsert iteration", `INSERT INTO iterations (`+iterCols+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)
 		ON CONFLICT (run_id, iteration) DO UPDATE SET attempt=excluded.attempt, status=excluded.status,
 		started_at=excluded.started_at, ended_at=excluded.ended_at, summary=excluded.summary, gate=excluded.gate,
 		checks=excluded.checks, fingerprint=excluded.fingerprint, error=excluded.error,
 		error_fingerprint=excluded.error_fingerprint, metrics=excluded.metrics, artifacts=excluded.artifacts`,
 		it.RunID, it.Iteration, it.Attempt, it.Status, ms(it.StartedAt), ms(it.EndedAt), it.Summary, gate, checks,
 		it.Fingerprint, it.Error, it.ErrorFingerprint, string(metrics), artifacts)
-	if err != nil {
-		return fmt.Errorf("upsert iteration: %w", err)
-	}
-	return nil
 }
 
 // FindIteration returns one iteration row inside tx.

@@ -181,12 +181,8 @@ func (tx *Tx) UpdateRun(ctx context.Context, r *spec.Run) error {
 			mask |= 1 << i
 		}
 	}
-	n, err := tx.c.Exec(ctx, updateRunSQLs[mask], args...)
-	if err != nil {
-		return fmt.Errorf("update run: %w", err)
-	}
-	if n == 0 {
-		return spec.Errorf(spec.ENOTFOUND, "Run not found.")
+	if err := tx.execHeld(ctx, 1, spec.Errorf(spec.ENOTFOUND, "Run not found."), "update run", updateRunSQLs[mask], args...); err != nil {
+		return err
 	}
 	for i, c := range runKeyArgs {
 		k[i] = args[c.arg]
@@ -235,7 +231,7 @@ func (tx *Tx) SetRunMetrics(ctx context.Context, r *spec.Run) error {
 		return err
 	}
 	r.UpdatedAt = tx.now
-	if _, err = tx.c.Exec(ctx, `UPDATE runs SET metrics = ?, updated_at = ? WHERE id = ?`, string(b), tx.now.UnixMilli(), r.ID); err != nil {
+	if err := tx.execHeld(ctx, -1, nil, "set run metrics", `UPDATE runs SET metrics = ?, updated_at = ? WHERE id = ?`, string(b), tx.now.UnixMilli(), r.ID); err != nil {
 		return err
 	}
 	// The metrics are an indexed column UpdateRun compares against: the

@@ -84,6 +84,15 @@ type Dialect struct {
 	SlotsLock func(userID int64) (string, []any)
 }
 
+// Deferrer is a Conn that can hold a write back and send it with the
+// transaction's next statement, or its commit, in one round trip. The write
+// fails that statement (and the transaction) when it fails, with its error
+// wrapped in label, or with miss when want >= 0 and it changed another
+// number of rows.
+type Deferrer interface {
+	ExecDeferred(ctx context.Context, want int64, miss error, label, query string, args ...any) error
+}
+
 // Pipeliner is a Conn that can send a statement and a query to run after
 // it in one round trip, each with its own snapshot as if sent one after
 // the other: the query sees what committed while the statement waited for

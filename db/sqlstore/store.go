@@ -2,6 +2,7 @@ package sqlstore
 
 import (
 	"context"
+	"fmt"
 	"time"
 )
 
@@ -71,4 +72,23 @@ type Store struct {
 // telling the time with now.
 func NewStore(reads Reads, write func(ctx context.Context, fn func(tx *Tx) error) error, now func() time.Time) Store {
 	return Store{Reads: reads, write: write, now: now}
+}
+
+// execHeld runs a write whose only result is whether it failed: where the
+// Conn can (Deferrer, PostgreSQL) it is held back and sent with the
+// transaction's next statement, so a run of such writes costs no round
+// trip of its own. want >= 0 is the number of rows it must change, else
+// the write fails with miss. An error is wrapped in label.
+func (tx *Tx) execHeld(ctx context.Context, want int64, miss error, label, query string, args ...any) error {
+	if d, ok := tx.c.(Deferrer); ok {
+		return d.ExecDeferred(ctx, want, miss, label, query, args...)
+	}
+	n, err := tx.c.Exec(ctx, query, args...)
+	if err != nil {
+		return fmt.Errorf("%s: %w", label, err)
+	}
+	if want >= 0 && n != want {
+		return miss
+	}
+	return nil
 }

@@ -122,8 +122,8 @@ func (tx *Tx) insertTranscriptLines(ctx context.Context, runID string, iteration
 			data, _ := jsonOrNil(l.Data)
 			args = append(args, runID, iteration, l.Seq, l.Attempt, l.Kind, l.Name, l.Role, l.Text, data, tx.now.UnixMilli())
 		}
-		if _, err := tx.c.Exec(ctx, insertTranscriptQueries[n], args...); err != nil {
-			return fmt.Errorf("insert transcript lines: %w", err)
+		if err := tx.execHeld(ctx, -1, nil, "insert transcript lines", insertTranscriptQueries[n], args...); err != nil {
+			return err
 		}
 		lines = lines[n:]
 	}

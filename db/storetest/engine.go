@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"context"
+	"encoding/json"
 	"slices"
 	"testing"
 	"time"
@@ -38,6 +39,80 @@ func (s suite) slots(t *testing.T) {
 			if err != nil || !slices.Equal(runIDs(q), want) {
 				t.Errorf("startable out of %d slots = %v, %v; want %v", max, runIDs(q), err, want)
 			}
+		}
+		return nil
+	})
+}
+
+// failedWrites: a write may be sent with the transaction's next statement
+// or its commit (PostgreSQL holds blind writes back): wherever its failure
+// shows, the transaction fails with it and nothing it wrote is committed.
+// A read after a write sees it.
+func (s suite) failedWrites(t *testing.T) {
+	f := s.fixture(t)
+	u := f.user("writes@example.com")
+	f.run(u.ID, "there")
+	missing := &spec.Run{ID: "missing", UserID: u.ID, Objective: "o", Mode: spec.ModeAuto, Executor: spec.ExecutorScript,
+		Config: json.RawMessage(`{}`), Status: spec.StatusRunning}
+	// What follows the failing update of a run that is not there: nothing
+	// (the commit), a read, another write, an event.
+	for name, then := range map[string]func(tx spec.Tx) error{
+		"commit": func(spec.Tx) error { return nil },
+		"read": func(tx spec.Tx) error {
+			_, err := tx.FindRun(f.ctx, "there")
+			return err
+		},
+		"write": func(tx spec.Tx) error {
+			return tx.UpsertIteration(f.ctx, &spec.Iteration{RunID: "there", Iteration: 1, Attempt: 1, Status: "running", StartedAt: time.Now()})
+		},
+		"event": func(tx spec.Tx) error {
+			_, err := tx.AppendEvent(f.ctx, "there", "note", map[string]string{"then": "event"})
+			return err
+		},
+	} {
+		err := f.s.WriteTx(f.ctx, func(tx spec.Tx) error {
+			if err := tx.InsertRun(f.ctx, &spec.Run{ID: "new-" + name, UserID: u.ID, Objective: "o", Mode: spec.ModeAuto,
+				Executor: spec.ExecutorScript, Config: json.RawMessage(`{}`), Status: spec.StatusQueued}); err != nil {
+				return err
+			}
+			if err := tx.UpdateRun(f.ctx, missing); err != nil {
+				return err
+			}
+			return then(tx)
+		})
+		wantCode(t, "updating a missing run, then "+name, err, spec.ENOTFOUND)
+		if _, err := f.s.FindRun(f.ctx, u.ID, "new-"+name); spec.ErrorCode(err) != spec.ENOTFOUND {
+			t.Errorf("then %s: the run inserted before the failed update was committed (%v)", name, err)
+		}
+	}
+	f.tx(func(tx spec.Tx) error {
+		if its, err := tx.RecentIterations(f.ctx, "there", 10); err != nil || len(its) != 0 {
+			t.Errorf("iterations written after a failed update: %d, %v", len(its), err)
+		}
+		return nil
+	})
+	if evs, err := f.s.ListUserEvents(f.ctx, u.ID, 0, 100); err != nil || len(evs) != 0 {
+		t.Errorf("events appended after a failed update: %d, %v", len(evs), err)
+	}
+
+	// A read after a write in the same transaction sees it.
+	f.tx(func(tx spec.Tx) error {
+		r, err := tx.FindRun(f.ctx, "there")
+		if err != nil {
+			return err
+		}
+		r.Objective = "changed"
+		if err := tx.UpdateRun(f.ctx, r); err != nil {
+			return err
+		}
+		if err := tx.UpsertIteration(f.ctx, &spec.Iteration{RunID: "there", Iteration: 1, Attempt: 1, Status: "running", StartedAt: time.Now()}); err != nil {
+			return err
+		}
+		if again, err := tx.FindRun(f.ctx, "there"); err != nil || again.Objective != "changed" {
+			t.Errorf("a read after an update in the same transaction: %+v, %v", again, err)
+		}
+		if it, err := tx.FindIteration(f.ctx, "there", 1); err != nil || it.Status != "running" {
+			t.Errorf("a read after an iteration's write in the same transaction: %+v, %v", it, err)
 		}
 		return nil
 	})

@@ -47,6 +47,7 @@ func Run(t *testing.T, open func(t *testing.T) spec.Store) {
 	t.Run("credentials are live until revoked, expired or deleted", s.liveCredentials)
 	t.Run("another user's objects are not found", s.isolation)
 	t.Run("slots: running runs are counted and the oldest queued come first", s.slots)
+	t.Run("a write that fails fails its transaction, whatever follows it", s.failedWrites)
 	t.Run("leases: running runs list their lease, renewed by the owner's current attempt", s.leases)
 	t.Run("metric sums add up iterations and model calls", s.metricSums)
 	t.Run("a shared store names the live and the dead processes and binds runs to hosts", s.cluster)

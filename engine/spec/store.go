@@ -193,7 +193,11 @@ type UsageReads interface {
 // Tx is one write transaction: every state change of a run happens in one,
 // together with the events that record it and the job that works its next
 // iteration. Events appended in a transaction are published after it
-// commits, never before.
+// commits, never before. A write may be sent with the transaction's next
+// statement (a store that pays a round trip per statement holds back the
+// writes nothing is read from: UpdateRun, SetRunMetrics, UpsertIteration,
+// transcript lines): its failure is then that statement's error, or the
+// commit's, and the transaction fails with it either way.
 type Tx interface {
 	// Now is the transaction's time, stamped once.
 	Now() time.Time
