@@ -21,16 +21,17 @@ import "context"
 //     through the inbox table and the next job.
 //   - Slot promotion: promote counts a user's running runs and starts the
 //     oldest queued ones in one transaction. SQLite serialises writers, so
-//     two promotions cannot both see a free slot; spec.Tx.LockUserSlots is
-//     where a store with concurrent writers takes a per-user lock first.
+//     two promotions cannot both see a free slot; spec.Tx.LockedStartable
+//     and LockedRunningCount are where a store with concurrent writers
+//     takes a per-user lock first.
 
 // On PostgreSQL (package db/pg) each of these takes its
 // multi-process strategy: seqs come from a per-run counter row locked by the
 // appending transaction; there is no lock file; SharedStore is set and
 // processes heartbeat and hold their liveness (spec.Cluster), so recovery
 // takes the leases of dead processes at once and otherwise only expired
-// ones; interrupts go through the store's NOTIFY channel; and
-// LockUserSlots takes a per-user advisory lock.
+// ones; interrupts go through the store's NOTIFY channel; and slot
+// promotion takes a per-user advisory lock.
 
 // interrupt stops the run's in-flight iteration, wherever it runs.
 func (e *Engine) interrupt(ctx context.Context, runID string, cause error) {

@@ -15,7 +15,8 @@
 //     (feedHorizon), up to which every id drawn has committed or never
 //     will: no reader passes an id still in flight.
 //   - Slot promotion takes a transaction-scoped advisory lock per user
-//     (LockUserSlots), so two processes cannot both take the last slot.
+//     (dialect.SlotsLock) before it counts, so two processes cannot both
+//     take the last slot.
 //   - Committed events are announced by the horizon, with NOTIFY, outside
 //     the transactions that write them (announcer). Every process LISTENs
 //     and hands the events up to each announced horizon to OnEvents in id

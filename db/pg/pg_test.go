@@ -264,7 +264,7 @@ func TestLockUserSlotsSerialisesPromotions(t *testing.T) {
 	second := make(chan struct{})
 	go func() {
 		d.WriteTx(ctx, func(tx spec.Tx) error {
-			if err := tx.LockUserSlots(ctx, 7); err != nil {
+			if err := tx.(*pg.Tx).LockUserSlots(ctx, 7); err != nil {
 				t.Error(err)
 			}
 			close(locked)
@@ -275,7 +275,7 @@ func TestLockUserSlotsSerialisesPromotions(t *testing.T) {
 	<-locked
 	go func() {
 		d.WriteTx(ctx, func(tx spec.Tx) error {
-			err := tx.LockUserSlots(ctx, 7)
+			err := tx.(*pg.Tx).LockUserSlots(ctx, 7)
 			close(second)
 			return err
 		})
@@ -296,7 +296,7 @@ func TestLockUserSlotsSerialisesPromotions(t *testing.T) {
 		}
 	}
 	// A lock on another user is not held off.
-	if err := d.WriteTx(ctx, func(tx spec.Tx) error { return tx.LockUserSlots(ctx, 8) }); err != nil {
+	if err := d.WriteTx(ctx, func(tx spec.Tx) error { return tx.(*pg.Tx).LockUserSlots(ctx, 8) }); err != nil {
 		t.Fatal(err)
 	}
 	close(release)
@@ -357,7 +357,7 @@ func TestSlotReadsSeeWhatCommittedWhileTheyWaited(t *testing.T) {
 		t.Cleanup(letGo)
 		go func() {
 			holderDone <- d.WriteTx(ctx, func(tx spec.Tx) error {
-				if err := tx.LockUserSlots(ctx, u.ID); err != nil {
+				if err := tx.(*pg.Tx).LockUserSlots(ctx, u.ID); err != nil {
 					return err
 				}
 				close(locked)

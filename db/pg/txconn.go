@@ -2,6 +2,7 @@ package pg
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
@@ -11,8 +12,8 @@ import (
 )
 
 // txConn is a write transaction's sqlstore.Conn. A write whose only result
-// is whether it failed (ExecDeferred: an iteration's row, the run's row,
-// transcript lines) is held back and sent in the round trip of the
+// is whether it failed (ExecDeferred: an iteration's row, the run's row or
+// its metrics, transcript lines) is held back and sent in the round trip of the
 // transaction's next statement, whatever sends it (this Conn, River's
 // driver through flushingTx, the commit): a transaction pays one round trip
 // for a run of such writes and the statement after them, not one each. The
@@ -20,7 +21,9 @@ import (
 // writes made before it.
 //
 // A held write that fails fails the statement it went out with, and every
-// later one: the transaction cannot commit.
+// later one: the transaction cannot commit. An error the database gives
+// it is reported as the write's; an error of the round trip (the
+// connection) as it is.
 type txConn struct {
 	tx      pgx.Tx
 	pending []heldWrite
@@ -80,9 +83,15 @@ func (c *txConn) checkPending(br pgx.BatchResults, n int) error {
 	c.pending = c.pending[n:]
 	for _, w := range held {
 		_, err := br.Exec()
+		var pe *pgconn.PgError
 		switch {
 		case c.err != nil || err == nil:
-		case w.want >= 0 && pgCode(err) == divisionByZero:
+		case !errors.As(err, &pe):
+			// Not the write's doing: the round trip failed (the
+			// connection, or preparing or encoding any statement in
+			// it), and may have ended with COMMIT or not.
+			c.err = err
+		case w.want >= 0 && pe.Code == divisionByZero:
 			c.err = w.miss
 		default:
 			c.err = fmt.Errorf("%s: %w", w.label, err)
@@ -166,7 +175,7 @@ func (c *txConn) query(ctx context.Context, query string, args ...any) (pgx.Rows
 		br.Close()
 		return nil, err
 	}
-	return batchRows{rows, br}, nil
+	return &batchRows{Rows: rows, br: br}, nil
 }
 
 func (c *txConn) QueryRow(ctx context.Context, query string, args ...any) sqlstore.Row {
@@ -211,7 +220,7 @@ func (c *txConn) QueryAfter(ctx context.Context, first string, firstArgs []any, 
 		br.Close()
 		return nil, err
 	}
-	return batchRows{rows, br}, nil
+	return &batchRows{Rows: rows, br: br}, nil
 }
 
 // commit commits the transaction, with the held writes in the same round
@@ -227,16 +236,40 @@ func (c *txConn) commit(ctx context.Context) error {
 	return err
 }
 
-// batchRows are the rows of a pipeline's last query; closing them closes
-// the pipeline.
+// batchRows are the rows of a pipeline's last query. The pipeline ends
+// with them, as a plain query's connection is free again: once Next has
+// returned false, or at Close.
 type batchRows struct {
 	pgx.Rows
-	br pgx.BatchResults
+	br   pgx.BatchResults
+	done bool
+	err  error // ending the pipeline's
 }
 
-func (r batchRows) Close() {
+func (r *batchRows) Next() bool {
+	if r.Rows.Next() {
+		return true
+	}
+	r.end()
+	return false
+}
+
+func (r *batchRows) Close() { r.end() }
+
+func (r *batchRows) Err() error {
+	if err := r.Rows.Err(); err != nil {
+		return err
+	}
+	return r.err
+}
+
+func (r *batchRows) end() {
+	if r.done {
+		return
+	}
+	r.done = true
 	r.Rows.Close()
-	r.br.Close()
+	r.err = r.br.Close()
 }
 
 // batchRow is the row of a pipeline's last query; scanning it closes the

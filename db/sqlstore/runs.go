@@ -483,16 +483,15 @@ func (tx *Tx) LockUserSlots(ctx context.Context, userID int64) error {
 // the lock is held until the transaction commits, and every round trip it
 // waits through is one more that the user's other promotions wait for.
 func (tx *Tx) afterSlotsLock(ctx context.Context, userID int64, query string, args ...any) (Rows, error) {
-	if tx.d.SlotsLock != nil {
-		lock, lockArgs := tx.d.SlotsLock(userID)
-		if p, ok := tx.c.(Pipeliner); ok {
-			return p.QueryAfter(ctx, lock, lockArgs, query, args...)
-		}
-		if _, err := tx.c.Exec(ctx, lock, lockArgs...); err != nil {
-			return nil, err
-		}
+	if tx.d.SlotsLock == nil {
+		return tx.c.Query(ctx, query, args...)
 	}
-	return tx.c.Query(ctx, query, args...)
+	p, ok := tx.c.(Pipeliner)
+	if !ok {
+		return nil, fmt.Errorf("%s: the slot lock needs a pipelining connection", tx.d.Name)
+	}
+	lock, lockArgs := tx.d.SlotsLock(userID)
+	return p.QueryAfter(ctx, lock, lockArgs, query, args...)
 }
 
 // LockedRunningCount locks the user's run slots (LockUserSlots) and then
@@ -543,7 +542,8 @@ func (tx *Tx) QueuedUsers(ctx context.Context) ([]int64, error) {
 // the rest of the transaction (as FindRun): a run that another transaction
 // holds is read once that one ends, and only if it is still queued then,
 // so a promotion never starts a run canceled (or started) meanwhile by
-// writing back the copy it read before. It may then return fewer.
+// writing back the copy it read before; the next queued run takes its
+// place.
 func (tx *Tx) LockedStartable(ctx context.Context, userID int64, max int) ([]*spec.Run, error) {
 	return scanRuns(tx.afterSlotsLock(ctx, userID, `SELECT `+RunColumns+` FROM runs WHERE user_id = ? AND status = 'queued'
 		ORDER BY created_at, id

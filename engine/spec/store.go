@@ -212,12 +212,11 @@ type Tx interface {
 	UpdateRun(ctx context.Context, r *Run) error
 	SetRunMetrics(ctx context.Context, r *Run) error
 	SetLease(ctx context.Context, r *Run, owner string, until time.Time) error
-	// LockUserSlots, LockedRunningCount and LockedStartable serve slot
-	// promotion. Each locks the user's slots for the rest of the
-	// transaction; then the second counts the runs holding one, and the
-	// third reads the user's oldest queued runs, as many as there are free
-	// slots out of max.
-	LockUserSlots(ctx context.Context, userID int64) error
+	// LockedRunningCount and LockedStartable serve slot promotion. Each
+	// locks the user's slots for the rest of the transaction (where
+	// transactions run concurrently); then the first counts the runs
+	// holding one, and the second reads the user's oldest queued runs, as
+	// many as there are free slots out of max.
 	LockedRunningCount(ctx context.Context, userID int64) (int, error)
 	LockedStartable(ctx context.Context, userID int64, max int) ([]*Run, error)
 
