@@ -170,12 +170,7 @@ func (c *txConn) query(ctx context.Context, query string, args ...any) (pgx.Rows
 	if err != nil {
 		return nil, err
 	}
-	rows, err := br.Query()
-	if err != nil {
-		br.Close()
-		return nil, err
-	}
-	return &batchRows{Rows: rows, br: br}, nil
+	return lastRows(br)
 }
 
 func (c *txConn) QueryRow(ctx context.Context, query string, args ...any) sqlstore.Row {
@@ -201,9 +196,6 @@ func (c *txConn) queryRow(ctx context.Context, query string, args ...any) pgx.Ro
 // round trip (a pipeline): query's snapshot is taken once first is done,
 // as if it were sent after it. The rows' Close ends the round trip.
 func (c *txConn) QueryAfter(ctx context.Context, first string, firstArgs []any, query string, args ...any) (sqlstore.Rows, error) {
-	if c.err != nil {
-		return nil, c.err
-	}
 	br, err := c.send(ctx, func(b *pgx.Batch) {
 		b.Queue(rebinder.Rebind(first), textArgs(firstArgs)...)
 		b.Queue(rebinder.Rebind(query), textArgs(args)...)
@@ -215,12 +207,7 @@ func (c *txConn) QueryAfter(ctx context.Context, first string, firstArgs []any, 
 		br.Close()
 		return nil, err
 	}
-	rows, err := br.Query()
-	if err != nil {
-		br.Close()
-		return nil, err
-	}
-	return &batchRows{Rows: rows, br: br}, nil
+	return lastRows(br)
 }
 
 // commit commits the transaction, with the held writes in the same round
@@ -234,6 +221,17 @@ func (c *txConn) commit(ctx context.Context) error {
 	}
 	_, err := c.exec(ctx, "COMMIT")
 	return err
+}
+
+// lastRows returns the rows of br's next query, the last of its pipeline,
+// which end the pipeline (batchRows).
+func lastRows(br pgx.BatchResults) (pgx.Rows, error) {
+	rows, err := br.Query()
+	if err != nil {
+		br.Close()
+		return nil, err
+	}
+	return &batchRows{Rows: rows, br: br}, nil
 }
 
 // batchRows are the rows of a pipeline's last query. The pipeline ends
