@@ -13,8 +13,8 @@ import (
 
 // txConn is a write transaction's sqlstore.Conn. A write whose only result
 // is whether it failed (ExecDeferred: an iteration's row, the run's row or
-// its metrics, transcript lines) is held back and sent in the round trip of the
-// transaction's next statement, whatever sends it (this Conn, River's
+// its metrics, a model call, transcript lines) is held back and sent in
+// the round trip of the transaction's next statement, whatever sends it (this Conn, River's
 // driver through flushingTx, the commit): a transaction pays one round trip
 // for a run of such writes and the statement after them, not one each. The
 // statements run in the order they were made, so every statement sees the

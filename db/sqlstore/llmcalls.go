@@ -5,14 +5,16 @@ import (
 	"homework/engine/spec"
 )
 
-// InsertLLMCall stores a call's usage.
+// InsertLLMCall stores a call's usage. Nothing reads its id back, so it is
+// a held write (execHeld): on PostgreSQL it goes out with the
+// transaction's next statement.
 func (tx *Tx) InsertLLMCall(ctx context.Context, c *spec.LLMCall) error {
 	c.CreatedAt = tx.now
-	return tx.c.QueryRow(ctx, `INSERT INTO llm_calls (run_id, iteration, role, model, prompt_tokens, completion_tokens,
+	return tx.execHeld(ctx, -1, nil, "insert model call", `INSERT INTO llm_calls (run_id, iteration, role, model, prompt_tokens, completion_tokens,
 		cached_tokens, cache_write_tokens, reasoning_tokens, cost_usd, priced, cost_source, table_cost_usd, latency_ms, error, created_at)
-		VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) RETURNING id`,
+		VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
 		c.RunID, c.Iteration, c.Role, c.Model, c.PromptTokens, c.CompletionTokens, c.CachedTokens, c.CacheWriteTokens, c.ReasoningTokens,
-		c.CostUSD, c.Priced, c.CostSource, c.TableCostUSD, c.LatencyMS, c.Error, tx.now.UnixMilli()).Scan(&c.ID)
+		c.CostUSD, c.Priced, c.CostSource, c.TableCostUSD, c.LatencyMS, c.Error, tx.now.UnixMilli())
 }
 
 // ListLLMCalls returns the user's run's model calls in order.

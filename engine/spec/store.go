@@ -196,7 +196,7 @@ type UsageReads interface {
 // commits, never before. A write may be sent with the transaction's next
 // statement (a store that pays a round trip per statement holds back the
 // writes nothing is read from: UpdateRun, SetRunMetrics, UpsertIteration,
-// transcript lines): its failure is then that statement's error, or the
+// InsertLLMCall, transcript lines): its failure is then that statement's error, or the
 // commit's, and the transaction fails with it either way.
 type Tx interface {
 	// Now is the transaction's time, stamped once.
@@ -239,6 +239,7 @@ type Tx interface {
 	// PendingInbox returns the run's unconsumed inbox items as the
 	// transaction sees them, oldest first.
 	PendingInbox(ctx context.Context, runID string) ([]*InboxItem, error)
+	// InsertLLMCall records a model call (its ID is not read back).
 	InsertLLMCall(ctx context.Context, c *LLMCall) error
 	SumLLMCalls(ctx context.Context, runID string, iteration int) (Metrics, error)
 	InsertNotification(ctx context.Context, n *Notification) error
