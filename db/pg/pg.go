@@ -277,6 +277,14 @@ func pgCode(err error) string {
 	return ""
 }
 
+// unavailableCode reports whether a SQLSTATE says the server could not
+// serve, whatever the statement: class 08, connection exception;
+// 57P01-57P03, the server is shutting down or starting; 53300, too many
+// connections.
+func unavailableCode(code string) bool {
+	return strings.HasPrefix(code, "08") || code == "57P01" || code == "57P02" || code == "57P03" || code == "53300"
+}
+
 // Unavailable reports whether err means the database could not be reached
 // or could not serve (a refused or broken connection, a timeout, a server
 // shutting down or out of connections), as opposed to a fault of the
@@ -287,9 +295,7 @@ func (d *DB) Unavailable(err error) bool {
 		return false
 	}
 	if code := pgCode(err); code != "" {
-		// Class 08: connection exception; 57P01-57P03: the server is
-		// shutting down or starting; 53300: too many connections.
-		return strings.HasPrefix(code, "08") || code == "57P01" || code == "57P02" || code == "57P03" || code == "53300"
+		return unavailableCode(code)
 	}
 	var ce *pgconn.ConnectError
 	var ne net.Error

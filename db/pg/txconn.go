@@ -84,12 +84,14 @@ func (c *txConn) checkPending(br pgx.BatchResults, n int) error {
 	for _, w := range held {
 		_, err := br.Exec()
 		var pe *pgconn.PgError
+		var pre pgx.ErrPreprocessingBatch
 		switch {
 		case c.err != nil || err == nil:
-		case !errors.As(err, &pe):
-			// Not the write's doing: the round trip failed (the
-			// connection, or preparing or encoding any statement in
-			// it), and may have ended with COMMIT or not.
+		case errors.As(err, &pre) || !errors.As(err, &pe) || unavailableCode(pe.Code):
+			// Not the write's doing: the round trip failed (preparing
+			// or encoding any statement in it, before it was sent; the
+			// connection or the server, after, when it may have ended
+			// with COMMIT or not).
 			c.err = err
 		case w.want >= 0 && pe.Code == divisionByZero:
 			c.err = w.miss

@@ -2,6 +2,7 @@ package pg
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -75,5 +76,29 @@ func TestTheTransactionSendsHeldWritesFirst(t *testing.T) {
 		if err != nil {
 			t.Errorf("%s: %v", name, err)
 		}
+	}
+}
+
+// TestAStatementThatCannotBePreparedIsNotBlamedOnAHeldWrite checks that
+// a statement PostgreSQL refuses to prepare, sent after a held write,
+// fails with its own error, not the write's name: the write never went
+// out.
+func TestAStatementThatCannotBePreparedIsNotBlamedOnAHeldWrite(t *testing.T) {
+	d, _ := openInternal(t, pgtest.NewDatabase(t))
+	ctx := context.Background()
+	userWithRuns(t, d, "r")
+	err := d.write(ctx, func(tx *Tx) error {
+		run, err := tx.FindRun(ctx, "r")
+		if err != nil {
+			return err
+		}
+		if err := tx.UpdateRun(ctx, run); err != nil {
+			return err
+		}
+		_, err = tx.conn.Exec(ctx, `SELECT no_such_column FROM runs`)
+		return err
+	})
+	if err == nil || strings.Contains(err.Error(), "update run") || !strings.Contains(err.Error(), "no_such_column") {
+		t.Fatalf("a statement that cannot be prepared, after a held update: %v", err)
 	}
 }

@@ -478,10 +478,11 @@ func (tx *Tx) LockUserSlots(ctx context.Context, userID int64) error {
 	return err
 }
 
-// afterSlotsLock runs query once it holds the user's slot lock
-// (LockUserSlots), in the same round trip where the connection pipelines:
-// the lock is held until the transaction commits, and every round trip it
-// waits through is one more that the user's other promotions wait for.
+// afterSlotsLock runs query once it holds the user's slot lock (the
+// dialect's SlotsLock, which LockUserSlots takes alone), in the same round
+// trip where the connection pipelines: the lock is held until the
+// transaction commits, and every round trip it waits through is one more
+// that the user's other promotions wait for.
 func (tx *Tx) afterSlotsLock(ctx context.Context, userID int64, query string, args ...any) (Rows, error) {
 	if tx.d.SlotsLock == nil {
 		return tx.c.Query(ctx, query, args...)
@@ -494,7 +495,7 @@ func (tx *Tx) afterSlotsLock(ctx context.Context, userID int64, query string, ar
 	return p.QueryAfter(ctx, lock, lockArgs, query, args...)
 }
 
-// LockedRunningCount locks the user's run slots (LockUserSlots) and then
+// LockedRunningCount locks the user's run slots (afterSlotsLock) and then
 // returns how many of the user's runs are running.
 func (tx *Tx) LockedRunningCount(ctx context.Context, userID int64) (int, error) {
 	rows, err := tx.afterSlotsLock(ctx, userID, `SELECT COUNT(*) FROM runs WHERE user_id = ? AND status = 'running'`, userID)
@@ -535,7 +536,7 @@ func (tx *Tx) QueuedUsers(ctx context.Context) ([]int64, error) {
 	return out, rows.Err()
 }
 
-// LockedStartable locks the user's run slots (LockUserSlots) and then
+// LockedStartable locks the user's run slots (afterSlotsLock) and then
 // returns the user's oldest queued runs, as many as the user has free
 // slots (max less the runs running), oldest first: the count and the read
 // are one statement. Where several processes write, it locks the runs for
