@@ -14,11 +14,11 @@ import (
 // txConn is a write transaction's sqlstore.Conn. A write whose only result
 // is whether it failed (ExecDeferred: an iteration's row, the run's row or
 // its metrics, a model call, transcript lines) is held back and sent in
-// the round trip of the transaction's next statement, whatever sends it (this Conn, River's
-// driver through flushingTx, the commit): a transaction pays one round trip
-// for a run of such writes and the statement after them, not one each. The
-// statements run in the order they were made, so every statement sees the
-// writes made before it.
+// the round trip of the transaction's next statement, whatever sends it
+// (this Conn, River's driver through flushingTx, the commit): a
+// transaction pays one round trip for a run of such writes and the
+// statement after them, not one each. The statements run in the order
+// they were made, so every statement sees the writes made before it.
 //
 // A held write that fails fails the statement it went out with, and every
 // later one: the transaction cannot commit. An error the database gives
@@ -196,7 +196,7 @@ func (c *txConn) queryRow(ctx context.Context, query string, args ...any) pgx.Ro
 
 // QueryAfter runs first and then query, after the held writes, in one
 // round trip (a pipeline): query's snapshot is taken once first is done,
-// as if it were sent after it. The rows' Close ends the round trip.
+// as if it were sent after it. The rows end the round trip (batchRows).
 func (c *txConn) QueryAfter(ctx context.Context, first string, firstArgs []any, query string, args ...any) (sqlstore.Rows, error) {
 	br, err := c.send(ctx, func(b *pgx.Batch) {
 		b.Queue(rebinder.Rebind(first), textArgs(firstArgs)...)

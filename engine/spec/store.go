@@ -196,8 +196,8 @@ type UsageReads interface {
 // commits, never before. A write may be sent with the transaction's next
 // statement (a store that pays a round trip per statement holds back the
 // writes nothing is read from: UpdateRun, SetRunMetrics, UpsertIteration,
-// InsertLLMCall, transcript lines): its failure is then that statement's error, or the
-// commit's, and the transaction fails with it either way.
+// InsertLLMCall, transcript lines): its failure is then that statement's
+// error, or the commit's, and the transaction fails with it either way.
 type Tx interface {
 	// Now is the transaction's time, stamped once.
 	Now() time.Time
