@@ -517,7 +517,10 @@ func TestAnsweringARunWaitsForTheUsersSlotLock(t *testing.T) {
 	r := h.create(u, spec.Config{Script: script(scripted.Step{Status: &spec.Status{NeedsUserInput: true, BlockingQuestions: []string{"?"}}}, done("x"))})
 	h.waitStatus(u, r.ID, spec.StatusWaiting)
 
-	held := h.holdTx(t, func(tx spec.Tx) error { return tx.(*pg.Tx).LockUserSlots(h.ctx, u.ID) }, nil)
+	held := h.holdTx(t, func(tx spec.Tx) error {
+		_, err := tx.LockedRunningCount(h.ctx, u.ID)
+		return err
+	}, nil)
 	answered := make(chan error, 1)
 	go func() {
 		_, err := h.e.Respond(h.ctx, u.ID, r.ID, []string{"yes"})

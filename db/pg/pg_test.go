@@ -255,40 +255,23 @@ func TestAnAppendToAMissingRunCommitsNothing(t *testing.T) {
 	}
 }
 
-// TestLockUserSlotsSerialisesPromotions checks that the per-user advisory
-// lock makes a second transaction wait until the first commits.
-func TestLockUserSlotsSerialisesPromotions(t *testing.T) {
+// TestTheSlotLockSerialisesPromotions checks that the per-user advisory
+// lock a promotion's reads take makes a second transaction wait until the
+// first commits.
+func TestTheSlotLockSerialisesPromotions(t *testing.T) {
 	d := open(t, pgtest.NewDatabase(t), nil)
 	ctx := context.Background()
-	locked, release := make(chan struct{}), make(chan struct{})
+	holder := holdSlotLock(t, d, 7, nil)
 	second := make(chan struct{})
 	go func() {
 		d.WriteTx(ctx, func(tx spec.Tx) error {
-			if err := tx.(*pg.Tx).LockUserSlots(ctx, 7); err != nil {
-				t.Error(err)
-			}
-			close(locked)
-			<-release
-			return nil
-		})
-	}()
-	<-locked
-	go func() {
-		d.WriteTx(ctx, func(tx spec.Tx) error {
-			err := tx.(*pg.Tx).LockUserSlots(ctx, 7)
+			_, err := tx.LockedRunningCount(ctx, 7)
 			close(second)
 			return err
 		})
 	}()
-	// Wait until the second transaction is queued on the advisory lock.
-	for {
-		var waiting int
-		if err := d.Pool().QueryRow(ctx, `SELECT COUNT(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted`).Scan(&waiting); err != nil {
-			t.Fatal(err)
-		}
-		if waiting == 1 {
-			break
-		}
+	// Wait until the second transaction is queued behind the first.
+	for !holder.blocking(t) {
 		select {
 		case <-second:
 			t.Fatal("a second transaction took the user's slot lock while the first held it")
@@ -296,11 +279,71 @@ func TestLockUserSlotsSerialisesPromotions(t *testing.T) {
 		}
 	}
 	// A lock on another user is not held off.
-	if err := d.WriteTx(ctx, func(tx spec.Tx) error { return tx.(*pg.Tx).LockUserSlots(ctx, 8) }); err != nil {
+	if err := d.WriteTx(ctx, func(tx spec.Tx) error {
+		_, err := tx.LockedRunningCount(ctx, 8)
+		return err
+	}); err != nil {
 		t.Fatal(err)
 	}
-	close(release)
+	holder.release()
 	<-second
+}
+
+// slotHolder is a write transaction holding a user's slot lock, standing
+// for another process's promotion.
+type slotHolder struct {
+	d       *pg.DB
+	backend int32      // its PostgreSQL backend
+	release func()     // lets it go on and commit; idempotent
+	done    chan error // its result, once it ended
+}
+
+// holdSlotLock takes the user's slot lock in a write transaction of d and
+// returns once it holds it; released, the transaction runs then (when not
+// nil) and commits. A test that fails releases it before the store closes.
+func holdSlotLock(t *testing.T, d *pg.DB, userID int64, then func(tx spec.Tx) error) *slotHolder {
+	t.Helper()
+	ctx := context.Background()
+	h := &slotHolder{d: d, done: make(chan error, 1)}
+	locked, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	h.release = func() { once.Do(func() { close(release) }) }
+	t.Cleanup(h.release) // before the store's Close, registered earlier
+	go func() {
+		h.done <- d.WriteTx(ctx, func(tx spec.Tx) error {
+			if _, err := tx.LockedRunningCount(ctx, userID); err != nil {
+				return err
+			}
+			if err := tx.(*pg.Tx).PG.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&h.backend); err != nil {
+				return err
+			}
+			locked <- struct{}{}
+			<-release
+			if then != nil {
+				return then(tx)
+			}
+			return nil
+		})
+	}()
+	select {
+	case <-locked:
+	case err := <-h.done:
+		t.Fatalf("hold the slot lock: %v", err)
+	}
+	return h
+}
+
+// blocking reports whether a transaction of the holder's database waits
+// for the holder (not any lock wait in the cluster, which another
+// package's test may cause).
+func (h *slotHolder) blocking(t *testing.T) bool {
+	t.Helper()
+	var waiting bool
+	if err := h.d.Pool().QueryRow(context.Background(), `SELECT EXISTS (SELECT 1 FROM pg_stat_activity a
+		WHERE a.datname = current_database() AND $1::int = ANY (pg_blocking_pids(a.pid)))`, h.backend).Scan(&waiting); err != nil {
+		t.Fatal(err)
+	}
+	return waiting
 }
 
 // TestSlotReadsSeeWhatCommittedWhileTheyWaited checks the reads a
@@ -350,22 +393,7 @@ func TestSlotReadsSeeWhatCommittedWhileTheyWaited(t *testing.T) {
 		if err := d.WriteTx(ctx, setStatus(spec.StatusQueued)); err != nil {
 			t.Fatal(err)
 		}
-		locked, release, holderDone := make(chan struct{}), make(chan struct{}), make(chan error, 1)
-		var releaseOnce sync.Once
-		letGo := func() { releaseOnce.Do(func() { close(release) }) }
-		// On a failure too, before the store closes: the holder waits.
-		t.Cleanup(letGo)
-		go func() {
-			holderDone <- d.WriteTx(ctx, func(tx spec.Tx) error {
-				if err := tx.(*pg.Tx).LockUserSlots(ctx, u.ID); err != nil {
-					return err
-				}
-				close(locked)
-				<-release
-				return setStatus(spec.StatusRunning)(tx)
-			})
-		}()
-		<-locked
+		holder := holdSlotLock(t, d, u.ID, setStatus(spec.StatusRunning))
 		got := make(chan string, 1)
 		go func() {
 			var out string
@@ -379,20 +407,15 @@ func TestSlotReadsSeeWhatCommittedWhileTheyWaited(t *testing.T) {
 			got <- out
 		}()
 		// The read is queued on the holder's lock before the holder writes.
-		for blocked := false; !blocked; {
-			if err := d.Pool().QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity a
-				JOIN pg_stat_activity h ON h.pid = ANY (pg_blocking_pids(a.pid))
-				WHERE a.datname = current_database() AND h.query LIKE '%pg_advisory_xact_lock%')`).Scan(&blocked); err != nil {
-				t.Fatal(err)
-			}
+		for !holder.blocking(t) {
 			select {
 			case out := <-got:
 				t.Fatalf("%s: read %s while another transaction held the user's slot lock", read.name, out)
 			case <-time.After(5 * time.Millisecond):
 			}
 		}
-		letGo()
-		if err := <-holderDone; err != nil {
+		holder.release()
+		if err := <-holder.done; err != nil {
 			t.Fatal(err)
 		}
 		if out := <-got; out != read.want {

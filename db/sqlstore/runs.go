@@ -466,23 +466,13 @@ func (r Reads) countByStatus(ctx context.Context, query string, args ...any) (ma
 	return out, rows.Err()
 }
 
-// LockUserSlots locks the user's run slots until the transaction ends, so
-// two promotions cannot both take the last free slot. Where write
-// transactions are serialised anyway (SQLite) it does nothing.
-func (tx *Tx) LockUserSlots(ctx context.Context, userID int64) error {
-	if tx.d.SlotsLock == nil {
-		return nil
-	}
-	q, args := tx.d.SlotsLock(userID)
-	_, err := tx.c.Exec(ctx, q, args...)
-	return err
-}
-
 // afterSlotsLock runs query once it holds the user's slot lock (the
-// dialect's SlotsLock, which LockUserSlots takes alone), in the same round
-// trip where the connection pipelines: the lock is held until the
-// transaction commits, and every round trip it waits through is one more
-// that the user's other promotions wait for.
+// dialect's SlotsLock), so that two promotions cannot both take the last
+// free slot; where write transactions are serialised anyway (SQLite) there
+// is no lock. The lock is taken in the query's round trip, where the
+// connection pipelines: it is held until the transaction commits, and
+// every round trip it waits through is one more that the user's other
+// promotions wait for.
 func (tx *Tx) afterSlotsLock(ctx context.Context, userID int64, query string, args ...any) (Rows, error) {
 	if tx.d.SlotsLock == nil {
 		return tx.c.Query(ctx, query, args...)
