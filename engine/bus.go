@@ -126,9 +126,14 @@ func (b *Bus) remove(s *Subscription) {
 func (b *Bus) Published() int64 { return b.published.Load() }
 
 // OnPublish adds fn to the functions called, on the publisher's
-// goroutine, as each Publish that has subscribers for its events begins
-// (after it is counted in Published, before it delivers). fn must not
-// block.
+// goroutine, by each Publish that has subscribers for its events, once it
+// has delivered them (it was counted in Published before it delivered).
+// fn must not block.
+//
+// After, not before: a goroutine fn starts (the server's credential
+// round) is then the next to run on the publisher's processor, ahead of the
+// subscribers the delivery woke, instead of being pushed behind each of
+// them in turn.
 func (b *Bus) OnPublish(fn func(events []*spec.Event)) {
 	for {
 		old := b.onPublish.Load()
@@ -148,16 +153,6 @@ func (b *Bus) Publish(events []*spec.Event) {
 	b.published.Add(1)
 	var slow []*Subscription
 	b.mu.RLock()
-	if fns := b.onPublish.Load(); fns != nil {
-		for _, e := range events {
-			if b.byRun[e.RunID] != nil || b.byUser[e.UserID] != nil {
-				for _, fn := range *fns {
-					fn(events)
-				}
-				break
-			}
-		}
-	}
 	for _, e := range events {
 		for s := range b.byRun[e.RunID] {
 			if !deliver(s, e) {
@@ -167,6 +162,16 @@ func (b *Bus) Publish(events []*spec.Event) {
 		for s := range b.byUser[e.UserID] {
 			if !deliver(s, e) {
 				slow = append(slow, s)
+			}
+		}
+	}
+	if fns := b.onPublish.Load(); fns != nil {
+		for _, e := range events {
+			if b.byRun[e.RunID] != nil || b.byUser[e.UserID] != nil {
+				for _, fn := range *fns {
+					fn(events)
+				}
+				break
 			}
 		}
 	}

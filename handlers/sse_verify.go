@@ -292,11 +292,13 @@ func (st *streamer) verify(ctx context.Context, after int64) error {
 }
 
 // kick starts a round, at once, for the credentials of the open streams of
-// the users whose events are published. The bus calls it as a publish that
-// has subscribers begins, after its events were committed: the round's
-// query then runs while the publish wakes the streams, one after the
-// other, and most of them find it answered when they ask (taking the
-// answer without queueing for it).
+// the users whose events are published. The bus calls it once a publish
+// that has subscribers has delivered its events (committed before): the
+// round's goroutine, when kick starts it, is then the next to run on the
+// publisher's processor, ahead of the streams the publish woke, so its
+// query runs while they queue to run, and most of them find it answered
+// when they ask (taking the answer without parking for it, and queueing to
+// run a second time).
 func (v *verifier) kick(events []*spec.Event) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
