@@ -112,8 +112,8 @@ const insertSQL = `WITH l AS MATERIALIZED (SELECT pg_advisory_xact_lock_shared($
 // commit wait for every other announcing transaction's, WAL flush
 // included, as PostgreSQL queues notifications in commit order under one
 // cluster-wide lock. Right after COMMIT, in the same round trip, the
-// horizon is announced if no other writer is in its commit
-// (tryAnnounceSQL); else the process's announcer announces it once the
+// horizon is announced if no other writer is in its commit (tryHorizonSQL,
+// tryAnnounceSQL); else the process's announcer announces it once the
 // writers in their commit are done (announcer.poke).
 //
 // Each event is written once, here: appending sent nothing. Any error in
@@ -144,8 +144,7 @@ func (tx *Tx) writeEvents(ctx context.Context) (committed bool, err error) {
 		b.Queue(`SET LOCAL plan_cache_mode = force_generic_plan`)
 		b.Queue(insertSQL, runs, types, data, created, int32(feedLock))
 		b.Queue(`COMMIT`)
-		b.Queue(tryLockSQL, int32(feedLock))
-		b.Queue(tryAnnounceSQL, eventsChannel, maxPayload)
+		queueAnnouncement(b, tryHorizonSQL, tryAnnounceSQL, eventsChannel, maxPayload)
 	})
 	if err != nil {
 		return false, err
@@ -181,14 +180,10 @@ func (tx *Tx) writeEvents(ctx context.Context) (committed bool, err error) {
 	// Committed: what follows cannot fail the transaction. When the
 	// announcement was not made (other writers were in their commit, or
 	// it failed), the announcer makes it.
-	var h int64
-	announced := false
-	if _, err := br.Exec(); err == nil {
-		announced = br.QueryRow().Scan(&h, nil) == nil
-	}
+	_, h, err := readAnnouncement(br)
 	// The notification goes out when its transaction commits, which only
 	// Close reports.
-	if br.Close() == nil && announced {
+	if br.Close() == nil && err == nil {
 		tx.db.announcer.saw(h)
 	}
 	tx.db.announcer.poke(ids[n-1])
@@ -281,12 +276,9 @@ const maxPayload = 7000
 // announceTail announces the horizon h of the CTE h (with from, f), unless
 // it is not past f: a notice with the events in (f, h], or only f and h
 // when they do not fit in $2 bytes (or would not, at 20 bytes an event at
-// least: their ids are not read then), on channel $1. The statement runs
-// after the one that took the feed lock exclusively, in the same implicit
-// transaction, so that what it reads is a snapshot taken once every id up
-// to h is in. Its transaction commits without waiting for its WAL flush:
-// a notification is lost in a crash anyway, and the horizon is announced
-// again; so the lock is held for a moment.
+// least: their ids are not read then), on channel $1. Its transaction
+// commits without waiting for its WAL flush: a notification is lost in a
+// crash anyway, and the horizon is announced again.
 const announceTail = `,
 	e AS (SELECT h, json_build_object('f', f, 'h', h, 'e', CASE WHEN h - f <= $2 / 20 THEN (SELECT COALESCE(json_agg(
 			json_build_object('i', id, 'r', run_id, 'u', user_id, 's', seq, 't', type, 'd', data::json, 'c', created_at)
@@ -299,22 +291,63 @@ const announceTail = `,
 // lastDrawn is the last id the events' sequence handed out.
 const lastDrawn = `COALESCE(pg_sequence_last_value(pg_get_serial_sequence('events', 'id')::regclass), 0)`
 
-// announceSQL announces the horizon from $3 on, after
-// `SELECT pg_advisory_xact_lock(feedLock, 0)` in the same implicit
-// transaction (as feedHorizon).
-const announceSQL = `WITH h AS MATERIALIZED (SELECT ` + lastDrawn + ` AS h, $3::bigint AS f)` + announceTail
+// An announcement reads the horizon in a transaction of its own, which
+// takes the feed lock exclusively ($1, feedLock) and keeps the horizon in
+// the session's homework.horizon ("" when the lock was not free), and then,
+// in the same round trip, announces it (announceSQL, tryAnnounceSQL). The
+// lock is released with that first transaction's COMMIT, before the events
+// are read and the notice is built and sent: a writer that comes meanwhile
+// waits for the lock only while the horizon is read. What the
+// announcement reads is still every event up to the horizon: its
+// statement's snapshot is taken after the lock was granted, by when every
+// writer that drew an id up to it had ended.
+//
+//   - lockHorizonSQL waits for the lock;
+//   - tryHorizonSQL takes it only if no writer holds it.
+const (
+	lockHorizonSQL = `WITH l AS MATERIALIZED (SELECT pg_advisory_xact_lock($1::int4, 0))
+	SELECT set_config('homework.horizon', (SELECT ` + lastDrawn + ` FROM l)::text, false)`
+	tryHorizonSQL = `SELECT set_config('homework.horizon',
+		CASE WHEN pg_try_advisory_xact_lock($1::int4, 0) THEN (` + lastDrawn + `)::text ELSE '' END, false)`
+)
 
-// tryLockSQL takes the feed lock exclusively if no writer is in its
-// commit, and says whether it did in homework.feed_locked, until the end of
-// the (implicit) transaction.
-const tryLockSQL = `SELECT set_config('homework.feed_locked', pg_try_advisory_xact_lock($1::int4, 0)::text, true)`
+// announceSQL announces the horizon read before it (homework.horizon) from
+// $3 on. It returns no row when it announced nothing: no horizon was read,
+// or it is not past $3.
+const announceSQL = `WITH h AS MATERIALIZED (SELECT current_setting('homework.horizon')::bigint AS h, $3::bigint AS f
+		WHERE current_setting('homework.horizon') <> '')` + announceTail
 
-// tryAnnounceSQL announces the horizon after a writer's commit, from the
-// writer's first event (homework.first_event), when tryLockSQL took the
-// feed lock before it: the last id drawn is then the horizon. It returns
-// no row when it announced nothing.
-const tryAnnounceSQL = `WITH h AS MATERIALIZED (SELECT ` + lastDrawn + ` AS h,
-		current_setting('homework.first_event')::bigint - 1 AS f WHERE current_setting('homework.feed_locked') = 'true')` + announceTail
+// tryAnnounceSQL announces the horizon read before it (homework.horizon)
+// after a writer's commit, from the writer's first event
+// (homework.first_event) on. It returns no row when it announced nothing.
+const tryAnnounceSQL = `WITH h AS MATERIALIZED (SELECT current_setting('homework.horizon')::bigint AS h,
+		current_setting('homework.first_event')::bigint - 1 AS f WHERE current_setting('homework.horizon') <> '')` + announceTail
+
+// queueAnnouncement queues, in b, a transaction that reads the horizon
+// with horizon (lockHorizonSQL or tryHorizonSQL), then announce with args.
+func queueAnnouncement(b *pgx.Batch, horizon, announce string, args ...any) {
+	b.Queue(`BEGIN`)
+	b.Queue(horizon, int32(feedLock))
+	b.Queue(`COMMIT`)
+	b.Queue(announce, args...)
+}
+
+// readAnnouncement reads the results queueAnnouncement queued: the horizon
+// read ("" when the lock was not free) and the one announced, pgx.ErrNoRows
+// when none was.
+func readAnnouncement(br pgx.BatchResults) (read string, announced int64, err error) {
+	if _, err := br.Exec(); err != nil {
+		return "", 0, err
+	}
+	if err := br.QueryRow().Scan(&read); err != nil {
+		return "", 0, err
+	}
+	if _, err := br.Exec(); err != nil {
+		return "", 0, err
+	}
+	err = br.QueryRow().Scan(&announced, nil)
+	return read, announced, err
+}
 
 // wireEvent is an event in a notice; unlike spec.Event's JSON it carries
 // the user id.
@@ -359,6 +392,8 @@ type announcer struct {
 	// onErr is told a failed announcement (the next poke or tick tries
 	// again). It may be nil.
 	onErr func(error)
+	// tries counts the announcements tried, for tests.
+	tries atomic.Int64
 }
 
 // announceEvery is how often an announcer looks at the horizon without
@@ -399,7 +434,7 @@ func (a *announcer) loop(ctx context.Context) {
 		case <-ctx.Done():
 			if a.unsent.Load() {
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				a.announce(ctx)
+				a.announce(ctx, a.mine.Load())
 				cancel()
 			}
 			return
@@ -410,45 +445,100 @@ func (a *announcer) loop(ctx context.Context) {
 				a.unsent.Store(false)
 				continue
 			}
+			a.announce(ctx, a.mine.Load())
 		case <-tick.C:
 			// Nothing drawn since the last horizon announced: nothing
 			// to wait for the lock for.
 			var drawn int64
-			if err := a.d.pool.QueryRow(ctx, `SELECT `+lastDrawn).Scan(&drawn); err == nil && drawn <= a.told.Load() && !a.unsent.Load() {
+			err := a.d.pool.QueryRow(ctx, `SELECT `+lastDrawn).Scan(&drawn)
+			if err == nil && drawn <= a.told.Load() && !a.unsent.Load() {
 				continue
 			}
+			a.announce(ctx, max(drawn, a.mine.Load()))
 		}
-		a.announce(ctx)
 	}
 }
 
-// announce waits for the horizon and announces it unless it is known
-// already. A failure leaves the events it would have covered to the next
-// one.
-func (a *announcer) announce(ctx context.Context) {
+// announce announces the horizon unless it is known already. A failure
+// leaves the events it would have covered to the next one.
+//
+// It first tries the feed lock without waiting, announceTrying long, at
+// growing intervals: a writer holds the lock shared from drawing its ids to
+// the end of its COMMIT, and a request for it exclusive that waits for them
+// makes every writer that comes meanwhile wait behind it too, each holding
+// its runs' row locks, so writers of all processes queued behind each
+// announcement. A try that finds the lock free announces at once; one that
+// does not takes nothing. It stops trying once a horizon at least as far
+// as the one it was asked for has been announced (by a writer after its
+// commit, or another process), and only after announceTrying waits for
+// the lock, so that writers that never leave a moment free cannot keep the
+// horizon back. target is the horizon it was asked for: the last id this
+// process drew, or the sequence's.
+func (a *announcer) announce(ctx context.Context, target int64) {
 	a.unsent.Store(false)
-	b := &pgx.Batch{}
-	b.Queue(`SELECT pg_advisory_xact_lock($1::int4, 0)`, int32(feedLock))
-	b.Queue(announceSQL, eventsChannel, maxPayload, a.told.Load())
-	br := a.d.pool.SendBatch(ctx, b)
-	var h int64
-	_, err := br.Exec()
-	if err == nil {
-		err = br.QueryRow().Scan(&h, nil)
+	var wait *time.Timer
+	end := time.Now().Add(announceTrying)
+	for gap := 250 * time.Microsecond; ; gap = min(2*gap, 4*time.Millisecond) {
+		h, err := a.announceOnce(ctx, !time.Now().Before(end))
+		if errors.Is(err, errFeedBusy) {
+			if a.told.Load() >= target {
+				return
+			}
+			if wait == nil {
+				wait = time.NewTimer(gap)
+				defer wait.Stop()
+			} else {
+				wait.Reset(gap)
+			}
+			select {
+			case <-wait.C:
+				continue
+			case <-ctx.Done():
+				err = ctx.Err()
+			}
+		}
+		switch {
+		case err == nil:
+			a.saw(h)
+		case errors.Is(err, pgx.ErrNoRows): // nothing past what was told
+		default:
+			a.unsent.Store(true)
+			if ctx.Err() == nil && a.onErr != nil {
+				a.onErr(fmt.Errorf("pg: announce events: %w", err))
+			}
+		}
+		return
 	}
+}
+
+// announceTrying is how long an announcement tries the feed lock without
+// waiting for it (announce).
+var announceTrying = 25 * time.Millisecond
+
+// errFeedBusy says a try for the feed lock found writers in their commit.
+var errFeedBusy = errors.New("writers hold the feed lock")
+
+// announceOnce announces the horizon past the one told, taking the feed
+// lock exclusively, waiting for it when block is set and else only if it
+// is free (errFeedBusy when it is not). It returns the horizon announced,
+// or pgx.ErrNoRows when there was none past the one told.
+func (a *announcer) announceOnce(ctx context.Context, block bool) (int64, error) {
+	b := &pgx.Batch{}
+	horizon := tryHorizonSQL
+	if block {
+		horizon = lockHorizonSQL
+	}
+	queueAnnouncement(b, horizon, announceSQL, eventsChannel, maxPayload, a.told.Load())
+	a.tries.Add(1)
+	br := a.d.pool.SendBatch(ctx, b)
+	read, h, err := readAnnouncement(br)
 	if cerr := br.Close(); err == nil || errors.Is(err, pgx.ErrNoRows) && cerr != nil {
 		err = cerr
 	}
-	switch {
-	case err == nil:
-		a.saw(h)
-	case errors.Is(err, pgx.ErrNoRows): // nothing past what was told
-	default:
-		a.unsent.Store(true)
-		if ctx.Err() == nil && a.onErr != nil {
-			a.onErr(fmt.Errorf("pg: announce events: %w", err))
-		}
+	if read == "" && errors.Is(err, pgx.ErrNoRows) {
+		return 0, errFeedBusy
 	}
+	return h, err
 }
 
 // saw records that horizon h was announced.

@@ -177,6 +177,75 @@ func TestTheFeedWaitsForAnIDStillInFlight(t *testing.T) {
 	}
 }
 
+// TestAnAnnouncerDoesNotHoldUpWritersWhileOneCommits: a writer is in its
+// commit (another process's transaction, here by hand, has drawn its id
+// and holds the feed lock shared) when this process commits an event and
+// cannot announce it. Its announcer tries the lock again and again without
+// queueing for it, so a third writer does not wait behind it (a request
+// for the lock exclusive, waiting for the first writer, made every writer
+// that came meanwhile wait too). Once the first commits, the listener
+// hands on all three events in id order.
+func TestAnAnnouncerDoesNotHoldUpWritersWhileOneCommits(t *testing.T) {
+	defer func(d, e time.Duration) { announceEvery, announceTrying = d, e }(announceEvery, announceTrying)
+	announceEvery, announceTrying = time.Hour, time.Hour
+	url := pgtest.NewDatabase(t)
+	ctx := context.Background()
+	d, got := openInternal(t, url)
+	userWithRuns(t, d, "r1", "r2", "r3")
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	inFlight, first := drawInFlight(t, conn, "r1")
+	defer inFlight.Rollback(ctx)
+
+	actx, cancel := context.WithTimeout(ctx, 30*time.Second) // a guard
+	defer cancel()
+	second, err := d.AppendEvent(actx, "r2", spec.EventToolCall, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The announcer the append poked has tried, more than once, and
+	// nothing waits for the feed lock.
+	for tries := d.announcer.tries.Load(); d.announcer.tries.Load() < tries+2; {
+		if actx.Err() != nil {
+			t.Fatal("the announcer did not try the feed lock again: it waits for it, or never tried")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	var waiting int
+	if err := d.pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = $1
+		AND objid = 0 AND objsubid = 2 AND NOT granted`, int64(feedLock)).Scan(&waiting); err != nil {
+		t.Fatal(err)
+	}
+	if waiting != 0 {
+		t.Fatalf("%d sessions wait for the feed lock while a writer commits", waiting)
+	}
+	third, err := d.AppendEvent(actx, "r3", spec.EventToolCall, nil)
+	if err != nil {
+		t.Fatalf("a writer waited behind the announcer: %v", err)
+	}
+	select {
+	case e := <-got:
+		t.Fatalf("the listener handed on event %d while %d was in flight", e.ID, first)
+	default:
+	}
+	if err := inFlight.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []int64{first, second.ID, third.ID} {
+		select {
+		case e := <-got:
+			if e.ID != want {
+				t.Fatalf("the listener handed on %d, want %d", e.ID, want)
+			}
+		case <-time.After(30 * time.Second): // a guard
+			t.Fatalf("the listener never handed on %d", want)
+		}
+	}
+}
+
 func ids(evs []*spec.Event) []int64 {
 	out := make([]int64, len(evs))
 	for i, e := range evs {
