@@ -22,8 +22,8 @@ type Bus struct {
 	// published counts Publish calls, incremented as each begins: a reader
 	// that sees n knows the first n publishes' events were committed.
 	published atomic.Int64
-	// onPublish holds the functions called as a Publish with subscribers
-	// begins (OnPublish); copied on write.
+	// onPublish holds the functions a Publish with subscribers calls once
+	// it has delivered (OnPublish); copied on write.
 	onPublish atomic.Pointer[[]func([]*spec.Event)]
 }
 
