@@ -68,6 +68,58 @@ func drawInFlight(t *testing.T, conn *pgx.Conn, runID string) (pgx.Tx, int64) {
 	return tx, ids[0]
 }
 
+// withOneInFlight opens a store on a new database with a user and runs of
+// the given ids, and begins, on a connection of its own, a transaction in
+// flight with an event of the first run (drawInFlight), which is rolled
+// back at the end of the test unless committed. It returns the store, the
+// events its listener hands on, the user, the transaction and its event's
+// id.
+func withOneInFlight(t *testing.T, ids ...string) (*DB, chan *spec.Event, *spec.User, pgx.Tx, int64) {
+	t.Helper()
+	url := pgtest.NewDatabase(t)
+	ctx := context.Background()
+	d, got := openInternal(t, url)
+	u := userWithRuns(t, d, ids...)
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(ctx) })
+	inFlight, first := drawInFlight(t, conn, ids[0])
+	t.Cleanup(func() { inFlight.Rollback(ctx) })
+	return d, got, u, inFlight, first
+}
+
+// commitInFlight commits the transaction in flight with the event first,
+// after checking that the listener handed on nothing meanwhile.
+func commitInFlight(t *testing.T, got chan *spec.Event, inFlight pgx.Tx, first int64) {
+	t.Helper()
+	select {
+	case e := <-got:
+		t.Fatalf("the listener handed on event %d while %d was in flight", e.ID, first)
+	default:
+	}
+	if err := inFlight.Commit(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// handedOn fails the test unless the listener hands on the events with
+// ids want, in that order.
+func handedOn(t *testing.T, got chan *spec.Event, want ...int64) {
+	t.Helper()
+	for _, id := range want {
+		select {
+		case e := <-got:
+			if e.ID != id {
+				t.Fatalf("the listener handed on %d, want %d", e.ID, id)
+			}
+		case <-time.After(30 * time.Second): // a guard
+			t.Fatalf("the listener never handed on %d", id)
+		}
+	}
+}
+
 // TestTheFeedWaitsForAnIDStillInFlight: a transaction (another process's,
 // here by hand) has drawn its event's id and not yet committed when a
 // later transaction commits an event with a larger id. A feed reader
@@ -81,18 +133,8 @@ func TestTheFeedWaitsForAnIDStillInFlight(t *testing.T) {
 	// transaction in flight, and the append below behind it.
 	defer func(d time.Duration) { announceEvery = d }(announceEvery)
 	announceEvery = time.Hour
-	url := pgtest.NewDatabase(t)
 	ctx := context.Background()
-	d, got := openInternal(t, url)
-	u := userWithRuns(t, d, "r1", "r2")
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	inFlight, first := drawInFlight(t, conn, "r1")
-	defer inFlight.Rollback(ctx)
-
+	d, got, u, inFlight, first := withOneInFlight(t, "r1", "r2")
 	actx, cancel := context.WithTimeout(ctx, 30*time.Second) // a guard
 	defer cancel()
 	later, err := d.AppendEvent(actx, "r2", spec.EventToolCall, nil)
@@ -149,28 +191,12 @@ func TestTheFeedWaitsForAnIDStillInFlight(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	select {
-	case e := <-got:
-		t.Fatalf("the listener handed on event %d while %d was in flight", e.ID, first)
-	default:
-	}
-	if err := inFlight.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
+	commitInFlight(t, got, inFlight, first)
 	evs := <-listed
 	if len(evs) != 2 || evs[0].ID != first || evs[1].ID != later.ID {
 		t.Fatalf("feed: %v, want ids %d then %d", ids(evs), first, later.ID)
 	}
-	for _, want := range []int64{first, later.ID} {
-		select {
-		case e := <-got:
-			if e.ID != want {
-				t.Fatalf("the listener handed on %d, want %d", e.ID, want)
-			}
-		case <-time.After(30 * time.Second): // a guard
-			t.Fatalf("the listener never handed on %d", want)
-		}
-	}
+	handedOn(t, got, first, later.ID)
 	// The listener heard the horizon before handing the events on.
 	if id := newest(); id != later.ID {
 		t.Fatalf("the newest event in a read transaction: %d, want %d", id, later.ID)
@@ -192,18 +218,8 @@ func TestAnAnnouncerTryingTheFeedLockDoesNotHoldUpWriters(t *testing.T) {
 	every, trying := announceEvery, announceTrying
 	t.Cleanup(func() { announceEvery, announceTrying = every, trying })
 	announceEvery, announceTrying = time.Hour, time.Hour
-	url := pgtest.NewDatabase(t)
 	ctx := context.Background()
-	d, got := openInternal(t, url)
-	userWithRuns(t, d, "r1", "r2", "r3")
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	inFlight, first := drawInFlight(t, conn, "r1")
-	defer inFlight.Rollback(ctx)
-
+	d, got, _, inFlight, first := withOneInFlight(t, "r1", "r2", "r3")
 	actx, cancel := context.WithTimeout(ctx, 30*time.Second) // a guard
 	defer cancel()
 	second, err := d.AppendEvent(actx, "r2", spec.EventToolCall, nil)
@@ -230,24 +246,8 @@ func TestAnAnnouncerTryingTheFeedLockDoesNotHoldUpWriters(t *testing.T) {
 	if err != nil {
 		t.Fatalf("a writer waited behind the announcer: %v", err)
 	}
-	select {
-	case e := <-got:
-		t.Fatalf("the listener handed on event %d while %d was in flight", e.ID, first)
-	default:
-	}
-	if err := inFlight.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
-	for _, want := range []int64{first, second.ID, third.ID} {
-		select {
-		case e := <-got:
-			if e.ID != want {
-				t.Fatalf("the listener handed on %d, want %d", e.ID, want)
-			}
-		case <-time.After(30 * time.Second): // a guard
-			t.Fatalf("the listener never handed on %d", want)
-		}
-	}
+	commitInFlight(t, got, inFlight, first)
+	handedOn(t, got, first, second.ID, third.ID)
 }
 
 func ids(evs []*spec.Event) []int64 {
