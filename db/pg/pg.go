@@ -106,6 +106,7 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 	if opts.MaxConns > 0 {
 		cfg.MaxConns = opts.MaxConns
 	}
+	cfg.AfterConnect = warmConn
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("pg: connect: %w", err)
@@ -116,6 +117,7 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 		pool.Close()
 		return nil, err
 	}
+	d.warmIdle(ctx)
 	d.announcer = startAnnouncer(d, opts.OnListenError)
 	if opts.OnEvents != nil || opts.OnInterrupt != nil {
 		l, err := startListener(ctx, d, opts)
