@@ -2,6 +2,8 @@ package pg
 
 import (
 	"context"
+	"errors"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river/riverdriver"
@@ -20,41 +22,58 @@ import (
 // growing) the user's creations in every process waited through one
 // connection's parsing and planning after another.
 //
-// Nothing it does waits long. The events' insert, which draws no id with
-// no rows, takes no lock; were it to wait for the feed lock (held
-// exclusively while a horizon is read), it runs last, gives up after
-// warmLockTimeout, and is planned by then all the same. Failing changes
-// nothing (the tables are not there before the first migration): a
-// statement not prepared here is prepared when first run, as before.
+// Nothing it does waits long, and nothing it does makes anyone wait: the
+// events' insert takes its advisory lock on a key of its own (warmLock,
+// not feedLock; the plan made does not depend on the key's value), and
+// the whole of it is given warmTimeout, with lock and statement timeouts
+// of its own, as a caller waits for the connection. A statement it could
+// not run is prepared when first run, as before (pgx drops a statement
+// that failed), so failing changes nothing: the tables are not there
+// before the first migration. Only a connection it found closed is an
+// error, so that the pool does not hand it out.
 func warmConn(ctx context.Context, conn *pgx.Conn) error {
-	tx, err := conn.Begin(ctx)
-	if err != nil {
-		return nil
+	ctx, cancel := context.WithTimeout(ctx, warmTimeout)
+	defer cancel()
+	warmStatements(ctx, conn)
+	if conn.IsClosed() {
+		return errors.New("pg: the connection closed while its statements were prepared")
 	}
-	defer tx.Rollback(context.WithoutCancel(ctx))
-	if _, err := tx.Exec(ctx, `SELECT set_config('lock_timeout', $1, true), set_config('statement_timeout', $2, true),
-		set_config('homework.horizon', '', true), set_config('homework.first_event', '0', true)`, warmLockTimeout, warmStatementTimeout); err != nil {
-		return nil
-	}
-	if _, err := riverpgxv5.New(nil).UnwrapExecutor(tx).JobInsertFastMany(ctx, &riverdriver.JobInsertFastManyParams{}); err != nil {
-		return nil
-	}
-	if _, err := tx.Exec(ctx, tryAnnounceSQL, eventsChannel, maxPayload); err != nil {
-		return nil
-	}
-	if _, err := tx.Exec(ctx, announceSQL, eventsChannel, maxPayload, int64(0)); err != nil {
-		return nil
-	}
-	if _, err := tx.Exec(ctx, `SET LOCAL plan_cache_mode = force_generic_plan`); err != nil {
-		return nil
-	}
-	tx.Exec(ctx, insertSQL, []string{}, []string{}, []string{}, []int64{}, int32(feedLock))
 	return nil
 }
 
-// warmLockTimeout and warmStatementTimeout bound what warmConn waits for:
-// it runs as a connection is made, while a caller waits for it.
-const warmLockTimeout, warmStatementTimeout = "100ms", "5s"
+// warmStatements runs the statements warmConn prepares, in a transaction
+// it rolls back.
+func warmStatements(ctx context.Context, conn *pgx.Conn) {
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `SELECT set_config('lock_timeout', '100ms', true), set_config('statement_timeout', '1s', true),
+		set_config('homework.horizon', '', true), set_config('homework.first_event', '0', true)`); err != nil {
+		return
+	}
+	if _, err := riverpgxv5.New(nil).UnwrapExecutor(tx).JobInsertFastMany(ctx, &riverdriver.JobInsertFastManyParams{}); err != nil {
+		return
+	}
+	if _, err := tx.Exec(ctx, tryAnnounceSQL, eventsChannel, maxPayload); err != nil {
+		return
+	}
+	if _, err := tx.Exec(ctx, announceSQL, eventsChannel, maxPayload, int64(0)); err != nil {
+		return
+	}
+	if _, err := tx.Exec(ctx, `SET LOCAL plan_cache_mode = force_generic_plan`); err != nil {
+		return
+	}
+	tx.Exec(ctx, insertSQL, []string{}, []string{}, []string{}, []int64{}, int32(warmLock))
+}
+
+// warmTimeout bounds warmConn.
+const warmTimeout = 2 * time.Second
+
+// warmLock is the advisory lock key warmConn's events insert takes in
+// feedLock's place, shared: no one else takes it.
+const warmLock = 0x5761726d // "Warm"
 
 // warmIdle prepares the write path's statements on the pool's idle
 // connections, which were made before the tables were there (warmConn

@@ -51,7 +51,7 @@ func hasRiverInsert(statements map[string]int64) bool {
 // them while it holds a lock another process waits for.
 func TestTheStoresConnectionsComeWithTheWritePathPrepared(t *testing.T) {
 	ctx := context.Background()
-	d, err := Open(ctx, Options{URL: pgtest.NewDatabase(t)})
+	d, err := Open(ctx, Options{URL: pgtest.NewDatabase(t), MaxConns: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,8 +69,8 @@ func TestTheStoresConnectionsComeWithTheWritePathPrepared(t *testing.T) {
 	}
 	for i, conn := range conns {
 		statements := prepared(t, conn)
-		if generic, ok := statements[insertSQL]; !ok || generic != 1 {
-			t.Errorf("connection %d: the events' insert prepared %v, with %d generic plans; want prepared with its one plan", i, ok, generic)
+		if generic, ok := statements[insertSQL]; !ok || generic == 0 {
+			t.Errorf("connection %d: the events' insert prepared %v, run %d times with its generic plan; want prepared and planned", i, ok, generic)
 		}
 		for _, sql := range []string{tryAnnounceSQL, announceSQL} {
 			if _, ok := statements[sql]; !ok {
@@ -85,10 +85,10 @@ func TestTheStoresConnectionsComeWithTheWritePathPrepared(t *testing.T) {
 
 // TestPreparingAConnectionDoesNotWaitForTheFeedLock: a connection made
 // while the feed lock is held exclusively (a horizon being read, waiting
-// for a writer in its commit) is not held up by it, and still has the
-// events' insert planned (PostgreSQL plans it before running it; with no
-// rows it draws no id and takes no lock, and were it to wait for the lock
-// it would give up after warmLockTimeout).
+// for a writer in its commit) still has the events' insert planned, and
+// is not held up: the insert takes a lock of its own (warmLock). Were it
+// to wait for the feed lock, it would give up after its lock timeout and
+// pgx would drop it, unplanned.
 func TestPreparingAConnectionDoesNotWaitForTheFeedLock(t *testing.T) {
 	ctx := context.Background()
 	url := pgtest.NewDatabase(t)
@@ -123,7 +123,7 @@ func TestPreparingAConnectionDoesNotWaitForTheFeedLock(t *testing.T) {
 		t.Fatal("preparing the connection waited for the feed lock")
 	}
 	statements := prepared(t, conn)
-	if statements[insertSQL] != 1 {
+	if statements[insertSQL] == 0 {
 		t.Error("the events' insert was not planned while the feed lock was held exclusively")
 	}
 	if !hasRiverInsert(statements) {
