@@ -45,6 +45,17 @@ func insertRuns(t *testing.T, d *pg.DB, userID int64, ids ...string) {
 	}
 }
 
+// userWithRuns creates a user with email and queued runs of it with ids.
+func userWithRuns(t *testing.T, d *pg.DB, email string, ids ...string) *spec.User {
+	t.Helper()
+	u, err := d.CreateUser(context.Background(), email, "h", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	insertRuns(t, d, u.ID, ids...)
+	return u
+}
+
 // TestConformance runs the store conformance suite against PostgreSQL.
 func TestConformance(t *testing.T) {
 	pgtest.ServerURL(t)
@@ -353,11 +364,7 @@ func (h *slotHolder) blocking(t *testing.T) bool {
 func TestSlotReadsSeeWhatCommittedWhileTheyWaited(t *testing.T) {
 	d := open(t, pgtest.NewDatabase(t), nil)
 	ctx := context.Background()
-	u, err := d.CreateUser(ctx, "slots@example.com", "h", false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	insertRuns(t, d, u.ID, "started", "queued")
+	u := userWithRuns(t, d, "slots@example.com", "started", "queued")
 	for _, read := range []struct {
 		name string
 		do   func(tx spec.Tx) (string, error)
@@ -431,11 +438,7 @@ func TestSlotReadsSeeWhatCommittedWhileTheyWaited(t *testing.T) {
 func TestStatementsOnTheTransactionSeeItsHeldWrites(t *testing.T) {
 	d := open(t, pgtest.NewDatabase(t), nil)
 	ctx := context.Background()
-	u, err := d.CreateUser(ctx, "held@example.com", "h", false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	insertRuns(t, d, u.ID, "r")
+	userWithRuns(t, d, "held@example.com", "r")
 	const q = `SELECT objective FROM runs WHERE id = 'r'`
 	for name, read := range map[string]func(tx pgx.Tx) (string, error){
 		"QueryRow": func(tx pgx.Tx) (s string, err error) { return s, tx.QueryRow(ctx, q).Scan(&s) },
@@ -621,11 +624,7 @@ func TestAnnouncedEventsCarryTheirFinalIDs(t *testing.T) {
 			got <- e
 		}
 	})
-	u, err := d.CreateUser(ctx, "a@example.com", "h", false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	insertRuns(t, d, u.ID, "r")
+	u := userWithRuns(t, d, "a@example.com", "r")
 	big := strings.Repeat("x", 10_000)
 	var appended []*spec.Event
 	for _, data := range []any{map[string]int{"n": 1}, map[string]string{"big": big}} {

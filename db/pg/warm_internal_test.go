@@ -20,15 +20,12 @@ func prepared(t *testing.T, conn *pgx.Conn) map[string]int64 {
 		t.Fatal(err)
 	}
 	out := map[string]int64{}
-	for rows.Next() {
-		var sql string
-		var generic int64
-		if err := rows.Scan(&sql, &generic); err != nil {
-			t.Fatal(err)
-		}
+	var sql string
+	var generic int64
+	if _, err := pgx.ForEachRow(rows, []any{&sql, &generic}, func() error {
 		out[sql] = generic
-	}
-	if err := rows.Err(); err != nil {
+		return nil
+	}); err != nil {
 		t.Fatal(err)
 	}
 	return out
