@@ -483,43 +483,37 @@ func (st *streamer) liveEvent(ctx context.Context, e *spec.Event) error {
 
 // replay sends every event after st.last from the database, a page at a
 // time, flushing after each page.
+//
+// One goroutine reads the pages, each as soon as the one before it is
+// handed over, while the stream writes: the stream writes straight to its
+// connection, so reading and writing would otherwise take turns, and a
+// reader that waited for the stream to take a page (and check its
+// credential) before it began the next left the database idle for that
+// long on every page. At most one page waits read, so a slow client holds
+// back the reads, not the memory. The reader ends with the replay
+// (canceled, waited for).
 func (st *streamer) replay(ctx context.Context) error {
-	// The next page is read while this one is written: the stream writes
-	// straight to its connection, so reading and writing would otherwise
-	// take turns. The read ahead ends with the replay (canceled, waited for).
 	ctx, cancel := context.WithCancel(ctx)
-	var ahead chan replayPage
+	pages := st.readPages(ctx, st.last)
 	defer func() {
 		cancel()
-		if ahead != nil {
-			<-ahead
+		for range pages {
 		}
 	}()
-	readAhead := func(after int64) chan replayPage {
-		ch := make(chan replayPage, 1)
-		go func() {
-			var p replayPage
-			defer func() {
-				// A panic goes on to the stream's goroutine, which logs it
-				// (serveStream) with where it happened.
-				if r := recover(); r != nil {
-					p.panic = fmt.Sprintf("%v\n\nread ahead at:\n%s", r, debug.Stack())
-				}
-				ch <- p
-			}()
-			p.evs, p.err = st.src.replay(ctx, after, sseReplayPage)
-		}()
-		return ch
-	}
-	ahead = readAhead(st.last)
+	// A page is sent in chunks of chunkMax; the buffer they grew is kept
+	// until the replay is over instead of grown again for every chunk.
+	st.w.keep = true
+	defer st.w.release()
 	for {
-		p := <-ahead
-		ahead = nil
+		p, ok := <-pages
 		if p.panic != "" {
 			panic(p.panic)
 		}
 		if err := ctx.Err(); err != nil {
 			return err
+		}
+		if !ok {
+			return nil
 		}
 		evs, err := p.evs, p.err
 		if err != nil {
@@ -531,9 +525,6 @@ func (st *streamer) replay(ctx context.Context) error {
 			if err := st.verify(ctx, afterNow); err != nil {
 				return err
 			}
-		}
-		if len(evs) == sseReplayPage {
-			ahead = readAhead(st.src.key(evs[len(evs)-1]))
 		}
 		st.arm()
 		for _, e := range evs {
@@ -552,6 +543,44 @@ func (st *streamer) replay(ctx context.Context) error {
 			return nil
 		}
 	}
+}
+
+// readPages starts a goroutine that reads the pages of events after
+// after, in order, and hands each over on the channel it returns (which
+// holds none: a page read waits there until it is taken), until a page is
+// not full, a read fails (that page carries the error or the panic) or ctx
+// ends; then it closes the channel.
+func (st *streamer) readPages(ctx context.Context, after int64) <-chan replayPage {
+	pages := make(chan replayPage)
+	go func() {
+		defer close(pages)
+		for {
+			p := st.readPage(ctx, after)
+			select {
+			case pages <- p:
+			case <-ctx.Done():
+				return
+			}
+			if p.err != nil || p.panic != "" || len(p.evs) < sseReplayPage {
+				return
+			}
+			after = st.src.key(p.evs[len(p.evs)-1])
+		}
+	}()
+	return pages
+}
+
+// readPage reads one page of events after after. A panic comes back in the
+// page, for the stream's goroutine, which logs it (serveStream) with where
+// it happened.
+func (st *streamer) readPage(ctx context.Context, after int64) (p replayPage) {
+	defer func() {
+		if r := recover(); r != nil {
+			p.panic = fmt.Sprintf("%v\n\nread ahead at:\n%s", r, debug.Stack())
+		}
+	}()
+	p.evs, p.err = st.src.replay(ctx, after, sseReplayPage)
+	return p
 }
 
 // replayPage is one page of a replay read ahead, or the panic reading it.

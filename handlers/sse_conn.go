@@ -64,7 +64,10 @@ type chunkedWriter struct {
 	// buf is chunkHeadMax bytes kept for the chunk's size line, then the
 	// chunk's data; nil between sends of an idle stream.
 	buf []byte
-	err error
+	// keep holds on to a grown buffer between sends (a replay); release
+	// lets it go.
+	keep bool
+	err  error
 }
 
 func (w *chunkedWriter) grow() {
@@ -138,12 +141,21 @@ func (w *chunkedWriter) send(last bool) error {
 	if len(out) > 0 {
 		_, w.err = w.conn.Write(out)
 	}
-	if cap(w.buf) > chunkKeep {
+	if cap(w.buf) > chunkKeep && !w.keep {
 		w.buf = nil
 	} else {
 		w.buf = w.buf[:chunkHeadMax]
 	}
 	return w.err
+}
+
+// release ends keep: a buffer grown past chunkKeep is let go once what it
+// holds is sent (now, when it holds nothing).
+func (w *chunkedWriter) release() {
+	w.keep = false
+	if cap(w.buf) > chunkKeep && len(w.buf) <= chunkHeadMax {
+		w.buf = nil
+	}
 }
 
 // hijackStream makes st's handler hand the connection over to st: once the

@@ -14,6 +14,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -251,4 +252,99 @@ func TestAPanickingStreamIsLoggedAndLetGo(t *testing.T) {
 	}
 	server.Close()
 	<-done
+}
+
+// A replay's reader reads one page ahead of the stream, no more: it begins
+// a page as soon as the stream takes the one before (so the database is not
+// left idle while the stream writes), holds it until the stream takes it
+// (so a slow client holds back the reads, not the memory), and ends, closing
+// its channel, when the replay is cancelled.
+func TestAReplaysReaderReadsOnePageAheadAndEndsWithTheReplay(t *testing.T) {
+	var reads atomic.Int64
+	src := &streamSource{
+		run: true,
+		key: func(e *spec.Event) int64 { return e.Seq },
+		replay: func(ctx context.Context, after int64, limit int) ([]*spec.Event, error) {
+			reads.Add(1)
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+			evs := make([]*spec.Event, limit)
+			for i := range evs {
+				evs[i] = &spec.Event{Seq: after + int64(i) + 1, Type: "bench", Data: []byte(`{}`)}
+			}
+			return evs, nil
+		},
+	}
+	st := newStreamer(&Server{}, src, 0, credential{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pages := st.readPages(ctx, 0)
+
+	// settled waits until the reader has read n pages and then a while
+	// longer, and reports how many it read.
+	settled := func(n int64) int64 {
+		deadline := time.Now().Add(10 * time.Second)
+		for reads.Load() < n && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+		time.Sleep(50 * time.Millisecond)
+		return reads.Load()
+	}
+	if got := settled(1); got != 1 {
+		t.Fatalf("the reader read %d pages before the stream took one, want 1", got)
+	}
+	for page := int64(1); page <= 3; page++ {
+		p := <-pages
+		if p.err != nil || len(p.evs) != sseReplayPage || p.evs[0].Seq != (page-1)*sseReplayPage+1 {
+			t.Fatalf("page %d: %d events from seq %d, err %v", page, len(p.evs), p.evs[0].Seq, p.err)
+		}
+		if got := settled(page + 1); got != page+1 {
+			t.Fatalf("the reader read %d pages once the stream took %d, want %d", got, page, page+1)
+		}
+	}
+	cancel()
+	select {
+	case p, ok := <-pages:
+		if ok {
+			t.Fatalf("a page (%d events, err %v) came after the replay was cancelled", len(p.evs), p.err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the reader did not end with the replay")
+	}
+}
+
+// A stream's writer lets a buffer grown past chunkKeep go once it is sent,
+// except while a replay keeps it (its chunks would grow a new one each):
+// the replay's end lets it go.
+func TestAStreamsWriterKeepsItsBufferOnlyWhileAReplayRuns(t *testing.T) {
+	server, client := net.Pipe()
+	defer server.Close()
+	go io.Copy(io.Discard, client)
+	defer client.Close()
+	w := &chunkedWriter{conn: server}
+	e := &spec.Event{Seq: 1, Type: "bench", Data: []byte(`{"text":"` + strings.Repeat("x", 512) + `"}`)}
+	fill := func() {
+		for range 2 * chunkKeep / 512 {
+			if err := w.appendEvent(1, e); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := w.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fill()
+	if w.buf != nil {
+		t.Fatalf("a %d-byte buffer kept after its send, outside a replay", cap(w.buf))
+	}
+	w.keep = true
+	fill()
+	if cap(w.buf) <= chunkKeep {
+		t.Fatalf("a replay's buffer was let go after a send (cap %d)", cap(w.buf))
+	}
+	w.release()
+	if w.buf != nil {
+		t.Fatalf("a %d-byte buffer kept after the replay", cap(w.buf))
+	}
 }
