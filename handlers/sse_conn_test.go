@@ -348,3 +348,41 @@ func TestAStreamsWriterKeepsItsBufferOnlyWhileAReplayRuns(t *testing.T) {
 		t.Fatalf("a %d-byte buffer kept after the replay", cap(w.buf))
 	}
 }
+
+// A replay's reader ends with its stream when the client goes away: the
+// stream, blocked writing a page to a client that does not read, fails its
+// write once the client closes, and the reader, waiting with the next page,
+// is cancelled and waited for.
+func TestAReplaysReaderEndsWhenItsClientGoesAway(t *testing.T) {
+	ts := newTestServer(t, func(o *Options) { o.Heartbeat = time.Hour; o.WriteTimeout = time.Hour })
+	alice := ts.user(t, "alice@example.com")
+	id := ts.createRun(t, alice, askStep("q"))
+	ts.waitStatus(t, alice, id, spec.StatusWaiting)
+	// Three pages of 4 KiB events: more than the connection's buffers take.
+	pad := strings.Repeat("x", 4<<10)
+	err := ts.DB.WriteTx(ts.ctx, func(tx spec.Tx) error {
+		for i := range 3 * sseReplayPage {
+			if _, err := tx.AppendEvent(ts.ctx, id, "bench", map[string]any{"i": i, "pad": pad}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stalled := waitfor.StalledStream(t, ts.URL, alice.Token, "/api/runs/"+id+"/events")
+	waitUntil(t, "the stream to block writing to the stalled reader", func() bool {
+		return len(goroutinesWith("[IO wait", "(*chunkedWriter).send", "(*Server).serveStream")) == 1
+	})
+	waitUntil(t, "the replay's reader to wait with the next page", func() bool {
+		return len(goroutinesWith("[select", "(*streamer).readPages")) == 1
+	})
+	stalled.Close()
+	waitUntil(t, "no stream goroutine and no reader", func() bool {
+		return len(goroutinesWith("(*Server).serveStream")) == 0 && len(goroutinesWith("(*streamer).readPages")) == 0
+	})
+	if n := ts.Server.streams.count(); n != 0 {
+		t.Fatalf("%d streams still registered after the client went away", n)
+	}
+}
