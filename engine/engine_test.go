@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -535,6 +536,105 @@ func TestAnsweringARunWaitsForTheUsersSlotLock(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.waitStatus(u, r.ID, spec.StatusCompleted)
+}
+
+// TestARunStartedOnAFreeSlotTakenBeforeItsCommitIsCreatedQueued: on a
+// store several processes share, a run's creation that found a free slot
+// starts the run and checks the slot again in its commit, under the user's
+// slot lock. When another process took the slot meanwhile (a promotion
+// whose transaction held the lock while the creation's commit waited for
+// it), the creation's transaction fails and nothing of it stays; the run is
+// created again, queued, once.
+func TestARunStartedOnAFreeSlotTakenBeforeItsCommitIsCreatedQueued(t *testing.T) {
+	h := newHarnessOn(t, postgresStore, func(o *Options) { o.MaxConcurrentPerUser = 1 })
+	u := h.user("a@example.com")
+	// Another process's promotion: it holds the user's slot lock and then
+	// starts a run of its own, taking the only slot.
+	other := &spec.Run{ID: "other", UserID: u.ID, Objective: "o", Mode: spec.ModeAuto, Executor: spec.ExecutorScript,
+		Config: json.RawMessage(`{}`), Status: spec.StatusRunning}
+	held := h.holdTx(t, func(tx spec.Tx) error {
+		_, err := tx.LockedRunningCount(h.ctx, u.ID)
+		return err
+	}, func(tx spec.Tx) error { return tx.InsertRun(h.ctx, other) })
+
+	var mine *spec.Run
+	created := make(chan error, 1)
+	go func() {
+		var err error
+		mine, err = h.e.CreateRun(h.ctx, u, spec.Config{Objective: "mine", Executor: spec.ExecutorScript, Script: script(done("x"))})
+		created <- err
+	}()
+	held.waitBlocking(t, created, "the creation committed while another process's promotion held the user's slot lock")
+	// It waits in its commit, its work done (its first iteration's job is
+	// inserted): it did not hold the lock through that work.
+	var inserted bool
+	if err := h.db.(*pg.DB).Pool().QueryRow(h.ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
+		WHERE c.relname = 'river_job' AND l.granted AND $1::int4 = ANY(pg_blocking_pids(l.pid)))`, held.backend).Scan(&inserted); err != nil {
+		t.Fatal(err)
+	}
+	if !inserted {
+		t.Fatal("the creation waited for the user's slot lock before it inserted its run's first job")
+	}
+	held.release()
+	if err := <-held.done; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-created; err != nil {
+		t.Fatal(err)
+	}
+	if mine.Status != spec.StatusQueued {
+		t.Fatalf("the run whose slot was taken before its commit is %s, want queued", mine.Status)
+	}
+	counts, err := h.db.CountRunsByStatus(h.ctx, u.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if counts[spec.StatusRunning] != 1 || counts[spec.StatusQueued] != 1 {
+		t.Fatalf("runs by status %v, want the other running and this one queued", counts)
+	}
+	var types []spec.EventType
+	for _, e := range h.events(u, mine.ID) {
+		types = append(types, e.Type)
+	}
+	if !slices.Equal(types, []spec.EventType{spec.EventRunCreated}) {
+		t.Fatalf("the run's events %v, want its creation once", types)
+	}
+}
+
+// TestConcurrentCreationsNeverExceedTheUsersSlots: on a store several
+// processes share, creations that all find a slot free (none holds the
+// slot lock until its commit) start no more runs than the user has slots;
+// the others are queued, each once, and start as slots free.
+func TestConcurrentCreationsNeverExceedTheUsersSlots(t *testing.T) {
+	h := newHarnessOn(t, postgresStore, func(o *Options) { o.MaxConcurrentPerUser = 2 })
+	u := h.user("a@example.com")
+	const n = 12
+	runs := make(chan *spec.Run, n)
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			r, err := h.e.CreateRun(h.ctx, u, spec.Config{Objective: fmt.Sprint("run ", i), Executor: spec.ExecutorScript,
+				Script: script(scripted.Step{SleepMS: 60_000})})
+			runs <- r
+			errs <- err
+		}()
+	}
+	started := 0
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+		if r := <-runs; r.Status == spec.StatusRunning {
+			started++
+		}
+	}
+	counts, err := h.db.CountRunsByStatus(h.ctx, u.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if counts[spec.StatusRunning] != 2 || counts[spec.StatusQueued] != n-2 || started != 2 {
+		t.Fatalf("runs by status %v (%d created running), want 2 running and %d queued", counts, started, n-2)
+	}
 }
 
 // TestAPromotionDoesNotStartARunCanceledMeanwhile: on a store several

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"strings"
@@ -41,38 +42,72 @@ func (e *Engine) CreateRun(ctx context.Context, user *spec.User, cfg spec.Config
 	if err != nil {
 		return nil, err
 	}
-	run := &spec.Run{
-		ID:          uuid.Must(uuid.NewV7()).String(),
-		UserID:      user.ID,
-		ParentRunID: cfg.ParentRunID,
-		Objective:   cfg.Objective,
-		Mode:        cfg.Mode,
-		Executor:    cfg.Executor,
-		Config:      raw,
-		Status:      spec.StatusQueued,
-		Metrics:     spec.Metrics{ByModel: map[string]spec.ModelUsage{}},
+	id := uuid.Must(uuid.NewV7()).String()
+	// A run started on a slot found free (startIfFree) whose commit found
+	// it taken is created again, and promoted under the slot lock.
+	for checkAtCommit := true; ; checkAtCommit = false {
+		run := &spec.Run{
+			ID:          id,
+			UserID:      user.ID,
+			ParentRunID: cfg.ParentRunID,
+			Objective:   cfg.Objective,
+			Mode:        cfg.Mode,
+			Executor:    cfg.Executor,
+			Config:      raw,
+			Status:      spec.StatusQueued,
+			Metrics:     spec.Metrics{ByModel: map[string]spec.ModelUsage{}},
+		}
+		err = e.inTx(ctx, func(tx spec.Tx) error {
+			if err := tx.InsertRun(ctx, run); err != nil {
+				return err
+			}
+			if err := tx.InsertRunTags(ctx, run.ID, run.UserID, cfg.Tags); err != nil {
+				return err
+			}
+			if err := e.bindHost(ctx, tx, run); err != nil {
+				return err
+			}
+			if _, err := tx.AppendEvent(ctx, run.ID, spec.EventRunCreated, spec.RunCreatedData{
+				Objective: cfg.Objective, Mode: cfg.Mode, Executor: cfg.Executor, Config: json.RawMessage(raw),
+			}); err != nil {
+				return err
+			}
+			if checkAtCommit {
+				if started, err := e.startIfFree(ctx, tx, run); err != nil || started {
+					return err
+				}
+			}
+			return e.promote(ctx, tx, user.ID)
+		})
+		if checkAtCommit && errors.Is(err, spec.ErrNoFreeSlot) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		return e.store.FindRun(ctx, user.ID, run.ID)
 	}
-	err = e.inTx(ctx, func(tx spec.Tx) error {
-		if err := tx.InsertRun(ctx, run); err != nil {
-			return err
-		}
-		if err := tx.InsertRunTags(ctx, run.ID, run.UserID, cfg.Tags); err != nil {
-			return err
-		}
-		if err := e.bindHost(ctx, tx, run); err != nil {
-			return err
-		}
-		if _, err := tx.AppendEvent(ctx, run.ID, spec.EventRunCreated, spec.RunCreatedData{
-			Objective: cfg.Objective, Mode: cfg.Mode, Executor: cfg.Executor, Config: json.RawMessage(raw),
-		}); err != nil {
-			return err
-		}
-		return e.promote(ctx, tx, user.ID)
-	})
-	if err != nil {
-		return nil, err
+}
+
+// startIfFree starts run, just queued in tx, when tx can check the user's
+// slots in its commit (spec.SlotChecker) and a read without the slot lock
+// finds a free slot and no run queued ahead of this one; the commit then
+// fails with spec.ErrNoFreeSlot unless that still holds once it has the
+// lock. It reports whether it started the run; when it did not, the caller
+// promotes (under the lock, as ever).
+func (e *Engine) startIfFree(ctx context.Context, tx spec.Tx, run *spec.Run) (bool, error) {
+	sc, ok := tx.(spec.SlotChecker)
+	if !ok {
+		return false, nil
 	}
-	return e.store.FindRun(ctx, user.ID, run.ID)
+	free, err := sc.FreeSlot(ctx, run.UserID, e.opts.MaxConcurrentPerUser, run.ID)
+	if err != nil || !free {
+		return false, err
+	}
+	if err := e.startRun(ctx, tx, run); err != nil {
+		return false, err
+	}
+	return true, sc.CheckSlotAtCommit(ctx, run.UserID, e.opts.MaxConcurrentPerUser)
 }
 
 // promote starts the user's oldest queued runs while they have free slots.

@@ -23,7 +23,9 @@ import "context"
 //     oldest queued ones in one transaction. SQLite serialises writers, so
 //     two promotions cannot both see a free slot; spec.Tx.LockedStartable
 //     and LockedRunningCount are where a store with concurrent writers
-//     takes a per-user lock first.
+//     takes a per-user lock first. On such a store a run's creation may
+//     start the run on a slot it found free without the lock, and check
+//     the slot under the lock in its commit (spec.SlotChecker).
 
 // On PostgreSQL (package db/pg) each of these takes its
 // multi-process strategy: seqs come from a per-run counter row locked by the

@@ -305,3 +305,34 @@ func (d *DB) Unavailable(err error) bool {
 		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) ||
 		errors.Is(err, pgx.ErrTxClosed) || strings.Contains(err.Error(), "conn closed")
 }
+
+// The PostgreSQL write transaction checks a user's run slots in its commit
+// (spec.SlotChecker).
+var _ spec.SlotChecker = (*Tx)(nil)
+
+// FreeSlot is spec.SlotChecker's: one read, without the slot lock.
+func (tx *Tx) FreeSlot(ctx context.Context, userID int64, max int, except string) (bool, error) {
+	var free bool
+	err := tx.conn.QueryRow(ctx, `SELECT (SELECT count(*) FROM runs WHERE user_id = ? AND status = 'running') < ?
+		AND NOT EXISTS (SELECT 1 FROM runs WHERE user_id = ? AND status = 'queued' AND id <> ?)`,
+		userID, max, userID, except).Scan(&free)
+	return free, err
+}
+
+// CheckSlotAtCommit is spec.SlotChecker's. The lock and the check are held
+// writes (txConn): they go out with the transaction's next statement, its
+// commit's round trip when nothing else comes, where the commit follows
+// them without waiting for this process. Two statements, not one: a
+// statement's snapshot is taken before it waits for the lock, and the
+// check's must see what committed meanwhile. A failed check is a division
+// by zero, which ExecDeferred reports as ErrNoFreeSlot.
+func (tx *Tx) CheckSlotAtCommit(ctx context.Context, userID int64, max int) error {
+	lock, args := dialect.SlotsLock(userID)
+	if err := tx.conn.ExecDeferred(ctx, -1, nil, "lock the user's run slots", lock, args...); err != nil {
+		return err
+	}
+	return tx.conn.ExecDeferred(ctx, -1, spec.ErrNoFreeSlot, "check the user's run slots",
+		`SELECT 1 / ((SELECT count(*) FROM runs WHERE user_id = ? AND status = 'running') <= ?
+			AND NOT EXISTS (SELECT 1 FROM runs WHERE user_id = ? AND status = 'queued'))::int`,
+		userID, max, userID)
+}

@@ -54,7 +54,9 @@ var (
 // database: the round trip may end with COMMIT, which must not run after
 // it changed another number. It is sent as a statement that fails with
 // division by zero then (a count of rows is not a constant PostgreSQL
-// folds when it plans), and the failure is reported as miss.
+// folds when it plans), and the failure is reported as miss. A statement
+// with want -1 may check a condition of its own the same way: its division
+// by zero is reported as miss too, when miss is not nil.
 func (c *txConn) ExecDeferred(ctx context.Context, want int64, miss error, label, query string, args ...any) error {
 	if c.err != nil {
 		return c.err
@@ -93,7 +95,7 @@ func (c *txConn) checkPending(br pgx.BatchResults, n int) error {
 			// connection or the server, after, when it may have ended
 			// with COMMIT or not).
 			c.err = err
-		case w.want >= 0 && pe.Code == divisionByZero:
+		case w.miss != nil && pe.Code == divisionByZero:
 			c.err = w.miss
 		default:
 			c.err = fmt.Errorf("%s: %w", w.label, err)

@@ -2,6 +2,7 @@ package spec
 
 import (
 	"context"
+	"errors"
 	"time"
 )
 
@@ -69,6 +70,30 @@ type GroupWriter interface {
 	// what it wrote in tx.
 	GroupWriteTx(ctx context.Context, fn func(tx Tx) error) error
 }
+
+// SlotChecker is implemented by a write transaction whose store lets
+// concurrent transactions promote runs (PostgreSQL: several processes), and
+// which can check a user's run slots in its commit. A run's creation then
+// starts the run without holding the user's slot lock from its promotion's
+// read to its commit, through the transaction's round trips and the work
+// between them, as promoting does (LockedStartable): the lock is taken, and
+// the slots checked, in the round trip that commits, so the user's other
+// creations, in every process, wait for one round trip of the database's
+// instead of several of this process's.
+type SlotChecker interface {
+	// FreeSlot reports, without locking the user's slots, whether the user
+	// has fewer than max running runs and no queued run but except.
+	FreeSlot(ctx context.Context, userID int64, max int, except string) (bool, error)
+	// CheckSlotAtCommit makes the transaction lock the user's slots before
+	// it commits and then fail with ErrNoFreeSlot unless the user has at
+	// most max running runs (the ones it started among them) and no queued
+	// run.
+	CheckSlotAtCommit(ctx context.Context, userID int64, max int) error
+}
+
+// ErrNoFreeSlot fails a transaction that started a run in a slot that was
+// free when it looked (SlotChecker) and taken by its commit.
+var ErrNoFreeSlot = errors.New("the user's free run slot was taken before the commit")
 
 // SearchIndexer is implemented by a store that indexes some documents for
 // full-text search later than it writes them (the SQLite store's iteration
