@@ -579,8 +579,13 @@ func TestARunStartedOnAFreeSlotTakenBeforeItsCommitIsCreatedQueued(t *testing.T)
 	if err := <-held.done; err != nil {
 		t.Fatal(err)
 	}
-	if err := <-created; err != nil {
-		t.Fatal(err)
+	select {
+	case err := <-created:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the creation did not end once the slot lock was let go")
 	}
 	if mine.Status != spec.StatusQueued {
 		t.Fatalf("the run whose slot was taken before its commit is %s, want queued", mine.Status)
@@ -609,23 +614,30 @@ func TestConcurrentCreationsNeverExceedTheUsersSlots(t *testing.T) {
 	h := newHarnessOn(t, postgresStore, func(o *Options) { o.MaxConcurrentPerUser = 2 })
 	u := h.user("a@example.com")
 	const n = 12
-	runs := make(chan *spec.Run, n)
-	errs := make(chan error, n)
+	type result struct {
+		r   *spec.Run
+		err error
+	}
+	results := make(chan result, n)
 	for i := range n {
 		go func() {
 			r, err := h.e.CreateRun(h.ctx, u, spec.Config{Objective: fmt.Sprint("run ", i), Executor: spec.ExecutorScript,
 				Script: script(scripted.Step{SleepMS: 60_000})})
-			runs <- r
-			errs <- err
+			results <- result{r, err}
 		}()
 	}
 	started := 0
 	for range n {
-		if err := <-errs; err != nil {
-			t.Fatal(err)
-		}
-		if r := <-runs; r.Status == spec.StatusRunning {
-			started++
+		select {
+		case res := <-results:
+			if res.err != nil {
+				t.Fatal(res.err)
+			}
+			if res.r.Status == spec.StatusRunning {
+				started++
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("a creation did not end")
 		}
 	}
 	counts, err := h.db.CountRunsByStatus(h.ctx, u.ID)

@@ -44,9 +44,12 @@ func (e *Engine) CreateRun(ctx context.Context, user *spec.User, cfg spec.Config
 	}
 	id := uuid.Must(uuid.NewV7()).String()
 	// A run started on a slot found free (startIfFree) whose commit found
-	// it taken is created again, and promoted under the slot lock.
+	// it taken is created again, and promoted under the slot lock; it keeps
+	// the creation time of its first try, its place among the queued runs.
+	var createdAt time.Time
 	for checkAtCommit := true; ; checkAtCommit = false {
 		run := &spec.Run{
+			CreatedAt:   createdAt,
 			ID:          id,
 			UserID:      user.ID,
 			ParentRunID: cfg.ParentRunID,
@@ -80,6 +83,7 @@ func (e *Engine) CreateRun(ctx context.Context, user *spec.User, cfg spec.Config
 			return e.promote(ctx, tx, user.ID)
 		})
 		if checkAtCommit && errors.Is(err, spec.ErrNoFreeSlot) {
+			createdAt = run.CreatedAt
 			continue
 		}
 		if err != nil {

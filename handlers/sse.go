@@ -564,7 +564,7 @@ func (st *streamer) readPages(ctx context.Context, after int64) <-chan replayPag
 			if p.err != nil || p.panic != "" || len(p.evs) < sseReplayPage {
 				return
 			}
-			after = st.src.key(p.evs[len(p.evs)-1])
+			after = p.last
 		}
 	}()
 	return pages
@@ -576,16 +576,20 @@ func (st *streamer) readPages(ctx context.Context, after int64) <-chan replayPag
 func (st *streamer) readPage(ctx context.Context, after int64) (p replayPage) {
 	defer func() {
 		if r := recover(); r != nil {
-			p.panic = fmt.Sprintf("%v\n\nread ahead at:\n%s", r, debug.Stack())
+			p = replayPage{panic: fmt.Sprintf("%v\n\nread ahead at:\n%s", r, debug.Stack())}
 		}
 	}()
 	p.evs, p.err = st.src.replay(ctx, after, sseReplayPage)
+	if len(p.evs) > 0 {
+		p.last = st.src.key(p.evs[len(p.evs)-1])
+	}
 	return p
 }
 
 // replayPage is one page of a replay read ahead, or the panic reading it.
 type replayPage struct {
 	evs   []*spec.Event
+	last  int64 // the key of the page's last event
 	err   error
 	panic string
 }

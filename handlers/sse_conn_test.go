@@ -295,9 +295,14 @@ func TestAReplaysReaderReadsOnePageAheadAndEndsWithTheReplay(t *testing.T) {
 		t.Fatalf("the reader read %d pages before the stream took one, want 1", got)
 	}
 	for page := int64(1); page <= 3; page++ {
-		p := <-pages
-		if p.err != nil || len(p.evs) != sseReplayPage || p.evs[0].Seq != (page-1)*sseReplayPage+1 {
-			t.Fatalf("page %d: %d events from seq %d, err %v", page, len(p.evs), p.evs[0].Seq, p.err)
+		var p replayPage
+		select {
+		case p = <-pages:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("page %d did not come", page)
+		}
+		if p.err != nil || len(p.evs) != sseReplayPage || p.evs[0].Seq != (page-1)*sseReplayPage+1 || p.last != page*sseReplayPage {
+			t.Fatalf("page %d: %d events, last %d, err %v; want %d events from seq %d", page, len(p.evs), p.last, p.err, sseReplayPage, (page-1)*sseReplayPage+1)
 		}
 		if got := settled(page + 1); got != page+1 {
 			t.Fatalf("the reader read %d pages once the stream took %d, want %d", got, page, page+1)
@@ -358,10 +363,11 @@ func TestAReplaysReaderEndsWhenItsClientGoesAway(t *testing.T) {
 	alice := ts.user(t, "alice@example.com")
 	id := ts.createRun(t, alice, askStep("q"))
 	ts.waitStatus(t, alice, id, spec.StatusWaiting)
-	// Three pages of 4 KiB events: more than the connection's buffers take.
+	// Five pages of 4 KiB events: far more than the connection's buffers
+	// take (the stream blocks within the first two or three pages).
 	pad := strings.Repeat("x", 4<<10)
 	err := ts.DB.WriteTx(ts.ctx, func(tx spec.Tx) error {
-		for i := range 3 * sseReplayPage {
+		for i := range 5 * sseReplayPage {
 			if _, err := tx.AppendEvent(ts.ctx, id, "bench", map[string]any{"i": i, "pad": pad}); err != nil {
 				return err
 			}
