@@ -505,15 +505,14 @@ func (st *streamer) replay(ctx context.Context) error {
 	st.w.keep = true
 	defer st.w.release()
 	for {
-		p, ok := <-pages
+		// The reader closes pages without a page only once ctx ended;
+		// otherwise its last page is short and ends this loop first.
+		p := <-pages
 		if p.panic != "" {
 			panic(p.panic)
 		}
 		if err := ctx.Err(); err != nil {
 			return err
-		}
-		if !ok {
-			return nil
 		}
 		evs, err := p.evs, p.err
 		if err != nil {

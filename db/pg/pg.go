@@ -310,12 +310,15 @@ func (d *DB) Unavailable(err error) bool {
 // (spec.SlotChecker).
 var _ spec.SlotChecker = (*Tx)(nil)
 
+// slotFreeSQL holds when user ?1 has fewer than ?2 running runs and no
+// queued run but ?3.
+const slotFreeSQL = `(SELECT count(*) FROM runs WHERE user_id = ?1 AND status = 'running') < ?2
+	AND NOT EXISTS (SELECT 1 FROM runs WHERE user_id = ?1 AND status = 'queued' AND id <> ?3)`
+
 // FreeSlot is spec.SlotChecker's: one read, without the slot lock.
 func (tx *Tx) FreeSlot(ctx context.Context, userID int64, max int, except string) (bool, error) {
 	var free bool
-	err := tx.conn.QueryRow(ctx, `SELECT (SELECT count(*) FROM runs WHERE user_id = ? AND status = 'running') < ?
-		AND NOT EXISTS (SELECT 1 FROM runs WHERE user_id = ? AND status = 'queued' AND id <> ?)`,
-		userID, max, userID, except).Scan(&free)
+	err := tx.conn.QueryRow(ctx, `SELECT `+slotFreeSQL, userID, max, except).Scan(&free)
 	return free, err
 }
 
@@ -324,15 +327,15 @@ func (tx *Tx) FreeSlot(ctx context.Context, userID int64, max int, except string
 // commit's round trip when nothing else comes, where the commit follows
 // them without waiting for this process. Two statements, not one: a
 // statement's snapshot is taken before it waits for the lock, and the
-// check's must see what committed meanwhile. A failed check is a division
-// by zero, which ExecDeferred reports as ErrNoFreeSlot.
+// check's must see what committed meanwhile. The check is FreeSlot's with
+// one slot more, for the runs the transaction started, which run already;
+// it fails as a division by zero, which ExecDeferred reports as
+// ErrNoFreeSlot.
 func (tx *Tx) CheckSlotAtCommit(ctx context.Context, userID int64, max int) error {
 	lock, args := dialect.SlotsLock(userID)
 	if err := tx.conn.ExecDeferred(ctx, -1, nil, "lock the user's run slots", lock, args...); err != nil {
 		return err
 	}
 	return tx.conn.ExecDeferred(ctx, -1, spec.ErrNoFreeSlot, "check the user's run slots",
-		`SELECT 1 / ((SELECT count(*) FROM runs WHERE user_id = ? AND status = 'running') <= ?
-			AND NOT EXISTS (SELECT 1 FROM runs WHERE user_id = ? AND status = 'queued'))::int`,
-		userID, max, userID)
+		`SELECT 1 / (`+slotFreeSQL+`)::int`, userID, max+1, "")
 }

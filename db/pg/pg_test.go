@@ -741,3 +741,76 @@ func TestTheListenerCatchesUpAfterALostConnection(t *testing.T) {
 		}
 	}
 }
+
+// TestASlotCheckedAtCommitCountsTheRunsItsTransactionStarted: FreeSlot
+// reads, without the lock, whether the user has a slot free and nothing
+// queued but the run named; CheckSlotAtCommit lets the commit through while
+// the runs running, the transaction's own among them, fit in max and none
+// is queued, and fails it with spec.ErrNoFreeSlot otherwise, leaving
+// nothing of it.
+func TestASlotCheckedAtCommitCountsTheRunsItsTransactionStarted(t *testing.T) {
+	d := open(t, pgtest.NewDatabase(t), nil)
+	ctx := context.Background()
+	u := userWithRuns(t, d, "slots@example.com", "mine")
+	// start sets the run running in a transaction that checks the slots at
+	// its commit, after asking whether one is free.
+	start := func(id string, max int) (free bool, err error) {
+		err = d.WriteTx(ctx, func(tx spec.Tx) error {
+			sc := tx.(spec.SlotChecker)
+			var err error
+			if free, err = sc.FreeSlot(ctx, u.ID, max, id); err != nil {
+				return err
+			}
+			r, err := tx.FindRun(ctx, id)
+			if err != nil {
+				return err
+			}
+			r.Status = spec.StatusRunning
+			if err := tx.UpdateRun(ctx, r); err != nil {
+				return err
+			}
+			return sc.CheckSlotAtCommit(ctx, u.ID, max)
+		})
+		return free, err
+	}
+	status := func(id string) string {
+		r, err := d.FindRun(ctx, u.ID, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.Status
+	}
+	// One slot, none taken: its own run (queued until now) is no obstacle.
+	if free, err := start("mine", 1); err != nil || !free {
+		t.Fatalf("the only run in one free slot: free %v, commit %v; want free and committed", free, err)
+	}
+	// The slot is taken: a second run does not fit, and stays queued.
+	insertRuns(t, d, u.ID, "second")
+	if free, err := start("second", 1); !errors.Is(err, spec.ErrNoFreeSlot) || free {
+		t.Fatalf("a run beyond the one slot: free %v, commit %v; want not free and %v", free, err, spec.ErrNoFreeSlot)
+	}
+	if s := status("second"); s != spec.StatusQueued {
+		t.Fatalf("the run whose check failed is %s, want queued", s)
+	}
+	// With two slots it fits, unless another run is queued ahead.
+	insertRuns(t, d, u.ID, "third")
+	if free, err := start("second", 2); !errors.Is(err, spec.ErrNoFreeSlot) || free {
+		t.Fatalf("a run while another is queued: free %v, commit %v; want not free and %v", free, err, spec.ErrNoFreeSlot)
+	}
+	if err := d.WriteTx(ctx, func(tx spec.Tx) error {
+		r, err := tx.FindRun(ctx, "third")
+		if err != nil {
+			return err
+		}
+		r.Status = spec.StatusCanceled
+		return tx.UpdateRun(ctx, r)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if free, err := start("second", 2); err != nil || !free {
+		t.Fatalf("a run in the second of two slots: free %v, commit %v; want free and committed", free, err)
+	}
+	if s := status("second"); s != spec.StatusRunning {
+		t.Fatalf("the run whose check passed is %s, want running", s)
+	}
+}
