@@ -33,6 +33,41 @@ type e2e struct {
 	x    *llm.Executor
 	srv  *llmtest.Server
 	user *spec.User
+	// commits holds the events of each committed write, in commit order
+	// (the store's OnEvents).
+	commits *commitLog
+}
+
+// commitLog records the events of every committed write.
+type commitLog struct {
+	mu      sync.Mutex
+	batches [][]*spec.Event
+}
+
+func (l *commitLog) add(evs []*spec.Event) {
+	l.mu.Lock()
+	l.batches = append(l.batches, evs)
+	l.mu.Unlock()
+}
+
+// of returns the committed writes that have events of run, with only
+// those events, in commit order.
+func (l *commitLog) of(runID string) [][]*spec.Event {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out [][]*spec.Event
+	for _, b := range l.batches {
+		var mine []*spec.Event
+		for _, e := range b {
+			if e.RunID == runID {
+				mine = append(mine, e)
+			}
+		}
+		if len(mine) > 0 {
+			out = append(out, mine)
+		}
+	}
+	return out
 }
 
 // e2eOptions adjust newE2E.
@@ -52,7 +87,11 @@ func newE2E(t testing.TB, o e2eOptions, script ...llmtest.Reply) *e2e {
 	t.Cleanup(cancel)
 	srv := llmtest.New(t, script...)
 	bus := engine.NewBus()
-	d, err := db.Open(ctx, db.Options{Path: migratedFile(t), OnEvents: bus.Publish})
+	commits := &commitLog{}
+	d, err := db.Open(ctx, db.Options{Path: migratedFile(t), OnEvents: func(evs []*spec.Event) {
+		commits.add(evs)
+		bus.Publish(evs)
+	}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +135,7 @@ func newE2E(t testing.TB, o e2eOptions, script ...llmtest.Reply) *e2e {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &e2e{t: t, ctx: ctx, db: d, bus: bus, eng: eng, x: x, srv: srv, user: user}
+	return &e2e{t: t, ctx: ctx, db: d, bus: bus, eng: eng, x: x, srv: srv, user: user, commits: commits}
 }
 
 // migrated holds the files of a freshly migrated database. Applying the

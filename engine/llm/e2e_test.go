@@ -671,3 +671,54 @@ func checkToolEventOrder(t *testing.T, evs []*spec.Event) {
 		}
 	}
 }
+
+// The planner's last call ends the iteration, so its tool_result commits
+// with the iteration's outcome rather than in a commit of its own; the
+// results of the calls before it still commit as they come.
+func TestTheLastCallsResultCommitsWithTheOutcome(t *testing.T) {
+	h := newE2E(t, e2eOptions{},
+		tools(call("workspace_write", map[string]any{"path": "notes/a.md", "content": "# A\n\nwritten"})),
+		status(false, "Wrote notes/a.md."),
+		status(true, "Done.", "notes/a.md is written"),
+	)
+	narrate(h.srv, "A narrative.")
+	run := h.waitStatus(h.create(spec.Config{}).ID, spec.StatusCompleted)
+	checkToolEventOrder(t, h.events(run.ID))
+
+	tool := func(e *spec.Event) string {
+		var d spec.ToolResultData
+		if err := json.Unmarshal(e.Data, &d); err != nil {
+			t.Fatalf("event %d %s: %v", e.Seq, e.Type, err)
+		}
+		return d.Tool
+	}
+	finishers, writes := 0, 0
+	for _, commit := range h.commits.of(run.ID) {
+		for i, e := range commit {
+			if e.Type != spec.EventToolResult {
+				continue
+			}
+			var types []spec.EventType
+			for _, c := range commit {
+				types = append(types, c.Type)
+			}
+			switch tool(e) {
+			case "report_status":
+				finishers++
+				// The result, then the iteration's own events, ending
+				// with its completion, in one commit.
+				if !slices.Contains(types[i+1:], spec.EventIterationCompleted) {
+					t.Errorf("report_status's result committed without the iteration's outcome: %v", types)
+				}
+			case "workspace_write":
+				writes++
+				if slices.Contains(types, spec.EventIterationCompleted) {
+					t.Errorf("workspace_write's result waited for the iteration's outcome: %v", types)
+				}
+			}
+		}
+	}
+	if finishers != 2 || writes != 1 {
+		t.Errorf("tool results seen in commits: %d report_status, %d workspace_write; want 2 and 1", finishers, writes)
+	}
+}

@@ -292,8 +292,19 @@ func (it *iteration) execCall(ctx context.Context, sc *scope, tc openai.ToolCall
 	}
 	obs = truncate(obs, maxObservation)
 	st.observation, st.errored = obs, errored
-	it.emit(ctx, spec.EventToolResult, spec.ToolResultData{Tool: name, CallID: tc.ID, OK: !errored, Repaired: repaired,
-		Result: truncate(obs, maxEventData), Branch: sc.branch, Role: sc.role})
+	result := spec.ToolResultData{Tool: name, CallID: tc.ID, OK: !errored, Repaired: repaired,
+		Result: truncate(obs, maxEventData), Branch: sc.branch, Role: sc.role}
+	if ow, ok := it.host.(spec.OutcomeWriter); ok && sc.branch == "" && sc.done {
+		// The planner's last call (report_status or ask_user) ends the
+		// iteration: nothing reads its result before the outcome, with
+		// which it commits instead of in a commit of its own.
+		ow.WithOutcome(func(ctx context.Context, tx spec.Tx) error {
+			_, err := tx.AppendEvent(ctx, it.in.RunID, spec.EventToolResult, result)
+			return err
+		})
+	} else {
+		it.emit(ctx, spec.EventToolResult, result)
+	}
 	spec.Transcribe(ctx, it.host, spec.TranscriptEntry{Kind: spec.TranscriptToolResult, Name: name, Role: sc.transcriptRole(), Text: obs,
 		Data: spec.TranscriptJSON(map[string]any{"ok": !errored, "repaired": repaired})})
 	return obs, st
