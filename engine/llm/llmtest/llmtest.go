@@ -75,6 +75,41 @@ func Tools(calls ...Call) Reply { return Reply{ToolCalls: calls} }
 // Error returns an HTTP error reply.
 func Error(status int, msg string) Reply { return Reply{Status: status, Content: msg} }
 
+// wireRequest is a request body as the server decodes it: its tools'
+// parameters, JSON schemas, are kept as the client sent them
+// (json.RawMessage) rather than decoded into maps, which cost more than
+// the rest of the request together and which the tests only marshal back.
+type wireRequest struct {
+	openai.ChatCompletionRequest
+	Tools []wireTool `json:"tools,omitempty"`
+}
+
+type wireTool struct {
+	Type     openai.ToolType            `json:"type"`
+	Function *openai.FunctionDefinition `json:"function,omitempty"`
+}
+
+// UnmarshalJSON decodes a tool with its function's parameters kept raw.
+func (t *wireTool) UnmarshalJSON(b []byte) error {
+	var w struct {
+		Type     openai.ToolType `json:"type"`
+		Function *struct {
+			Name        string          `json:"name"`
+			Description string          `json:"description,omitempty"`
+			Strict      bool            `json:"strict,omitempty"`
+			Parameters  json.RawMessage `json:"parameters"`
+		} `json:"function,omitempty"`
+	}
+	if err := json.Unmarshal(b, &w); err != nil {
+		return err
+	}
+	t.Type = w.Type
+	if f := w.Function; f != nil {
+		t.Function = &openai.FunctionDefinition{Name: f.Name, Description: f.Description, Strict: f.Strict, Parameters: f.Parameters}
+	}
+	return nil
+}
+
 // Request is a request the server received.
 type Request struct {
 	openai.ChatCompletionRequest
@@ -192,10 +227,15 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	body, _ := io.ReadAll(r.Body)
-	var req Request
-	if err := json.Unmarshal(body, &req.ChatCompletionRequest); err != nil {
+	var wire wireRequest
+	if err := json.Unmarshal(body, &wire); err != nil {
 		http.Error(w, `{"error":{"message":"llmtest: bad request body","type":"invalid_request_error"}}`, http.StatusBadRequest)
 		return
+	}
+	req := Request{ChatCompletionRequest: wire.ChatCompletionRequest}
+	req.Tools = nil
+	for _, t := range wire.Tools {
+		req.Tools = append(req.Tools, openai.Tool{Type: t.Type, Function: t.Function})
 	}
 	req.Header, req.At = r.Header.Clone(), time.Now()
 
