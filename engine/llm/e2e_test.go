@@ -684,6 +684,19 @@ func TestTheLastCallsResultCommitsWithTheOutcome(t *testing.T) {
 	narrate(h.srv, "A narrative.")
 	run := h.waitStatus(h.create(spec.Config{}).ID, spec.StatusCompleted)
 	checkToolEventOrder(t, h.events(run.ID))
+	// The store hands a commit's events on after the commit, so the run
+	// can read completed before its last commit is recorded here.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		commits := h.commits.of(run.ID)
+		if len(commits) > 0 && slices.ContainsFunc(commits[len(commits)-1], func(e *spec.Event) bool {
+			return e.Type == spec.EventRunCompleted
+		}) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the run's last commit, with run_completed, was not handed on within 10 s")
+		}
+	}
 
 	tool := func(e *spec.Event) string {
 		var d spec.ToolResultData

@@ -233,8 +233,9 @@ func compact(msgs []openai.ChatCompletionMessage) []openai.ChatCompletionMessage
 }
 
 // execCall validates (repairing when needed) and runs one tool call, emits
-// tool_call (unless emitted: ask wrote it) and tool_result, and returns
-// the observation for the model.
+// tool_call (unless emitted: ask wrote it) and tool_result (or queues it
+// with the iteration's outcome, when the call ends the iteration), and
+// returns the observation for the model.
 func (it *iteration) execCall(ctx context.Context, sc *scope, tc openai.ToolCall, allowed []*tool, emitted bool) (string, step) {
 	name, raw := tc.Function.Name, tc.Function.Arguments
 	sc.calls++
@@ -297,7 +298,11 @@ func (it *iteration) execCall(ctx context.Context, sc *scope, tc openai.ToolCall
 	if ow, ok := it.host.(spec.OutcomeWriter); ok && sc.branch == "" && sc.done {
 		// The planner's last call (report_status or ask_user) ends the
 		// iteration: nothing reads its result before the outcome, with
-		// which it commits instead of in a commit of its own.
+		// which it commits instead of in a commit of its own. Like the
+		// outcome's other writes, it is not made when the attempt ends
+		// without its outcome because the run was canceled, taken over or
+		// its process died (spec.OutcomeWriter); the transcript keeps the
+		// result line.
 		ow.WithOutcome(func(ctx context.Context, tx spec.Tx) error {
 			_, err := tx.AppendEvent(ctx, it.in.RunID, spec.EventToolResult, result)
 			return err

@@ -110,7 +110,9 @@ func (t *wireTool) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// Request is a request the server received.
+// Request is a request the server received. Its tools' parameters
+// (Tools[i].Function.Parameters) are the JSON schemas as sent, a
+// json.RawMessage (see wireRequest).
 type Request struct {
 	openai.ChatCompletionRequest
 	Header http.Header
