@@ -81,17 +81,7 @@ func Error(status int, msg string) Reply { return Reply{Status: status, Content:
 // the rest of the request together and which the tests only marshal back.
 type wireRequest struct {
 	openai.ChatCompletionRequest
-	Tools []wireTool `json:"tools,omitempty"`
-}
-
-type wireTool struct {
-	Type     openai.ToolType            `json:"type"`
-	Function *openai.FunctionDefinition `json:"function,omitempty"`
-}
-
-// UnmarshalJSON decodes a tool with its function's parameters kept raw.
-func (t *wireTool) UnmarshalJSON(b []byte) error {
-	var w struct {
+	Tools []struct {
 		Type     openai.ToolType `json:"type"`
 		Function *struct {
 			Name        string          `json:"name"`
@@ -99,15 +89,7 @@ func (t *wireTool) UnmarshalJSON(b []byte) error {
 			Strict      bool            `json:"strict,omitempty"`
 			Parameters  json.RawMessage `json:"parameters"`
 		} `json:"function,omitempty"`
-	}
-	if err := json.Unmarshal(b, &w); err != nil {
-		return err
-	}
-	t.Type = w.Type
-	if f := w.Function; f != nil {
-		t.Function = &openai.FunctionDefinition{Name: f.Name, Description: f.Description, Strict: f.Strict, Parameters: f.Parameters}
-	}
-	return nil
+	} `json:"tools,omitempty"`
 }
 
 // Request is a request the server received. Its tools' parameters
@@ -234,10 +216,13 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, `{"error":{"message":"llmtest: bad request body","type":"invalid_request_error"}}`, http.StatusBadRequest)
 		return
 	}
-	req := Request{ChatCompletionRequest: wire.ChatCompletionRequest}
-	req.Tools = nil
+	req := Request{ChatCompletionRequest: wire.ChatCompletionRequest} // its Tools are nil: wireRequest's shadow them
 	for _, t := range wire.Tools {
-		req.Tools = append(req.Tools, openai.Tool{Type: t.Type, Function: t.Function})
+		tool := openai.Tool{Type: t.Type}
+		if f := t.Function; f != nil {
+			tool.Function = &openai.FunctionDefinition{Name: f.Name, Description: f.Description, Strict: f.Strict, Parameters: f.Parameters}
+		}
+		req.Tools = append(req.Tools, tool)
 	}
 	req.Header, req.At = r.Header.Clone(), time.Now()
 
