@@ -252,6 +252,48 @@ func TestBrowserRunPageReadsLikeALogViewer(t *testing.T) {
 		})()`)
 	})
 
+	// Acting on new content the moment it is in the page: in the microtask
+	// after htmx put it there (a MutationObserver's callback), before any
+	// timer, as a person's click may when the page is busy.
+	t.Run("a filter chosen or a hit picked the moment it appears takes effect", func(t *testing.T) {
+		do(t, ctx, "open the history", chromedp.Navigate(ts.URL+"/runs/"+id), chromedp.WaitVisible(chromedp.CSS("#events-card > summary")),
+			chromedp.Click(chromedp.CSS("#events-card > summary")))
+		until(t, ctx, "the newest 50 events", `document.querySelectorAll("#events-table tbody tr").length === 50 && !!document.querySelector("#events-older")`)
+		do(t, ctx, "choose check_result as the older page arrives", chromedp.Evaluate[chromedp.Void](`(() => {
+			const o = new MutationObserver(() => {
+				const sel = document.querySelector("#event-history #event-type");
+				if (!sel) return;
+				o.disconnect();
+				sel.value = "check_result";
+				sel.dispatchEvent(new Event("change", {bubbles: true}));
+			});
+			o.observe(document.getElementById("event-history"), {childList: true});
+			document.getElementById("events-older").click();
+		})()`))
+		until(t, ctx, "only the five check results", `(() => {
+			const rows = Array.from(document.querySelectorAll("#events-table tbody tr"));
+			return rows.length === 5 && rows.every(r => r.getAttribute("data-type") === "check_result");
+		})()`)
+
+		do(t, ctx, "search, and pick the first hit as the hits arrive", chromedp.Navigate(ts.URL+"/runs/"+id), chromedp.WaitVisible(chromedp.CSS("#log-q")),
+			chromedp.SendKeys(chromedp.CSS("#log-q"), "needle"),
+			chromedp.Evaluate[chromedp.Void](`(() => {
+				const o = new MutationObserver(() => {
+					const next = document.getElementById("hit-next");
+					if (!next) return;
+					o.disconnect();
+					next.click();
+				});
+				o.observe(document.getElementById("log-search-results"), {childList: true});
+				document.querySelector(".log-search button").click();
+			})()`))
+		until(t, ctx, "the first hit", hitShown("i1-L100", "iteration 1 line 100 has a Needle in it")+
+			` && document.querySelector("#hit-count").textContent.trim() === "1 of 4"`)
+		do(t, ctx, "next", chromedp.Click(chromedp.CSS("#hit-next")))
+		until(t, ctx, "the second hit, not the first again", hitShown("i2-L1100", "iteration 2 line 1100 has a Needle in it")+
+			` && document.querySelector("#hit-count").textContent.trim() === "2 of 4"`)
+	})
+
 	t.Run("a follow-up's page shows the run it came from and its own follow-ups, with their statuses", func(t *testing.T) {
 		parent := seedHistoryRun(t, ts, ada.ID, "", "The first question", spec.StatusCompleted, nil, 0, 0)
 		middle := seedHistoryRun(t, ts, ada.ID, parent, "A follow-up", spec.StatusCompleted, nil, 0, 0)
