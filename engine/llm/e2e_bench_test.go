@@ -1,14 +1,21 @@
 package llm_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/sashabaranov/go-openai"
+
 	"homework/db"
 	"homework/engine"
+	"homework/engine/llm"
 	"homework/engine/llm/llmtest"
 	"homework/engine/scripted"
 	"homework/engine/spec"
@@ -17,6 +24,7 @@ import (
 const (
 	benchRuns       = 20  // concurrent runs
 	benchIterations = 400 // iterations measured per executor
+	benchRawCalls   = 2000
 )
 
 // BenchmarkLLMIterationOverhead measures how many iterations per second the
@@ -27,21 +35,39 @@ const (
 // and the ratio of the LLM executor's per-iteration cost to the engine's;
 // the target (issue 29) is at most 1.5.
 //
+// It also measures the model call alone, the raw limit of the executor's
+// share: go-openai sending the executor's own request, through the
+// executor's HTTP client, to an endpoint that answers at once with a fixed
+// reply (measureRawCall). An executor that did nothing but that call per
+// iteration would cost 1 + engine rate ÷ call rate times the engine's: it
+// reports that as the floor of the ratio above. The executor's iteration
+// does more than the call (the call's record commits on its own, so that
+// its spend survives a crash; the prompt is built from the workspace; the
+// reply is validated and kept in the transcript), so its ratio is above
+// the floor by what that costs.
+//
 // Run it with:
 //
 //	go test ./engine/llm -run '^$' -bench LLMIterationOverhead -benchtime 1x
 func BenchmarkLLMIterationOverhead(b *testing.B) {
-	var llmRate, engineRate float64
+	var llmRate, engineRate, callRate float64
 	for b.Loop() {
-		llmRate = measureLLM(b)
+		var req openai.ChatCompletionRequest
+		llmRate, req = measureLLM(b)
 		engineRate = measureScripted(b)
+		callRate = measureRawCall(b, req)
 	}
 	ratio := engineRate / llmRate
+	floor := 1 + engineRate/callRate
 	b.ReportMetric(llmRate, "llm-iters/s")
 	b.ReportMetric(engineRate, "engine-iters/s")
+	b.ReportMetric(callRate, "raw-calls/s")
 	b.ReportMetric(ratio, "llm/engine-cost")
+	b.ReportMetric(floor, "floor-llm/engine")
 	b.Logf("%d iterations over %d concurrent runs: LLM executor %.0f iterations/s (%.2f ms each); engine alone (scripted executor) %.0f iterations/s (%.2f ms each); LLM per-iteration cost is %.2f× the engine's (target ≤ 1.5×)",
 		benchIterations, benchRuns, llmRate, 1000/llmRate, engineRate, 1000/engineRate, ratio)
+	b.Logf("the model call alone (go-openai, the executor's request and HTTP client, an endpoint that answers at once): %.0f calls/s over %d goroutines (%.2f ms each); an executor that did only that per iteration would cost %.2f× the engine's",
+		callRate, benchRuns, 1000/callRate, floor)
 }
 
 // benchEngine sets the engine options both measurements share.
@@ -51,8 +77,9 @@ func benchEngine(o *engine.Options, _ *db.DB) {
 	o.DisableRecoveryAtStart = true
 }
 
-// measureLLM returns the LLM executor's iterations per second.
-func measureLLM(b *testing.B) float64 {
+// measureLLM returns the LLM executor's iterations per second and the
+// last request an iteration sent.
+func measureLLM(b *testing.B) (float64, openai.ChatCompletionRequest) {
 	h := newE2E(b, e2eOptions{engine: benchEngine})
 	var n atomic.Int64
 	h.srv.Route(func(r llmtest.Request) (llmtest.Reply, bool) {
@@ -64,7 +91,70 @@ func measureLLM(b *testing.B) float64 {
 		return tools(call("report_status", map[string]any{"exit_signal": false, "progress_summary": "Working.",
 			"remaining_work": []string{fmt.Sprintf("step %d", n.Add(1))}})), true
 	})
-	return measure(b, h, spec.Config{Executor: spec.ExecutorLLM})
+	rate := measure(b, h, spec.Config{Executor: spec.ExecutorLLM})
+	reqs := requestsOf(h.srv, reqPlanner)
+	if len(reqs) == 0 {
+		b.Fatal("the endpoint saw no iteration's request")
+	}
+	return rate, reqs[len(reqs)-1].ChatCompletionRequest
+}
+
+// measureRawCall returns how many model calls a second go-openai makes
+// from benchRuns goroutines, as many as there are runs, benchRawCalls in
+// all, each sending req through the executor's HTTP client
+// (llm.NewHTTPClient) to an endpoint that reads it and answers at once
+// with a fixed report_status call: what the model call itself costs an
+// iteration, the endpoint's side included as in measureLLM.
+func measureRawCall(b *testing.B, req openai.ChatCompletionRequest) float64 {
+	b.Helper()
+	args := `{"exit_signal":false,"progress_summary":"Working.","remaining_work":["step 1"]}`
+	reply, err := json.Marshal(openai.ChatCompletionResponse{ID: "chatcmpl-bench", Object: "chat.completion", Created: time.Now().Unix(), Model: req.Model,
+		Choices: []openai.ChatCompletionChoice{{Message: openai.ChatCompletionMessage{Role: openai.ChatMessageRoleAssistant,
+			ToolCalls: []openai.ToolCall{{ID: "call_bench", Type: openai.ToolTypeFunction, Function: openai.FunctionCall{Name: "report_status", Arguments: args}}}},
+			FinishReason: openai.FinishReasonToolCalls}},
+		Usage: openai.Usage{PromptTokens: 100, CompletionTokens: 20, TotalTokens: 120}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(reply)
+	}))
+	defer srv.Close()
+	hc := llm.NewHTTPClient()
+	defer hc.CloseIdleConnections()
+	cc := openai.DefaultConfig("bench")
+	cc.BaseURL, cc.HTTPClient = srv.URL+"/v1", hc
+	client := openai.NewClientWithConfig(cc)
+	var calls atomic.Int64
+	errs := make(chan error, benchRuns)
+	start := time.Now()
+	for range benchRuns {
+		go func() {
+			for calls.Add(1) <= benchRawCalls {
+				resp, err := client.CreateChatCompletion(context.Background(), req)
+				if err == nil && (len(resp.Choices) != 1 || len(resp.Choices[0].Message.ToolCalls) != 1) {
+					err = fmt.Errorf("unexpected reply: %+v", resp)
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	var failed error
+	for range benchRuns {
+		if err := <-errs; err != nil && failed == nil {
+			failed = err
+		}
+	}
+	if failed != nil {
+		b.Fatal(failed)
+	}
+	return benchRawCalls / time.Since(start).Seconds()
 }
 
 // measureScripted returns the scripted executor's iterations per second.

@@ -122,6 +122,17 @@ type Executor struct {
 }
 
 // New returns an Executor for opts, filling in defaults.
+// NewHTTPClient returns the HTTP client model calls use unless
+// Options.HTTPClient sets one. Concurrent iterations (and their branches)
+// call one endpoint: it keeps an idle connection for each, not
+// DefaultTransport's two, which closes the others after every call and
+// dials (for HTTPS, handshakes) anew.
+func NewHTTPClient() *http.Client {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConnsPerHost = t.MaxIdleConns
+	return &http.Client{Transport: t}
+}
+
 func New(opts Options) (*Executor, error) {
 	if opts.Store == nil {
 		return nil, errors.New("llm: Options.Store is required")
@@ -133,13 +144,7 @@ func New(opts Options) (*Executor, error) {
 	}
 	opts.BaseURL = base
 	if opts.HTTPClient == nil {
-		// Concurrent iterations (and their branches) call one endpoint:
-		// keep an idle connection for each, not DefaultTransport's two,
-		// which closes the others after every call and dials (for HTTPS,
-		// handshakes) anew.
-		t := http.DefaultTransport.(*http.Transport).Clone()
-		t.MaxIdleConnsPerHost = t.MaxIdleConns
-		opts.HTTPClient = &http.Client{Transport: t}
+		opts.HTTPClient = NewHTTPClient()
 	}
 	if opts.Prices == nil {
 		opts.Prices = DefaultPrices()
