@@ -121,7 +121,6 @@ type Executor struct {
 	tools      map[string]*tool
 }
 
-// New returns an Executor for opts, filling in defaults.
 // NewHTTPClient returns the HTTP client model calls use unless
 // Options.HTTPClient sets one. Concurrent iterations (and their branches)
 // call one endpoint: it keeps an idle connection for each, not
@@ -133,6 +132,7 @@ func NewHTTPClient() *http.Client {
 	return &http.Client{Transport: t}
 }
 
+// New returns an Executor for opts, filling in defaults.
 func New(opts Options) (*Executor, error) {
 	if opts.Store == nil {
 		return nil, errors.New("llm: Options.Store is required")
