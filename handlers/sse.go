@@ -10,6 +10,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -484,14 +485,15 @@ func (st *streamer) liveEvent(ctx context.Context, e *spec.Event) error {
 // replay sends every event after st.last from the database, a page at a
 // time, flushing after each page.
 //
-// One goroutine reads the pages, each as soon as the one before it is
-// handed over, while the stream writes: the stream writes straight to its
-// connection, so reading and writing would otherwise take turns, and a
-// reader that waited for the stream to take a page (and check its
-// credential) before it began the next left the database idle for that
-// long on every page. At most one page waits read, so a slow client holds
-// back the reads, not the memory. The reader ends with the replay
-// (canceled, waited for).
+// Other goroutines read the pages (readPages), each as soon as the one
+// before it is handed over, while the stream writes: the stream writes
+// straight to its connection, so reading and writing would otherwise take
+// turns, and a reader that waited for the stream to take a page (and check
+// its credential) before it began the next left the database idle for
+// that long on every page. A run's pages are read replayReaders at a time.
+// At most replayReaders + 1 pages wait read, so a slow client holds back
+// the reads, not the memory. The readers end with the replay (canceled,
+// waited for).
 func (st *streamer) replay(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	pages := st.readPages(ctx, st.last)
@@ -549,24 +551,100 @@ func (st *streamer) replay(ctx context.Context) error {
 // holds none: a page read waits there until it is taken), until a page is
 // not full, a read fails (that page carries the error or the panic) or ctx
 // ends; then it closes the channel.
+//
+// A run stream's pages after a full first one are read replayReaders at a
+// time (readAhead): its seq has no gaps, so where each page starts is
+// known before the one before it is read, and the reads use the cores the
+// stream's writing leaves idle. The first page is read alone, so a stream
+// with little to replay (nearly every reconnect) costs one read.
 func (st *streamer) readPages(ctx context.Context, after int64) <-chan replayPage {
 	pages := make(chan replayPage)
 	go func() {
 		defer close(pages)
-		for {
-			p := st.readPage(ctx, after)
-			select {
-			case pages <- p:
-			case <-ctx.Done():
+		p := st.readPage(ctx, after)
+		if !handOver(ctx, pages, p) {
+			return
+		}
+		after = p.last
+		if st.src.run {
+			var over bool
+			if after, over = st.readAhead(ctx, after, pages); over {
 				return
 			}
-			if p.err != nil || p.panic != "" || len(p.evs) < sseReplayPage {
+		}
+		for {
+			p := st.readPage(ctx, after)
+			if !handOver(ctx, pages, p) {
 				return
 			}
 			after = p.last
 		}
 	}()
 	return pages
+}
+
+// replayReaders is how many pages of a run stream's replay are read at
+// once.
+const replayReaders = 2
+
+// readAhead hands over a run's pages after after, in order, each read by
+// one of replayReaders goroutines that take every replayReaders-th page
+// from the seq it must start at. It returns the key of the last event it
+// handed over and whether the replay is over; it is not when a page did
+// not hold the seqs expected of it (a run's seq has no gaps, so only a
+// store that broke that promise gives one), and the caller reads on in
+// order from there. The goroutines end before it returns.
+func (st *streamer) readAhead(ctx context.Context, after int64, pages chan<- replayPage) (last int64, over bool) {
+	ctx, cancel := context.WithCancel(ctx)
+	lanes := make([]chan replayPage, replayReaders)
+	var wg sync.WaitGroup
+	for i := range lanes {
+		lanes[i] = make(chan replayPage)
+		wg.Add(1)
+		go func(lane chan<- replayPage, first int) {
+			defer wg.Done()
+			defer close(lane)
+			for k := first; ; k += replayReaders {
+				if !handOver(ctx, lane, st.readPage(ctx, after+int64(k)*sseReplayPage)) {
+					return
+				}
+			}
+		}(lanes[i], i)
+	}
+	defer func() {
+		cancel()
+		for _, lane := range lanes {
+			for range lane {
+			}
+		}
+		wg.Wait()
+	}()
+	last = after
+	for k := 0; ; k++ {
+		p, ok := <-lanes[k%replayReaders]
+		if !ok {
+			return last, true // ctx ended
+		}
+		if p.err == nil && p.panic == "" && len(p.evs) > 0 &&
+			(st.src.key(p.evs[0]) != last+1 || p.last != last+int64(len(p.evs))) {
+			return last, false
+		}
+		if !handOver(ctx, pages, p) {
+			return last, true
+		}
+		last = p.last
+	}
+}
+
+// handOver sends p on pages unless ctx ends first, and reports whether a
+// page follows it: false when ctx ended, p failed or p is not full.
+func handOver(ctx context.Context, pages chan<- replayPage, p replayPage) bool {
+	select {
+	case pages <- p:
+	case <-ctx.Done():
+		return false
+	}
+	return p.err == nil && p.panic == "" && len(p.evs) == sseReplayPage
 }
 
 // readPage reads one page of events after after. A panic comes back in the

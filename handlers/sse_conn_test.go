@@ -254,12 +254,13 @@ func TestAPanickingStreamIsLoggedAndLetGo(t *testing.T) {
 	<-done
 }
 
-// A replay's reader reads one page ahead of the stream, no more: it begins
-// a page as soon as the stream takes the one before (so the database is not
-// left idle while the stream writes), holds it until the stream takes it
-// (so a slow client holds back the reads, not the memory), and ends, closing
-// its channel, when the replay is cancelled.
-func TestAReplaysReaderReadsOnePageAheadAndEndsWithTheReplay(t *testing.T) {
+// A replay's readers read a few pages ahead of the stream, no more: the
+// first page alone, so a stream with little to replay costs one read; once
+// the stream takes it, the next pages replayReaders at a time, each held
+// until the stream takes the one before it (so a slow client holds back
+// the reads, not the memory); and they end, closing the channel, when the
+// replay is cancelled.
+func TestAReplaysReadersReadAFewPagesAheadAndEndWithTheReplay(t *testing.T) {
 	var reads atomic.Int64
 	src := &streamSource{
 		run: true,
@@ -281,8 +282,8 @@ func TestAReplaysReaderReadsOnePageAheadAndEndsWithTheReplay(t *testing.T) {
 	defer cancel()
 	pages := st.readPages(ctx, 0)
 
-	// settled waits until the reader has read n pages and then a while
-	// longer, and reports how many it read.
+	// settled waits until the readers have read n pages and then a while
+	// longer, and reports how many they read.
 	settled := func(n int64) int64 {
 		deadline := time.Now().Add(10 * time.Second)
 		for reads.Load() < n && time.Now().Before(deadline) {
@@ -294,7 +295,10 @@ func TestAReplaysReaderReadsOnePageAheadAndEndsWithTheReplay(t *testing.T) {
 	if got := settled(1); got != 1 {
 		t.Fatalf("the reader read %d pages before the stream took one, want 1", got)
 	}
-	for page := int64(1); page <= 3; page++ {
+	// Ahead of the page the stream took: one page with each reader and
+	// one handed on, waiting for the stream.
+	const ahead = replayReaders + 1
+	for page := int64(1); page <= 6; page++ {
 		var p replayPage
 		select {
 		case p = <-pages:
@@ -304,8 +308,8 @@ func TestAReplaysReaderReadsOnePageAheadAndEndsWithTheReplay(t *testing.T) {
 		if p.err != nil || len(p.evs) != sseReplayPage || p.evs[0].Seq != (page-1)*sseReplayPage+1 || p.last != page*sseReplayPage {
 			t.Fatalf("page %d: %d events, last %d, err %v; want %d events from seq %d", page, len(p.evs), p.last, p.err, sseReplayPage, (page-1)*sseReplayPage+1)
 		}
-		if got := settled(page + 1); got != page+1 {
-			t.Fatalf("the reader read %d pages once the stream took %d, want %d", got, page, page+1)
+		if got := settled(page + ahead); got != page+ahead {
+			t.Fatalf("the readers read %d pages once the stream took %d, want %d", got, page, page+ahead)
 		}
 	}
 	cancel()
@@ -315,7 +319,58 @@ func TestAReplaysReaderReadsOnePageAheadAndEndsWithTheReplay(t *testing.T) {
 			t.Fatalf("a page (%d events, err %v) came after the replay was cancelled", len(p.evs), p.err)
 		}
 	case <-time.After(10 * time.Second):
-		t.Fatal("the reader did not end with the replay")
+		t.Fatal("the readers did not end with the replay")
+	}
+	if g := goroutinesWith("(*streamer).readAhead"); len(g) != 0 {
+		t.Fatalf("%d readers left after the replay ended:\n%s", len(g), strings.Join(g, "\n\n"))
+	}
+}
+
+// A run's seq has no gaps, which lets a replay read its pages several at
+// once from where each must start; a page that does not hold the seqs
+// expected of it (a store that broke the promise) is not handed over, and
+// the replay reads on in order from the last event it handed over: every
+// event once, in order, and none twice.
+func TestAReplayReadsOnInOrderWhereARunsSeqHasAGap(t *testing.T) {
+	const last, missing = 5*sseReplayPage + 300, 2*sseReplayPage + 500
+	src := &streamSource{
+		run: true,
+		key: func(e *spec.Event) int64 { return e.Seq },
+		replay: func(_ context.Context, after int64, limit int) ([]*spec.Event, error) {
+			var evs []*spec.Event
+			for seq := after + 1; seq <= last && len(evs) < limit; seq++ {
+				if seq != missing {
+					evs = append(evs, &spec.Event{Seq: seq, Type: "bench", Data: []byte(`{}`)})
+				}
+			}
+			return evs, nil
+		},
+	}
+	st := newStreamer(&Server{}, src, 0, credential{})
+	var got []int64
+	for p := range st.readPages(context.Background(), 0) {
+		if p.err != nil || p.panic != "" {
+			t.Fatalf("page failed: %v %s", p.err, p.panic)
+		}
+		for _, e := range p.evs {
+			got = append(got, e.Seq)
+		}
+	}
+	want := int64(1)
+	for i, seq := range got {
+		if want == missing {
+			want++
+		}
+		if seq != want {
+			t.Fatalf("event %d has seq %d, want %d (seqs around it: %v)", i, seq, want, got[max(0, i-3):min(len(got), i+3)])
+		}
+		want++
+	}
+	if want != last+1 {
+		t.Fatalf("the replay ended at seq %d, want %d", want-1, last)
+	}
+	if g := goroutinesWith("(*streamer).readAhead"); len(g) != 0 {
+		t.Fatalf("%d readers left after the replay ended", len(g))
 	}
 }
 
@@ -354,10 +409,10 @@ func TestAStreamsWriterKeepsItsBufferOnlyWhileAReplayRuns(t *testing.T) {
 	}
 }
 
-// A replay's reader ends with its stream when the client goes away: the
+// A replay's readers end with their stream when the client goes away: the
 // stream, blocked writing a page to a client that does not read, fails its
-// write once the client closes, and the reader, waiting with the next page,
-// is cancelled and waited for.
+// write once the client closes, and the readers, waiting with the next
+// pages, are cancelled and waited for.
 func TestAReplaysReaderEndsWhenItsClientGoesAway(t *testing.T) {
 	ts := newTestServer(t, func(o *Options) { o.Heartbeat = time.Hour; o.WriteTimeout = time.Hour })
 	alice := ts.user(t, "alice@example.com")
@@ -381,12 +436,13 @@ func TestAReplaysReaderEndsWhenItsClientGoesAway(t *testing.T) {
 	waitUntil(t, "the stream to block writing to the stalled reader", func() bool {
 		return len(goroutinesWith("[IO wait", "(*chunkedWriter).send", "(*Server).serveStream")) == 1
 	})
-	waitUntil(t, "the replay's reader to wait with the next page", func() bool {
-		return len(goroutinesWith("[select", "(*streamer).readPages")) == 1
+	waitUntil(t, "the replay's readers to wait with the next pages", func() bool {
+		return len(goroutinesWith("[select", "(*streamer).readPages")) == 1 && len(goroutinesWith("[select", "(*streamer).readAhead.func1")) == replayReaders
 	})
 	stalled.Close()
 	waitUntil(t, "no stream goroutine and no reader", func() bool {
-		return len(goroutinesWith("(*Server).serveStream")) == 0 && len(goroutinesWith("(*streamer).readPages")) == 0
+		return len(goroutinesWith("(*Server).serveStream")) == 0 && len(goroutinesWith("(*streamer).readPages")) == 0 &&
+			len(goroutinesWith("(*streamer).readAhead")) == 0
 	})
 	if n := ts.Server.streams.count(); n != 0 {
 		t.Fatalf("%d streams still registered after the client went away", n)

@@ -103,6 +103,48 @@ func TestSSEReplay(t *testing.T) {
 	})
 }
 
+// A replay of many pages, whose pages after the first are read several at
+// once (readAhead), sends every event once and in seq order, from the
+// start and from a cursor in the middle of a page, on both stores.
+func TestSSEReplayOfManyPagesSendsEveryEventOnceInOrder(t *testing.T) {
+	if onBothStores(t, TestSSEReplayOfManyPagesSendsEveryEventOnceInOrder) {
+		return
+	}
+	ts := newTestServer(t, nil)
+	alice := ts.user(t, "alice@example.com")
+	id := ts.createRun(t, alice, askStep("q"))
+	ts.waitStatus(t, alice, id, spec.StatusWaiting)
+	err := ts.Store.WriteTx(ts.ctx, func(tx spec.Tx) error {
+		for i := range 4*sseReplayPage + sseReplayPage/2 {
+			if _, err := tx.AppendEvent(ts.ctx, id, "bench", map[string]int{"i": i}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ts.Engine.Cancel(ts.ctx, alice.ID, id); err != nil {
+		t.Fatal(err)
+	}
+	ts.waitStatus(t, alice, id, spec.StatusCanceled)
+	n, err := ts.Store.LastSeq(ts.ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, from := range []int64{0, sseReplayPage + 234} {
+		msgs := ts.openSSE(t, alice, fmt.Sprintf("/api/runs/%s/events?since_seq=%d", id, from)).readAll(t)
+		if int64(len(msgs)) != n-from {
+			t.Fatalf("from %d: got %d events, want %d", from, len(msgs), n-from)
+		}
+		checkSeqs(t, msgs, from)
+		if last := msgs[len(msgs)-1].event(t); !last.IsTerminal() {
+			t.Fatalf("from %d: the last event is %s, want the run's terminal event", from, last.Type)
+		}
+	}
+}
+
 func TestSSENoGapNoDuplicateDuringSwitch(t *testing.T) {
 	if onBothStores(t, TestSSENoGapNoDuplicateDuringSwitch) {
 		return

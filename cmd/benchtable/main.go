@@ -50,6 +50,7 @@ var figures = []figure{
 	{name: "llm: the least it could be: engine iteration + the model call alone (go-openai, same request) ÷ engine iteration", pkg: "./engine/llm", bench: "LLMIterationOverhead", benchtime: "1x", metric: "floor-llm/engine", info: true},
 	{name: "appends: event appends (256 producers) ÷ raw batched insert", pkg: "./db", bench: "EventAppends", benchtime: "20000x", metric: "vs-batched", goal: 0.8},
 	{name: "replay: replay of 100k events ÷ ordered scan", pkg: "./handlers", bench: "SSEReplay", benchtime: "1x", metric: "vs-scan", goal: 0.9},
+	{name: "replay: replay ÷ the scan reading as many pages at once as the replay (what the cores can read)", pkg: "./handlers", bench: "SSEReplay", benchtime: "1x", metric: "vs-scan-ahead", info: true},
 	{name: "memory: per idle subscriber ÷ minimal writer", pkg: "./handlers", bench: "SSEIdleMemory", benchtime: "1x", metric: "ratio", atMost: true, goal: 1.1},
 	{name: "sse: publish→receive p99, 1,000 subscribers ÷ minimal writer", pkg: "./handlers", bench: "SSEPublishLatency", benchtime: "1x", metric: "p99-ratio", atMost: true, goal: 1.0},
 	{name: "stats: GET /api/stats over 10k runs ÷ plain aggregate", pkg: "./handlers", bench: "Stats", benchtime: "10x", metric: "ratio", atMost: true, goal: 2},
