@@ -64,6 +64,16 @@ func TestConformance(t *testing.T) {
 	})
 }
 
+// TestConformanceOrderedByLanguage runs the suite on a database whose
+// collation orders text by language, not by bytes, as a server's default
+// often does.
+func TestConformanceOrderedByLanguage(t *testing.T) {
+	pgtest.ServerURL(t)
+	storetest.Run(t, func(t *testing.T) spec.Store {
+		return open(t, pgtest.NewDatabaseOrderedByLanguage(t), nil)
+	})
+}
+
 // TestTwoStoresShareSeqsAndEvents appends through two stores on one
 // database, as two processes would: seqs stay gap-free and unique, and each
 // store's listener receives every event in commit order, its own and the

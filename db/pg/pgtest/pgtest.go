@@ -38,6 +38,21 @@ func ServerURL(t testing.TB) string {
 // returns its URL.
 func NewDatabase(t testing.TB) string {
 	t.Helper()
+	return newDatabase(t, "")
+}
+
+// NewDatabaseOrderedByLanguage is NewDatabase with a collation that orders
+// text by language (ICU's en-US, in which punctuation weighs less than
+// letters and case only breaks ties), as a server set up with a language
+// locale orders it by default, where code that takes byte order for
+// granted goes wrong.
+func NewDatabaseOrderedByLanguage(t testing.TB) string {
+	t.Helper()
+	return newDatabase(t, ` TEMPLATE template0 LOCALE_PROVIDER icu ICU_LOCALE 'en-US' LOCALE 'C.UTF-8'`)
+}
+
+func newDatabase(t testing.TB, options string) string {
+	t.Helper()
 	server := ServerURL(t)
 	b := make([]byte, 6)
 	rand.Read(b)
@@ -49,7 +64,7 @@ func NewDatabase(t testing.TB) string {
 		t.Fatalf("connect to %s: %v", EnvVar, err)
 	}
 	defer admin.Close(context.Background())
-	if _, err := admin.Exec(ctx, `CREATE DATABASE `+name); err != nil {
+	if _, err := admin.Exec(ctx, `CREATE DATABASE `+name+options); err != nil {
 		t.Fatalf("create test database: %v", err)
 	}
 	t.Cleanup(func() {
