@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"homework/engine/spec"
 )
 
 // BenchmarkEventAppends measures event appends through the store (group
@@ -198,4 +200,93 @@ func median(xs []float64) float64 {
 		return s[len(s)/2]
 	}
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// BenchmarkWorkspaceRead measures what an LLM iteration reads of its run's
+// workspace every iteration (ListRunDocumentsOutside: the documents outside
+// iterations/ and scratchpad/) as the run grows by one summary document an
+// iteration: with 100 summaries and with 3,000, and in the same run, the
+// raw limit: a plain query of the same rows by their paths on the store's
+// own reader. It reports the time per read with 3,000 summaries ÷ with 100
+// (growth; 1 is flat) and ÷ the raw query's (vs-raw).
+//
+//	go test ./db -run '^$' -bench WorkspaceRead -benchtime 2000x
+func BenchmarkWorkspaceRead(b *testing.B) {
+	ctx := context.Background()
+	d := openTest(b, filepath.Join(b.TempDir(), "h.db"))
+	u, err := d.CreateUser(ctx, "a@example.com", "x", false)
+	if err != nil {
+		b.Fatal(err)
+	}
+	newRun(b, d, u.ID, "r1")
+	outside := []string{"", "plan.md", "notes/findings.md", "scratchpad.md", "iterations", "scratchpad"}
+	summaries := 0
+	grow := func(to int) {
+		err := d.WriteTx(ctx, func(tx spec.Tx) error {
+			if summaries == 0 {
+				for _, p := range outside {
+					if _, err := tx.PutDocument(ctx, &spec.Document{RunID: "r1", Path: p, Kind: spec.DocNote, Content: "text of " + p}); err != nil {
+						return err
+					}
+				}
+			}
+			for ; summaries < to; summaries++ {
+				p := fmt.Sprintf("iterations/%03d-summary.md", summaries+1)
+				if _, err := tx.PutDocument(ctx, &spec.Document{RunID: "r1", Path: p, Kind: spec.DocNote, Content: strings.Repeat("summary ", 40)}); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	read := func() time.Duration {
+		start := time.Now()
+		for range b.N {
+			docs, err := d.ListRunDocumentsOutside(ctx, u.ID, "r1", "iterations", "scratchpad")
+			if err != nil || len(docs) != len(outside) {
+				b.Fatalf("%d documents, %v; want %d", len(docs), err, len(outside))
+			}
+		}
+		return time.Since(start) / time.Duration(b.N)
+	}
+	raw := func() time.Duration {
+		q := `SELECT id, path, content FROM documents WHERE run_id = ? AND path IN (?` + strings.Repeat(", ?", len(outside)-1) + `) ORDER BY path`
+		args := []any{"r1"}
+		for _, p := range outside {
+			args = append(args, p)
+		}
+		start := time.Now()
+		for range b.N {
+			rows, err := d.reader.QueryContext(ctx, q, args...)
+			if err != nil {
+				b.Fatal(err)
+			}
+			n := 0
+			for rows.Next() {
+				var id, path, content string
+				if err := rows.Scan(&id, &path, &content); err != nil {
+					b.Fatal(err)
+				}
+				n++
+			}
+			rows.Close()
+			if n != len(outside) {
+				b.Fatalf("raw query: %d rows, want %d", n, len(outside))
+			}
+		}
+		return time.Since(start) / time.Duration(b.N)
+	}
+	grow(100)
+	small := read()
+	grow(3000)
+	big, rawBig := read(), raw()
+	b.ReportMetric(float64(small.Nanoseconds())/1000, "µs/read-100")
+	b.ReportMetric(float64(big.Nanoseconds())/1000, "µs/read-3000")
+	b.ReportMetric(float64(big)/float64(small), "growth")
+	b.ReportMetric(float64(big)/float64(rawBig), "vs-raw")
+	b.Logf("the workspace read with 100 summaries %v, with 3,000 %v (%.2f×); a plain query of the same %d rows by path %v (%.2f×)",
+		small, big, float64(big)/float64(small), len(outside), rawBig, float64(big)/float64(rawBig))
 }

@@ -96,6 +96,9 @@ var dialect = &sqlstore.Dialect{
 		return `SELECT pg_advisory_xact_lock(?::int4, ?::int4)`, []any{int32(slotsLock), int32(userID)}
 	},
 	LockUsers: `LOCK TABLE users IN SHARE ROW EXCLUSIVE MODE`,
+	// The database's collation may order text by language; a C-collated
+	// index (migration 0038) serves ranges in byte order.
+	ByteOrder: ` COLLATE "C"`,
 	Contains:  func(col, lit string) string { return "strpos(" + col + ", '" + lit + "') > 0" },
 	JSONField: func(col, key string) string {
 		if strings.Contains(key, ".") {

@@ -4,8 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"slices"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/google/uuid"
 
@@ -125,18 +125,46 @@ func (r Reads) ListRunDocuments(ctx context.Context, userID int64, runID string)
 // by path, but those inside folders (their folder documents are listed).
 // The rows left out are not read: an executor reading its workspace every
 // iteration skips what grows with the run (iteration summaries, archives).
+// In byte order the paths inside a folder f are the range ["f/", "f0")
+// ('0' follows '/'), so the rows outside are read as the ranges of the
+// (run_id, path) index between those, each a search of its own.
 func (r Reads) ListRunDocumentsOutside(ctx context.Context, userID int64, runID string, folders ...string) ([]*spec.Document, error) {
 	if err := r.checkRunOwner(ctx, userID, runID); err != nil {
 		return nil, err
 	}
-	q, args := `SELECT `+DocumentColumns+` FROM documents WHERE run_id = ?`, []any{runID}
-	for _, f := range folders {
-		// substr counts characters on both stores; a prefix test, unlike
-		// LIKE, is exact and case-sensitive.
-		q += ` AND substr(path, 1, ?) <> ?`
-		args = append(args, utf8.RuneCountInString(f)+1, f+"/")
+	path := "path" + r.d.ByteOrder
+	var arms []string
+	var args []any
+	from := "" // the lower bound of the next range; "" is none
+	for _, gap := range prefixRanges(folders) {
+		if gap[0] > from {
+			arm, a := `run_id = ?`, []any{runID}
+			if from != "" {
+				arm, a = arm+` AND `+path+` >= ?`, append(a, from)
+			}
+			arms, args = append(arms, arm+` AND `+path+` < ?`), append(append(args, a...), gap[0])
+		}
+		from = max(from, gap[1])
 	}
+	last, a := `run_id = ?`, []any{runID}
+	if from != "" {
+		last, a = last+` AND `+path+` >= ?`, append(a, from)
+	}
+	arms, args = append(arms, last), append(args, a...)
+	q := `SELECT ` + DocumentColumns + ` FROM documents WHERE ` +
+		strings.Join(arms, ` UNION ALL SELECT `+DocumentColumns+` FROM documents WHERE `)
 	return scanDocuments(r.c.Query(ctx, q+` ORDER BY path`, args...))
+}
+
+// prefixRanges returns, in byte order, the ranges [f+"/", f+"0") of the
+// paths inside each folder f.
+func prefixRanges(folders []string) [][2]string {
+	out := make([][2]string, 0, len(folders))
+	for _, f := range folders {
+		out = append(out, [2]string{f + "/", f + "0"})
+	}
+	slices.SortFunc(out, func(a, b [2]string) int { return strings.Compare(a[0], b[0]) })
+	return out
 }
 
 // SearchDocuments runs a full-text query over the user's documents (all runs,

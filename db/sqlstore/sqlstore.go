@@ -77,6 +77,10 @@ type Dialect struct {
 	// Search is the database's full-text search (documents, transcripts,
 	// run objectives).
 	Search Search
+	// ByteOrder follows a text column in a comparison to compare it byte
+	// by byte (the order of prefixes: every path under "f/" lies in
+	// ["f/", "f0")); "" where that is the column's collation already.
+	ByteOrder string
 	// SlotsLock is the statement that takes, for the rest of a
 	// transaction, the lock that serialises a user's slot promotions
 	// across processes, and its arguments; nil where transactions are

@@ -610,7 +610,8 @@ func (s suite) documentsOutside(t *testing.T) {
 	f.run(u.ID, "r1")
 	f.run(u.ID, "r2")
 	paths := []string{"", "iterations", "iterations/001-summary.md", "iterations/sub/x.md", "iterationsX.md", "iterations-old/a.md",
-		"Iterations/x.md", "scratchpad.md", "scratchpad", "scratchpad/001.md", "notes/a.md", "é", "é/x.md", "éa.md"}
+		"Iterations/x.md", "scratchpad.md", "scratchpad", "scratchpad/001.md", "notes/a.md", "notes/deep/c.md", "notes/z.md", "notes.md",
+		"notes0", "é", "é/x.md", "éa.md"}
 	f.tx(func(tx spec.Tx) error {
 		for _, p := range paths {
 			if _, err := tx.PutDocument(f.ctx, &spec.Document{RunID: "r1", Path: p, Title: "t " + p, Content: "c " + p}); err != nil {
@@ -640,16 +641,28 @@ func (s suite) documentsOutside(t *testing.T) {
 	if got := list(); !slices.Equal(got, all) {
 		t.Errorf("no folders left out: %q, want %q", got, all)
 	}
-	want := []string{"", "Iterations/x.md", "iterations", "iterations-old/a.md", "iterationsX.md", "notes/a.md",
-		"scratchpad", "scratchpad.md", "é", "éa.md"}
+	want := []string{"", "Iterations/x.md", "iterations", "iterations-old/a.md", "iterationsX.md", "notes/a.md", "notes/deep/c.md",
+		"notes/z.md", "notes.md", "notes0", "scratchpad", "scratchpad.md", "é", "éa.md"}
 	slices.Sort(want)
 	if got := list("iterations", "scratchpad", "é"); !slices.Equal(got, want) {
 		t.Errorf("left out iterations/, scratchpad/ and é/: %q, want %q", got, want)
 	}
+	// A folder inside another left out, named in either order, and alone.
+	without := func(drop ...string) []string {
+		return slices.DeleteFunc(slices.Clone(all), func(p string) bool { return slices.Contains(drop, p) })
+	}
+	for _, folders := range [][]string{{"notes", "notes/deep"}, {"notes/deep", "notes"}} {
+		if got, want := list(folders...), without("notes/a.md", "notes/deep/c.md", "notes/z.md"); !slices.Equal(got, want) {
+			t.Errorf("left out %q: %q, want %q", folders, got, want)
+		}
+	}
+	if got, want := list("notes/deep"), without("notes/deep/c.md"); !slices.Equal(got, want) {
+		t.Errorf("left out notes/deep/: %q, want %q", got, want)
+	}
 	if err := f.s.ReadTx(f.ctx, func(r spec.ReadStore) error {
 		docs, err := r.ListRunDocumentsOutside(f.ctx, u.ID, "r1", "notes")
-		if err != nil || len(docs) != len(paths)-1 {
-			t.Errorf("in a read transaction, outside notes/: %d documents (%v), want %d", len(docs), err, len(paths)-1)
+		if err != nil || len(docs) != len(paths)-3 {
+			t.Errorf("in a read transaction, outside notes/: %d documents (%v), want %d", len(docs), err, len(paths)-3)
 		}
 		return nil
 	}); err != nil {
