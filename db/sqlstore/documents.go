@@ -133,26 +133,32 @@ func (r Reads) ListRunDocumentsOutside(ctx context.Context, userID int64, runID 
 		return nil, err
 	}
 	path := "path" + r.d.ByteOrder
-	var arms []string
+	var where []string
 	var args []any
-	from := "" // the lower bound of the next range; "" is none
-	for _, gap := range prefixRanges(folders) {
-		if gap[0] > from {
-			arm, a := `run_id = ?`, []any{runID}
-			if from != "" {
-				arm, a = arm+` AND `+path+` >= ?`, append(a, from)
-			}
-			arms, args = append(arms, arm+` AND `+path+` < ?`), append(append(args, a...), gap[0])
+	// rng reads the run's paths from lo up to hi ("": no bound).
+	rng := func(lo, hi string) {
+		w := `run_id = ?`
+		args = append(args, runID)
+		if lo != "" {
+			w += ` AND ` + path + ` >= ?`
+			args = append(args, lo)
 		}
-		from = max(from, gap[1])
+		if hi != "" {
+			w += ` AND ` + path + ` < ?`
+			args = append(args, hi)
+		}
+		where = append(where, w)
 	}
-	last, a := `run_id = ?`, []any{runID}
-	if from != "" {
-		last, a = last+` AND `+path+` >= ?`, append(a, from)
+	from := ""
+	for _, out := range prefixRanges(folders) {
+		if out[0] > from {
+			rng(from, out[0])
+		}
+		from = max(from, out[1])
 	}
-	arms, args = append(arms, last), append(args, a...)
+	rng(from, "")
 	q := `SELECT ` + DocumentColumns + ` FROM documents WHERE ` +
-		strings.Join(arms, ` UNION ALL SELECT `+DocumentColumns+` FROM documents WHERE `)
+		strings.Join(where, ` UNION ALL SELECT `+DocumentColumns+` FROM documents WHERE `)
 	return scanDocuments(r.c.Query(ctx, q+` ORDER BY path`, args...))
 }
 
