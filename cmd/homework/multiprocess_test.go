@@ -278,6 +278,15 @@ func BenchmarkIterationsPerSecondByProcesses(b *testing.B) {
 			b.Logf("CPU per iteration with 1 process %.1f ms: %d CPUs allow at most %.0f iterations/s, %.2fx one process",
 				perIter*1000, runtime.NumCPU(), float64(runtime.NumCPU())/perIter, ceiling)
 		}
+		if procs > 1 && pgCPU > 0 {
+			// The same at what an iteration costs with procs
+			// processes: the scaling the CPUs allow them.
+			perIter := (cpu + pgCPU).Seconds() / float64(runs*iters)
+			ceiling := float64(runtime.NumCPU()) / perIter / one
+			b.ReportMetric(ceiling, fmt.Sprintf("cpu-ceiling-scaling-%dproc", procs))
+			b.Logf("CPU per iteration with %d processes %.1f ms: %d CPUs allow them at most %.0f iterations/s, %.2fx one process",
+				procs, perIter*1000, runtime.NumCPU(), float64(runtime.NumCPU())/perIter, ceiling)
+		}
 		b.ReportMetric(float64(cpu.Microseconds())/1000/float64(runs*iters), fmt.Sprintf("server-cpu-ms/iter-%dproc", procs))
 		if pgCPU > 0 { // 0: PostgreSQL runs elsewhere
 			b.ReportMetric(float64(pgCPU.Microseconds())/1000/float64(runs*iters), fmt.Sprintf("pg-cpu-ms/iter-%dproc", procs))
