@@ -204,7 +204,23 @@ func measureScripted(b *testing.B, calls ...spec.LLMCall) float64 {
 	if err != nil {
 		b.Fatal(err)
 	}
-	return measure(b, h, spec.Config{Executor: spec.ExecutorScript, Script: script})
+	rate := measure(b, h, spec.Config{Executor: spec.ExecutorScript, Script: script})
+	if len(calls) > 0 {
+		// The rate is that of iterations that kept their calls: each
+		// counted one finished after its records committed.
+		page, err := h.db.ListRuns(h.ctx, h.user.ID, spec.RunFilter{Limit: benchRuns})
+		if err != nil {
+			b.Fatal(err)
+		}
+		kept := 0
+		for _, r := range page.Runs {
+			kept += r.Metrics.LLMCalls
+		}
+		if kept < benchIterations*len(calls) {
+			b.Fatalf("%d model calls kept for %d iterations of %d calls each", kept, benchIterations, len(calls))
+		}
+	}
+	return rate
 }
 
 // measure starts benchRuns runs with cfg, counts iteration_completed events
