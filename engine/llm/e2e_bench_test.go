@@ -104,7 +104,7 @@ func BenchmarkLLMIterationOverhead(b *testing.B) {
 		recordedRate, 1000/recordedRate, recordedFloor)
 }
 
-// benchEngine sets the engine options both measurements share.
+// benchEngine sets the engine options the measurements share.
 func benchEngine(o *engine.Options, _ *db.DB) {
 	o.Workers = benchRuns
 	o.MaxConcurrentPerUser = benchRuns
@@ -115,6 +115,7 @@ func benchEngine(o *engine.Options, _ *db.DB) {
 // last request an iteration sent.
 func measureLLM(b *testing.B) (float64, openai.ChatCompletionRequest) {
 	h := newE2E(b, e2eOptions{engine: benchEngine})
+	defer h.stop() // not working in the background of the next measurement
 	var n atomic.Int64
 	h.srv.Route(func(r llmtest.Request) (llmtest.Reply, bool) {
 		if roleOf(r) == reqSummarizer {
@@ -199,6 +200,7 @@ func measureScripted(b *testing.B, calls ...spec.LLMCall) float64 {
 		benchEngine(o, d)
 		o.Executors[spec.ExecutorScript] = &scripted.Executor{InTx: d.WriteTx}
 	}})
+	defer h.stop() // not working in the background of the next measurement
 	script, err := json.Marshal(scripted.Script{Steps: []scripted.Step{{Summary: "Working.",
 		Status: &spec.Status{ProgressSummary: "Working.", RemainingWork: []string{"more"}}, LLM: calls}}})
 	if err != nil {

@@ -36,6 +36,10 @@ type e2e struct {
 	// commits holds the events of each committed write, in commit order
 	// (the store's OnEvents).
 	commits *commitLog
+	// stop stops the engine and closes the store, before the test ends
+	// when called (a benchmark's harnesses, one after another); the
+	// test's cleanup calls it too.
+	stop func()
 }
 
 // commitLog records the events of every committed write.
@@ -123,7 +127,7 @@ func newE2E(t testing.TB, o e2eOptions, script ...llmtest.Reply) *e2e {
 	if err := eng.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
+	stop := sync.OnceFunc(func() {
 		sctx, c := context.WithTimeout(context.Background(), 10*time.Second)
 		defer c()
 		if err := eng.Stop(sctx); err != nil {
@@ -131,11 +135,12 @@ func newE2E(t testing.TB, o e2eOptions, script ...llmtest.Reply) *e2e {
 		}
 		d.Close()
 	})
+	t.Cleanup(stop)
 	user, err := d.CreateUser(ctx, "e2e@example.com", "x", false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &e2e{t: t, ctx: ctx, db: d, bus: bus, eng: eng, x: x, srv: srv, user: user, commits: commits}
+	return &e2e{t: t, ctx: ctx, db: d, bus: bus, eng: eng, x: x, srv: srv, user: user, commits: commits, stop: stop}
 }
 
 // migrated holds the files of a freshly migrated database. Applying the
